@@ -1,0 +1,19 @@
+"""ggpy: a ggml-style static computation graph runtime in Python.
+
+Build a graph with op constructors (shapes in ggml `ne` order), plan its memory with a GraphAllocator,
+evaluate it on a backend.
+"""
+from .alloc import GraphAllocator, Plan
+from .backends.cpu import CPUBackend
+from .errors import (AllocationError, CudaError, GGPYError, ModelFileError, OutOfMemoryError, ShapeError,
+                     TypeMismatchError, UnsupportedOpError)
+from .graph import Context, Graph, Tensor
+from .ops import *  # noqa: F401,F403 - every op constructor at top level, as ggml_* functions
+from .ops import __all__ as _ops_all
+from .types import F16, F32, I32, GGType
+
+__version__ = "0.1.0"
+
+__all__ = ["Context", "Graph", "Tensor", "GraphAllocator", "Plan", "CPUBackend", "F32", "F16", "I32", "GGType",
+           "GGPYError", "ShapeError", "TypeMismatchError", "UnsupportedOpError", "OutOfMemoryError",
+           "AllocationError", "ModelFileError", "CudaError"] + list(_ops_all)

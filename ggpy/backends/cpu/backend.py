@@ -1,0 +1,116 @@
+"""The CPU backend: numba kernels split over `n_threads` workers, BLAS for matrix products."""
+from __future__ import annotations
+
+import os
+
+import numba
+
+from ...errors import AllocationError, UnsupportedOpError
+from ..base import Backend
+from . import kernels  # noqa: F401 - registers every kernel module
+from .buffer import HostBufferType
+from .registry import KERNELS, BoundNode
+
+
+class CPUBackend(Backend):
+    """Evaluates planned graphs on the host. `n_threads` defaults to the number of cores."""
+
+    name = "cpu"
+
+    def __init__(self, n_threads: int | None = None, buffer_type: HostBufferType | None = None):
+        super().__init__(buffer_type or HostBufferType())
+        n_threads = os.cpu_count() or 1 if n_threads is None else int(n_threads)
+        if n_threads < 1:
+            raise ValueError(f"CPUBackend: n_threads must be >= 1, got {n_threads}")
+        self.n_threads = n_threads
+
+    # -- what runs where ---------------------------------------------------------------------------
+    def _kernel(self, node):
+        entry = KERNELS.get(node.op)
+        if entry is None or (entry.supports is not None and not entry.supports(node)):
+            return None
+        return entry
+
+    def supports_op(self, node) -> bool:
+        return self._kernel(node) is not None
+
+    def temp_size(self, node) -> int:
+        entry = self._kernel(node)
+        return int(entry.temp_size(node)) if entry is not None and entry.temp_size is not None else 0
+
+    def kernel_name(self, node) -> str:
+        entry = self._kernel(node)
+        if entry is None:
+            return "unsupported"
+        return entry.name(node) if entry.name is not None else node.op
+
+    # -- evaluation --------------------------------------------------------------------------------
+    def _bind(self, node):
+        entry = self._kernel(node)
+        if entry is None:
+            self.check_supported_node(node)
+        if node.buffer is None:
+            raise AllocationError(f"cpu: node '{node.name}' (op {node.op}) has no memory; plan the graph with "
+                                  "ggpy.GraphAllocator(backend).alloc_graph(graph) before compute")
+        for s in node.src:
+            if s is not None and s.buffer is None:
+                raise AllocationError(f"cpu: source '{s.name}' of node '{node.name}' has no memory")
+        temp = None
+        if node.temp is not None:
+            buf, offset, size = node.temp
+            temp = buf.data[offset:offset + size]
+        bound = BoundNode(node, node.buffer.kernel_view(node),
+                          [s.buffer.kernel_view(s) if s is not None else None for s in node.src], temp, self.n_threads)
+        return entry.bind(bound)
+
+    def check_supported_node(self, node):
+        srcs = ", ".join(f"{s.type.name}{list(s.ne)}" for s in node.src if s is not None)
+        raise UnsupportedOpError(f"cpu: no kernel for op={node.op} type={node.type.name} ne={node.ne} "
+                                 f"(sources: {srcs})")
+
+    def program(self, graph) -> list:
+        """The bound kernels of `graph` in order, made once per plan and reused on every compute."""
+        plan = getattr(graph, "plan", None)
+        key = (id(plan), getattr(plan, "generation", None), graph.version, self.n_threads)
+        cached = graph.backend_cache.get(self)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        runs = []
+        for node in graph.nodes:
+            run = self._bind(node)
+            if run is not None:
+                runs.append((node, run))
+        graph.backend_cache[self] = (key, runs)
+        return runs
+
+    def _set_threads(self):
+        numba.set_num_threads(max(1, min(self.n_threads, numba.config.NUMBA_NUM_THREADS)))
+        _limit_blas_threads(self.n_threads)
+
+    def compute(self, graph):
+        """Run every node of a planned graph, in order."""
+        runs = self.program(graph)
+        self._set_threads()
+        for node, run in runs:
+            run()
+
+    def synchronize(self):
+        pass
+
+    def __repr__(self) -> str:
+        return f"CPUBackend(n_threads={self.n_threads})"
+
+
+
+_blas_state = {"controller": None, "threads": None}
+
+
+def _limit_blas_threads(n: int):
+    """Give BLAS (numpy's OpenBLAS) `n` threads; a no-op when it already has them."""
+    if _blas_state["threads"] == n:
+        return
+    if _blas_state["controller"] is None:
+        from threadpoolctl import ThreadpoolController
+        _blas_state["controller"] = ThreadpoolController()
+    _blas_state["controller"].limit(limits=n, user_api="blas")
+    _blas_state["threads"] = n

@@ -1,0 +1,55 @@
+"""Scalar float32 math that LLVM can vectorise (libm's exp/tanh/erf calls block SIMD loops)."""
+import math
+
+import numpy as np
+from numba import njit
+
+from .fp16 import bits_to_f32
+
+_LOG2E = np.float32(1.4426950408889634)
+_LN2_HI = np.float32(0.693359375)
+_LN2_LO = np.float32(-2.12194440e-4)
+
+
+@njit(inline="always", cache=True)
+def fast_exp(x):
+    """exp(x) for float32 x within ~2 ulp; 0 below -86.9 (results under 2e-38 flush to zero), inf above
+    88.7228 (float32 overflow), nan kept."""
+    x = np.float32(x)
+    xc = min(max(x, np.float32(-86.9)), np.float32(88.7228))
+    n = np.float32(math.floor(xc * _LOG2E + np.float32(0.5)))
+    r = xc - n * _LN2_HI - n * _LN2_LO
+    p = np.float32(1.0 / 720.0)
+    p = p * r + np.float32(1.0 / 120.0)
+    p = p * r + np.float32(1.0 / 24.0)
+    p = p * r + np.float32(1.0 / 6.0)
+    p = p * r + np.float32(0.5)
+    p = p * r + np.float32(1.0)
+    p = p * r + np.float32(1.0)
+    y = p * bits_to_f32((np.int32(n) + np.int32(126)) << np.int32(23)) * np.float32(2.0)
+    if x < np.float32(-86.9):
+        y = np.float32(0.0)
+    if x > np.float32(88.7228):
+        y = np.float32(np.inf)
+    if x != x:
+        y = x
+    return y
+
+
+@njit(inline="always", cache=True)
+def fast_sigmoid(x):
+    """1 / (1 + exp(-x)) in float32."""
+    return np.float32(1.0) / (np.float32(1.0) + fast_exp(-x))
+
+
+@njit(inline="always", cache=True)
+def fast_tanh(x):
+    """tanh(x) = 2 sigmoid(2x) - 1, with small |x| by its series to keep relative accuracy near 0."""
+    x = np.float32(x)
+    y = np.float32(2.0) * fast_sigmoid(np.float32(2.0) * x) - np.float32(1.0)
+    x2 = x * x
+    small = x * (np.float32(1.0) + x2 * (np.float32(-1.0 / 3.0) + x2 * (np.float32(2.0 / 15.0)
+                                                                         + x2 * np.float32(-17.0 / 315.0))))
+    if abs(x) < np.float32(0.0625):
+        y = small
+    return y

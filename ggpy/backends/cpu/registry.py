@@ -1,0 +1,51 @@
+"""Which CPU kernel runs each op: a table filled by the kernel modules with `@register`.
+
+A kernel entry binds a planned node to a zero-argument callable once (views of its memory,
+parameters, thread count), so evaluating a graph is a loop of plain calls.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+MIN_ELEMENTS_PER_THREAD = 1 << 15
+
+
+@dataclass
+class BoundNode:
+    """What a kernel needs at bind time: numpy views of the output, sources and temp block."""
+
+    node: object
+    dst: np.ndarray            # shape reversed(node.ne); F16 as uint16 bits
+    srcs: list                 # one array per source (None for a missing optional source)
+    temp: np.ndarray | None    # uint8 scratch of temp_size(node) bytes, or None
+    n_threads: int             # the backend's thread count
+
+    def threads_for(self, work: int, min_per_thread: int = MIN_ELEMENTS_PER_THREAD) -> int:
+        """How many workers to split `work` elements over: 1 for small work, as ggml does."""
+        return max(1, min(self.n_threads, work // min_per_thread))
+
+
+@dataclass
+class CPUKernel:
+    ops: tuple
+    bind: Callable                           # bind(BoundNode) -> callable()
+    temp_size: Callable | None = None        # temp_size(node) -> bytes
+    supports: Callable | None = None         # supports(node) -> bool
+    name: Callable | None = None             # name(node) -> kernel name for plan dumps
+
+
+KERNELS: dict[str, CPUKernel] = {}
+
+
+def register(*ops, temp_size=None, supports=None, name=None):
+    """Decorator: `bind(b: BoundNode) -> callable` runs ops `ops` on the CPU."""
+    def deco(bind):
+        entry = CPUKernel(ops, bind, temp_size, supports, name)
+        for op in ops:
+            KERNELS[op] = entry
+        return bind
+    return deco
+

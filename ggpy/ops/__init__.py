@@ -1,0 +1,17 @@
+"""Op constructors: they check arguments, infer the result's shape and type, and record a node.
+
+They never compute. Names, argument order and result shapes follow ggml.
+"""
+from .elementwise import (UNARY_OPS, abs, add, clamp, div, elu, exp, gelu, gelu_erf, gelu_quick, hardsigmoid,
+                          hardswish, leaky_relu, log, mul, neg, relu, scale, scale_bias, sgn, sigmoid, silu, sqr,
+                          sqrt, step, sub, tanh, unary)
+from .layout import (add_rel_pos, concat, cont, cont_1d, cont_2d, cont_3d, cont_4d, cpy, dup, get_rel_pos,
+                     get_rows, pad, pad_ext, repeat, win_part, win_unpart)
+from .matmul import mul_mat
+from .norm import group_norm, norm, rms_norm
+from .reduce import argmax, mean, sum, sum_rows
+from .softmax import diag_mask_inf, soft_max, soft_max_ext
+from .view import (permute, reshape, reshape_1d, reshape_2d, reshape_3d, reshape_4d, transpose, view_1d, view_2d,
+                   view_3d, view_4d, view_tensor)
+
+__all__ = [n for n, v in dict(globals()).items() if callable(v) and not n.startswith("_")] + ["UNARY_OPS"]

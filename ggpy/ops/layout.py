@@ -1,0 +1,167 @@
+"""Ops that move data: copies, concatenation, padding, tiling, row gathering, SAM's window ops."""
+from __future__ import annotations
+
+from ..errors import ShapeError
+from ..types import F16, F32, I32
+from ._common import (can_repeat, check_contiguous, check_float, check_tensor, check_type, new_node, new_view)
+
+
+def dup(a):
+    """A contiguous copy of `a` with the same type and shape."""
+    check_tensor("dup", a)
+    return new_node("dup", a.type, a.ne, [a])
+
+
+def cont(a):
+    """`a` made contiguous (a copy in ne order). ne = a.ne."""
+    check_tensor("cont", a)
+    return new_node("cont", a.type, a.ne, [a])
+
+
+def _cont_nd(a, ne):
+    check_tensor("cont", a)
+    n = 1
+    for x in ne:
+        n *= x
+    if n != a.nelements:
+        raise ShapeError(f"cont: cannot give ne={a.ne} ({a.nelements} elements) the shape {tuple(ne)}")
+    return new_node("cont", a.type, tuple(ne), [a])
+
+
+def cont_1d(a, ne0):
+    return _cont_nd(a, (ne0,))
+
+
+def cont_2d(a, ne0, ne1):
+    return _cont_nd(a, (ne0, ne1))
+
+
+def cont_3d(a, ne0, ne1, ne2):
+    return _cont_nd(a, (ne0, ne1, ne2))
+
+
+def cont_4d(a, ne0, ne1, ne2, ne3):
+    return _cont_nd(a, (ne0, ne1, ne2, ne3))
+
+
+def cpy(a, b):
+    """Copy `a`'s elements into `b` (same element count; types may differ: F32 <-> F16).
+
+    Elements are taken and written in ne order (i0 fastest). The result is a view of `b`.
+    """
+    check_tensor("cpy", a)
+    check_tensor("cpy", b, "b")
+    if a.nelements != b.nelements:
+        raise ShapeError(f"cpy: a ne={a.ne} has {a.nelements} elements but b ne={b.ne} has {b.nelements}")
+    if (a.type == I32) != (b.type == I32):
+        raise ShapeError(f"cpy: cannot copy {a.type.name} into {b.type.name}")
+    return new_view("cpy", b, b.ne, b.nb, 0, src=[a, b])
+
+
+def concat(a, b, dim: int):
+    """a and b joined along `dim` (0-3); the other dimensions must match. ne[dim] = a.ne[dim] + b.ne[dim]."""
+    check_tensor("concat", a)
+    check_tensor("concat", b, "b")
+    if a.type != b.type:
+        raise ShapeError(f"concat: a is {a.type.name} but b is {b.type.name}; expected the same type")
+    if not 0 <= dim < 4:
+        raise ShapeError(f"concat: dim must be 0..3, got {dim}")
+    if any(a.ne[i] != b.ne[i] for i in range(4) if i != dim):
+        raise ShapeError(f"concat: a ne={a.ne} and b ne={b.ne} must match in every dimension but {dim}")
+    ne = list(a.ne)
+    ne[dim] += b.ne[dim]
+    return new_node("concat", a.type, ne, [a, b], {"dim": dim})
+
+
+def pad_ext(a, lp0=0, rp0=0, lp1=0, rp1=0, lp2=0, rp2=0, lp3=0, rp3=0):
+    """Zero padding before (lp) and after (rp) each dimension. ne[i] = a.ne[i] + lp_i + rp_i."""
+    check_float("pad", a)
+    pads = (lp0, rp0, lp1, rp1, lp2, rp2, lp3, rp3)
+    if any(int(p) != p or p < 0 for p in pads):
+        raise ShapeError(f"pad: padding must be non-negative ints, got {pads}")
+    ne = [a.ne[i] + pads[2 * i] + pads[2 * i + 1] for i in range(4)]
+    return new_node("pad", a.type, ne, [a], {"lp": tuple(int(p) for p in pads[0::2]),
+                                             "rp": tuple(int(p) for p in pads[1::2])})
+
+
+def pad(a, p0=0, p1=0, p2=0, p3=0):
+    """Zeros appended at the end of each dimension (ggml_pad). ne[i] = a.ne[i] + p_i."""
+    return pad_ext(a, 0, p0, 0, p1, 0, p2, 0, p3)
+
+
+def repeat(a, b):
+    """`a` tiled to the shape of `b` (each b.ne[i] must be a multiple of a.ne[i]). ne = b.ne."""
+    check_tensor("repeat", a)
+    check_tensor("repeat", b, "b")
+    if not can_repeat(a, b):
+        raise ShapeError(f"repeat: a ne={a.ne} cannot be tiled to b ne={b.ne} (b.ne[i] must be a multiple of a.ne[i])")
+    return new_node("repeat", a.type, b.ne, [a])
+
+
+def get_rows(a, b):
+    """Gather rows: a.ne = (K, R, A2, A3), b I32 ne = (n, A2, A3); result[i2, i1, :] = a[i2, b[i2, i1], :].
+
+    Result ne = (K, n, A2, A3), F32 (I32 when a is I32).
+    """
+    check_tensor("get_rows", a)
+    check_tensor("get_rows", b, "b")
+    check_type("get_rows", b, (I32,), "b")
+    if b.ne[3] != 1 or a.ne[2] != b.ne[1] or a.ne[3] != b.ne[2]:
+        raise ShapeError(f"get_rows: b ne={b.ne} does not fit a ne={a.ne}; expected b.ne = (n, a.ne[2], a.ne[3], 1)")
+    out_type = I32 if a.type == I32 else F32
+    return new_node("get_rows", out_type, (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), [a, b])
+
+
+def win_part(a, w: int):
+    """Split an image into w x w windows, zero padding the right and bottom (SAM).
+
+    a.ne = (C, W, H, 1) -> ne = (C, w, w, npx * npy) with npx = ceil(W / w), npy = ceil(H / w);
+    window p = py * npx + px.
+    """
+    check_float("win_part", a)
+    if a.ne[3] != 1:
+        raise ShapeError(f"win_part: a must be (C, W, H, 1), got ne={a.ne}")
+    if w < 1:
+        raise ShapeError(f"win_part: window size must be >= 1, got {w}")
+    npx = (a.ne[1] + w - 1) // w
+    npy = (a.ne[2] + w - 1) // w
+    return new_node("win_part", a.type, (a.ne[0], w, w, npx * npy), [a], {"npx": npx, "npy": npy, "w": w})
+
+
+def win_unpart(a, w0: int, h0: int, w: int):
+    """Inverse of win_part: a.ne = (C, w, w, npx * npy) -> ne = (C, w0, h0, 1), padding dropped."""
+    check_float("win_unpart", a)
+    npx = (w0 + w - 1) // w
+    npy = (h0 + w - 1) // w
+    if a.ne[1] != w or a.ne[2] != w or a.ne[3] != npx * npy:
+        raise ShapeError(f"win_unpart: a ne={a.ne} does not hold {npx}x{npy} windows of {w}x{w} for an image of "
+                         f"{w0}x{h0}; expected ne=({a.ne[0]}, {w}, {w}, {npx * npy})")
+    return new_node("win_unpart", a.type, (a.ne[0], w0, h0, 1), [a], {"w": w})
+
+
+def get_rel_pos(a, qh: int, kh: int):
+    """Relative position embeddings for SAM's attention: a.ne = (C, 2 * max(qh, kh) - 1);
+    result ne = (C, kh, qh) with result[q, k, :] = a[(kh - 1 - k) + q, :]. qh must equal kh (as ggml)."""
+    check_float("get_rel_pos", a)
+    if qh != kh:
+        raise ShapeError(f"get_rel_pos: qh={qh} and kh={kh} must be equal")
+    if a.ne[1] != 2 * max(qh, kh) - 1 or a.ne[2] != 1 or a.ne[3] != 1:
+        raise ShapeError(f"get_rel_pos: a ne={a.ne} expected ({a.ne[0]}, {2 * max(qh, kh) - 1}, 1, 1)")
+    return new_node("get_rel_pos", a.type, (a.ne[0], kh, qh), [a], {"qh": qh, "kh": kh})
+
+
+def add_rel_pos(a, pw, ph):
+    """Add decomposed relative position biases to attention scores (SAM).
+
+    a.ne = (KW * KH, QW * QH, B) contiguous scores; pw.ne = ph.ne = (K, QW, QH, B) with K = KW = KH.
+    a[b, qh, qw, kh, kw] += ph[b, qh, qw, kh] + pw[b, qh, qw, kw]. ne = a.ne.
+    """
+    check_float("add_rel_pos", a, pw, ph)
+    check_type("add_rel_pos", a, (F32, F16))
+    check_contiguous("add_rel_pos", a)
+    if pw.ne != ph.ne:
+        raise ShapeError(f"add_rel_pos: pw ne={pw.ne} and ph ne={ph.ne} must have the same shape")
+    if (pw.ne[0] * pw.ne[0] != a.ne[0] or pw.ne[1] * pw.ne[2] != a.ne[1] or pw.ne[3] != a.ne[2] * a.ne[3]):
+        raise ShapeError(f"add_rel_pos: a ne={a.ne} does not fit pw ne={pw.ne}; expected a.ne = "
+                         f"({pw.ne[0] ** 2}, {pw.ne[1] * pw.ne[2]}, {pw.ne[3]})")
+    return new_node("add_rel_pos", a.type, a.ne, [a, pw, ph])

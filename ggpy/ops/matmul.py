@@ -1,0 +1,21 @@
+"""Matrix multiplication with ggml's semantics."""
+from __future__ import annotations
+
+from ..errors import ShapeError
+from ..types import F32
+from ._common import check_float, new_node
+
+
+def mul_mat(a, b):
+    """ggml_mul_mat: result[i3, i2] = b[i3, i2] @ a[i3 / r3, i2 / r2]^T.
+
+    a.ne = (K, M, A2, A3), b.ne = (K, N, B2, B3) with B2 % A2 == 0 and B3 % A3 == 0 (a is broadcast);
+    result F32, ne = (M, N, B2, B3): each output row n holds the dot products of b's row n with a's rows.
+    """
+    check_float("mul_mat", a, b)
+    if a.ne[0] != b.ne[0]:
+        raise ShapeError(f"mul_mat: a.ne[0]={a.ne[0]} (a ne={a.ne}) must equal b.ne[0]={b.ne[0]} (b ne={b.ne})")
+    if b.ne[2] % a.ne[2] or b.ne[3] % a.ne[3]:
+        raise ShapeError(f"mul_mat: a ne={a.ne} cannot be broadcast over b ne={b.ne}; expected b.ne[2] % a.ne[2] "
+                         "== 0 and b.ne[3] % a.ne[3] == 0")
+    return new_node("mul_mat", F32, (a.ne[1], b.ne[1], b.ne[2], b.ne[3]), [a, b])

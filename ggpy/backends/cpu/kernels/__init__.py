@@ -1,2 +1,2 @@
 """CPU kernel modules, one per op family. Importing this package registers them all."""
-from . import elementwise, matmul, views  # noqa: F401
+from . import elementwise, layout, matmul, norm, reduce, softmax, views  # noqa: F401

@@ -2,7 +2,7 @@
 from numba import njit
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def block(n, ith, nth):
     """Rows [start, end) of `n` that worker `ith` of `nth` computes (contiguous blocks, as ggml)."""
     per = (n + nth - 1) // nth

@@ -24,7 +24,7 @@ _GELU_COEF_A = np.float32(0.044715)
 _INV_SQRT2 = 0.7071067811865476
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _binary(op, x, y):
     if op == 0:
         return x + y
@@ -86,7 +86,7 @@ def binary_flat_par(op, d, a, b, nth):
         binary_flat(op, d, a, b, ith, nth)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _unary(op, x, p0, p1):
     """The unary function with code `op` at float32 x (p0, p1: scale/bias, clamp bounds, slope)."""
     zero = np.float32(0.0)

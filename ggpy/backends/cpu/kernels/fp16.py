@@ -32,7 +32,7 @@ def f32_to_bits(typingctx, value):
     return types.uint32(value), codegen
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def half_to_float(h):
     """IEEE half bits (uint16) -> float32, exact (normals, subnormals, inf, nan)."""
     h32 = np.uint32(h)
@@ -48,7 +48,7 @@ def half_to_float(h):
     return bits_to_f32(sign | ((exp + np.uint32(112)) << np.uint32(23)) | (mant << np.uint32(13)))
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def float_to_half(f):
     """float32 -> IEEE half bits (uint16), rounding to nearest even, overflow to inf, nan kept."""
     x = f32_to_bits(np.float32(f))
@@ -73,7 +73,7 @@ def load(x):
     """Any element (float32, float64, int, or uint16 half bits) as float32."""
 
 
-@overload(load, inline="always")
+@overload(load)
 def _load(x):
     if x == types.uint16:
         return lambda x: half_to_float(x)
@@ -84,7 +84,7 @@ def store(value, arr):
     """`value` converted to the element type of `arr` (float32 -> half bits for uint16 arrays)."""
 
 
-@overload(store, inline="always")
+@overload(store)
 def _store(value, arr):
     if arr.dtype == types.uint16:
         return lambda value, arr: float_to_half(value)

@@ -11,7 +11,7 @@ _LN2_HI = np.float32(0.693359375)
 _LN2_LO = np.float32(-2.12194440e-4)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def fast_exp(x):
     """exp(x) for float32 x within ~2 ulp; 0 below -86.9 (results under 2e-38 flush to zero), inf above
     88.7228 (float32 overflow), nan kept."""
@@ -36,13 +36,13 @@ def fast_exp(x):
     return y
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def fast_sigmoid(x):
     """1 / (1 + exp(-x)) in float32."""
     return np.float32(1.0) / (np.float32(1.0) + fast_exp(-x))
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def fast_tanh(x):
     """tanh(x) = 2 sigmoid(2x) - 1, with small |x| by its series to keep relative accuracy near 0."""
     x = np.float32(x)

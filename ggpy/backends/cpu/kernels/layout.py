@@ -1,0 +1,1 @@
+"""layout kernels (being written)."""

@@ -1,0 +1,43 @@
+"""Cases for mul_mat: odd sizes, broadcasting of a over dims 2 and 3, F16 operands, transposed inputs."""
+from __future__ import annotations
+
+from ... import ops
+from ...types import F16, F32
+from ..harness import OpCase
+from .util import layout
+
+
+def _flops(node):
+    return 2 * node.src[0].ne[0] * node.nelements
+
+
+SHAPES = [  # (K, M, N, a dims 2-3, b dims 2-3)
+    (64, 32, 16, (1, 1), (1, 1)),
+    (1, 1, 1, (1, 1), (1, 1)),
+    (67, 33, 5, (1, 1), (1, 1)),
+    (16, 8, 9, (2, 3), (4, 3)),
+    (16, 8, 9, (1, 1), (3, 2)),
+    (31, 1, 7, (3, 2), (3, 4)),
+    (256, 128, 100, (1, 1), (1, 1)),
+]
+
+
+def cases():
+    out = []
+    for ta in (F32, F16):
+        for tb in (F32, F16):
+            for k, m, n, ad, bd in SHAPES:
+                out.append(OpCase("mul_mat", f"{ta.name},{tb.name},K={k},M={m},N={n},a23={ad},b23={bd}",
+                                  lambda ctx, ta=ta, tb=tb, k=k, m=m, n=n, ad=ad, bd=bd: ops.mul_mat(
+                                      layout(ctx, ta, (k, m) + ad), layout(ctx, tb, (k, n) + bd)),
+                                  flops=_flops, max_nmse=5e-7))
+    for how_a in ("cont", "permuted", "padded", "permuted3"):
+        for how_b in ("cont", "permuted", "padded", "permuted3"):
+            out.append(OpCase("mul_mat", f"f32,a={how_a},b={how_b}",
+                              lambda ctx, ha=how_a, hb=how_b: ops.mul_mat(
+                                  layout(ctx, F32, (24, 10, 3, 2), ha), layout(ctx, F32, (24, 7, 3, 2), hb)),
+                              flops=_flops, max_nmse=5e-7))
+    out.append(OpCase("mul_mat", "f32,perf,K=1024,M=1024,N=1024",
+                      lambda ctx: ops.mul_mat(layout(ctx, F32, (1024, 1024)), layout(ctx, F32, (1024, 1024))),
+                      flops=_flops, max_nmse=5e-7, tags=("perf",)))
+    return out

@@ -1,0 +1,5 @@
+"""Cases for softmax ops (being written)."""
+
+
+def cases():
+    return []

@@ -1,0 +1,48 @@
+"""Building blocks for op cases: leafs in F32/F16, and non-contiguous views of the same logical shape."""
+from __future__ import annotations
+
+import numpy as np
+
+from ... import ops
+from ...types import F16, F32
+
+TYPES = (F32, F16)
+
+
+def leaf(ctx, type_, ne):
+    return ctx.new_tensor(type_, ne).set_input()
+
+
+def layout(ctx, type_, ne, how: str = "cont"):
+    """A tensor of logical shape `ne` laid out as `how`:
+
+    cont      a contiguous leaf;
+    permuted  a transposed view of a leaf stored with dimensions 0 and 1 swapped (ne[0] is not contiguous);
+    padded    a view of the first ne[0] columns of a wider leaf (rows have gaps);
+    permuted3 a view with dimensions 1 and 2 swapped (rows contiguous, rows out of order).
+    """
+    ne = tuple(ne) + (1,) * (4 - len(ne))
+    if how == "cont":
+        return leaf(ctx, type_, ne)
+    if how == "permuted":
+        base = leaf(ctx, type_, (ne[1], ne[0], ne[2], ne[3]))
+        return ops.transpose(base)
+    if how == "padded":
+        base = leaf(ctx, type_, (ne[0] + 3, ne[1], ne[2], ne[3]))
+        return ops.view_4d(base, ne[0], ne[1], ne[2], ne[3], base.nb[1], base.nb[2], base.nb[3], 0)
+    if how == "permuted3":
+        base = leaf(ctx, type_, (ne[0], ne[2], ne[1], ne[3]))
+        return ops.permute(base, 0, 2, 1, 3)
+    raise ValueError(f"unknown layout {how!r}")
+
+
+LAYOUTS = ("cont", "permuted", "padded", "permuted3")
+
+
+def uniform(lo: float, hi: float):
+    """A fill function giving uniform values in [lo, hi) to float leafs."""
+    def fill(rng: np.random.Generator, t):
+        if t.type in TYPES:
+            return rng.uniform(lo, hi, size=tuple(reversed(t.ne)))
+        return None
+    return fill

@@ -1,11 +1,35 @@
-"""Helpers shared by numba kernels: ggml-style work splitting."""
-from numba import njit
+"""Helpers shared by numba kernels: the decorators, ggml-style work splitting, compile-time specialisation.
+
+Kernels use numpy's error model: float division by zero gives inf/nan instead of a Python exception
+check in every iteration, which would stop the loop from vectorising.
+"""
+from numba import njit, typeof, types
+
+kernel = njit(nogil=True, cache=True, error_model="numpy")
+"""Decorator for a serial kernel `f(..., ith, nth)` that computes worker ith's share of the work."""
+
+parallel_kernel = njit(parallel=True, cache=True, error_model="numpy")
+"""Decorator for a driver that runs a serial kernel for ith in prange(nth)."""
+
+scalar = njit(inline="always", cache=True, error_model="numpy")
+"""Decorator for scalar helpers inlined into kernels (so loops calling them vectorise)."""
 
 
-@njit(cache=True)
+@scalar
 def block(n, ith, nth):
     """Rows [start, end) of `n` that worker `ith` of `nth` computes (contiguous blocks, as ggml)."""
     per = (n + nth - 1) // nth
     start = min(n, per * ith)
     end = min(n, start + per)
     return start, end
+
+
+def specialize(kernel_fn, *args, constants=(0,)):
+    """The compiled entry point of numba `kernel_fn` for `args`, with the arguments at positions
+    `constants` (small ints: op codes) compiled in as literals, so a kernel can pick a function from a
+    tuple with them (`FUNCS[op]`) and each op gets its own vectorised loop.
+
+    Calling the entry point skips numba's per-call type dispatch; the code is cached on disk.
+    """
+    sig = tuple(types.literal(a) if i in constants else typeof(a) for i, a in enumerate(args))
+    return kernel_fn.compile(sig)

@@ -2,44 +2,174 @@
 
 Arrays are numpy views of shape (ne3, ne2, ne1, ne0) with any strides; F16 arrives as uint16 bits and
 every element goes through `load`/`store`. Contiguous operands of the same shape take a flat path.
+The op code is compiled in as a constant (`specialize`) and picks the scalar function from a tuple, so
+each op gets its own vectorised loop.
 """
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ..registry import BoundNode, register
-from .common import block
+from .common import block, kernel, parallel_kernel, scalar, specialize
 from .fp16 import load, store
-from .mathfn import fast_exp, fast_sigmoid, fast_tanh
+from .mathfn import fast_erf, fast_exp, fast_sigmoid, fast_tanh
 
-BINARY_CODES = {"add": 0, "sub": 1, "mul": 2, "div": 3}
-
-UNARY_CODES = {name: i for i, name in enumerate((
-    "sqr", "sqrt", "log", "exp", "abs", "neg", "sgn", "step", "relu", "gelu", "gelu_erf", "gelu_quick", "silu",
-    "sigmoid", "tanh", "elu", "hardswish", "hardsigmoid", "scale", "clamp", "leaky_relu"))}
-
-_SQRT_2_OVER_PI = np.float32(0.7978845608028654)
-_GELU_COEF_A = np.float32(0.044715)
-_INV_SQRT2 = 0.7071067811865476
+_ZERO = np.float32(0.0)
+_ONE = np.float32(1.0)
+_THREE = np.float32(3.0)
+_SIX = np.float32(6.0)
+_GELU_K = np.float32(2.0 * 0.7978845608028654)      # 2 * sqrt(2 / pi): gelu = x * sigmoid(2u)
+_GELU_A = np.float32(0.044715)
+_INV_SQRT2 = np.float32(0.7071067811865476)
 
 
-@njit(cache=True)
-def _binary(op, x, y):
-    if op == 0:
-        return x + y
-    if op == 1:
-        return x - y
-    if op == 2:
-        return x * y
+@scalar
+def _add(x, y):
+    return x + y
+
+
+@scalar
+def _sub(x, y):
+    return x - y
+
+
+@scalar
+def _mul(x, y):
+    return x * y
+
+
+@scalar
+def _div(x, y):
     return x / y
 
 
-@njit(nogil=True, cache=True)
+BINARY = {"add": _add, "sub": _sub, "mul": _mul, "div": _div}
+BINARY_FUNCS = tuple(BINARY.values())
+BINARY_CODES = {name: i for i, name in enumerate(BINARY)}
+
+
+# unary functions f(x, p0, p1): p0/p1 carry scale & bias, clamp bounds, or the leaky slope
+@scalar
+def _sqr(x, p0, p1):
+    return x * x
+
+
+@scalar
+def _sqrt(x, p0, p1):
+    return np.float32(math.sqrt(x)) if x >= _ZERO else np.float32(np.nan)
+
+
+@scalar
+def _log(x, p0, p1):
+    return np.float32(math.log(x)) if x > _ZERO else (np.float32(-np.inf) if x == _ZERO else np.float32(np.nan))
+
+
+@scalar
+def _exp(x, p0, p1):
+    return fast_exp(x)
+
+
+@scalar
+def _abs(x, p0, p1):
+    return abs(x)
+
+
+@scalar
+def _neg(x, p0, p1):
+    return -x
+
+
+@scalar
+def _sgn(x, p0, p1):
+    return _ONE if x > _ZERO else (-_ONE if x < _ZERO else _ZERO)
+
+
+@scalar
+def _step(x, p0, p1):
+    return _ONE if x > _ZERO else _ZERO
+
+
+@scalar
+def _relu(x, p0, p1):
+    return max(x, _ZERO)
+
+
+@scalar
+def _gelu(x, p0, p1):
+    return x * fast_sigmoid(_GELU_K * x * (_ONE + _GELU_A * x * x))
+
+
+@scalar
+def _gelu_erf(x, p0, p1):
+    return np.float32(0.5) * x * (_ONE + fast_erf(x * _INV_SQRT2))
+
+
+@scalar
+def _gelu_quick(x, p0, p1):
+    return x * fast_sigmoid(np.float32(1.702) * x)
+
+
+@scalar
+def _silu(x, p0, p1):
+    return x * fast_sigmoid(x)
+
+
+@scalar
+def _sigmoid(x, p0, p1):
+    return fast_sigmoid(x)
+
+
+@scalar
+def _tanh(x, p0, p1):
+    return fast_tanh(x)
+
+
+@scalar
+def _elu(x, p0, p1):
+    return x if x > _ZERO else fast_exp(x) - _ONE
+
+
+@scalar
+def _hardswish(x, p0, p1):
+    return x * min(_ONE, max(_ZERO, (x + _THREE) / _SIX))
+
+
+@scalar
+def _hardsigmoid(x, p0, p1):
+    return min(_ONE, max(_ZERO, (x + _THREE) / _SIX))
+
+
+@scalar
+def _scale(x, p0, p1):
+    return x * p0 + p1
+
+
+@scalar
+def _clamp(x, p0, p1):
+    return min(max(x, p0), p1)
+
+
+@scalar
+def _leaky_relu(x, p0, p1):
+    return x if x > _ZERO else x * p0
+
+
+UNARY = {"sqr": _sqr, "sqrt": _sqrt, "log": _log, "exp": _exp, "abs": _abs, "neg": _neg, "sgn": _sgn,
+         "step": _step, "relu": _relu, "gelu": _gelu, "gelu_erf": _gelu_erf, "gelu_quick": _gelu_quick,
+         "silu": _silu, "sigmoid": _sigmoid, "tanh": _tanh, "elu": _elu, "hardswish": _hardswish,
+         "hardsigmoid": _hardsigmoid, "scale": _scale, "clamp": _clamp, "leaky_relu": _leaky_relu}
+UNARY_FUNCS = tuple(UNARY.values())
+UNARY_CODES = {name: i for i, name in enumerate(UNARY)}
+
+
+@kernel
 def binary_rows(op, d, a, b, ith, nth):
     """d = a (op) b row by row; b broadcast over a (b.shape[i] divides a.shape[i])."""
+    f = BINARY_FUNCS[op]
     ne3, ne2, ne1, ne0 = d.shape
     nb3, nb2, nb1, nb0 = b.shape
+    dt = d.dtype
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
         i3 = r // (ne2 * ne1)
@@ -50,98 +180,41 @@ def binary_rows(op, d, a, b, ith, nth):
         brow = b[i3 % nb3, i2 % nb2, i1 % nb1]
         if nb0 == ne0:
             for i0 in range(ne0):
-                drow[i0] = store(_binary(op, load(arow[i0]), load(brow[i0])), drow)
+                drow[i0] = store(f(load(arow[i0]), load(brow[i0])), dt)
         else:
             for i0 in range(ne0):
-                drow[i0] = store(_binary(op, load(arow[i0]), load(brow[i0 % nb0])), drow)
+                drow[i0] = store(f(load(arow[i0]), load(brow[i0 % nb0])), dt)
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def binary_flat(op, d, a, b, ith, nth):
     """d = a (op) b on flat contiguous arrays of one size."""
+    f = BINARY_FUNCS[op]
+    dt = d.dtype
     i0, i1 = block(d.size, ith, nth)
-    if op == 0:
-        for i in range(i0, i1):
-            d[i] = store(load(a[i]) + load(b[i]), d)
-    elif op == 1:
-        for i in range(i0, i1):
-            d[i] = store(load(a[i]) - load(b[i]), d)
-    elif op == 2:
-        for i in range(i0, i1):
-            d[i] = store(load(a[i]) * load(b[i]), d)
-    else:
-        for i in range(i0, i1):
-            d[i] = store(load(a[i]) / load(b[i]), d)
+    d, a, b = d[i0:i1], a[i0:i1], b[i0:i1]     # slices: indices provably >= 0, so the loop vectorises
+    for i in range(d.size):
+        d[i] = store(f(load(a[i]), load(b[i])), dt)
 
 
-@njit(parallel=True, cache=True)
+@parallel_kernel
 def binary_rows_par(op, d, a, b, nth):
     for ith in prange(nth):
         binary_rows(op, d, a, b, ith, nth)
 
 
-@njit(parallel=True, cache=True)
+@parallel_kernel
 def binary_flat_par(op, d, a, b, nth):
     for ith in prange(nth):
         binary_flat(op, d, a, b, ith, nth)
 
 
-@njit(cache=True)
-def _unary(op, x, p0, p1):
-    """The unary function with code `op` at float32 x (p0, p1: scale/bias, clamp bounds, slope)."""
-    zero = np.float32(0.0)
-    one = np.float32(1.0)
-    if op == 0:
-        return x * x
-    if op == 1:
-        return np.float32(math.sqrt(x)) if x >= zero else np.float32(np.nan)
-    if op == 2:
-        if x > zero:
-            return np.float32(math.log(x))
-        return np.float32(-np.inf) if x == zero else np.float32(np.nan)
-    if op == 3:
-        return fast_exp(x)
-    if op == 4:
-        return abs(x)
-    if op == 5:
-        return -x
-    if op == 6:
-        return one if x > zero else (-one if x < zero else zero)
-    if op == 7:
-        return one if x > zero else zero
-    if op == 8:
-        return max(x, zero)
-    if op == 9:
-        return x * fast_sigmoid(np.float32(2.0) * _SQRT_2_OVER_PI * x * (one + _GELU_COEF_A * x * x))
-    if op == 10:
-        return np.float32(0.5 * x * (1.0 + math.erf(x * _INV_SQRT2)))
-    if op == 11:
-        return x * fast_sigmoid(np.float32(1.702) * x)
-    if op == 12:
-        return x * fast_sigmoid(x)
-    if op == 13:
-        return fast_sigmoid(x)
-    if op == 14:
-        return fast_tanh(x)
-    if op == 15:
-        return x if x > zero else fast_exp(x) - one
-    if op == 16:
-        return x * min(one, max(zero, (x + np.float32(3.0)) / np.float32(6.0)))
-    if op == 17:
-        return min(one, max(zero, (x + np.float32(3.0)) / np.float32(6.0)))
-    if op == 18:
-        return x * p0 + p1
-    if op == 19:
-        return min(max(x, p0), p1)
-    return x if x > zero else x * p0
-
-
-@njit(nogil=True, cache=True)
+@kernel
 def unary_rows(op, p0, p1, d, a, ith, nth):
     """d = f(a) row by row for arrays of any strides."""
+    f = UNARY_FUNCS[op]
     ne3, ne2, ne1, ne0 = d.shape
-    p0 = np.float32(p0)
-    p1 = np.float32(p1)
+    dt = d.dtype
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
         i3 = r // (ne2 * ne1)
@@ -150,29 +223,39 @@ def unary_rows(op, p0, p1, d, a, ith, nth):
         drow = d[i3, i2, i1]
         arow = a[i3, i2, i1]
         for i0 in range(ne0):
-            drow[i0] = store(_unary(op, load(arow[i0]), p0, p1), drow)
+            drow[i0] = store(f(load(arow[i0]), p0, p1), dt)
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def unary_flat(op, p0, p1, d, a, ith, nth):
-    """d = f(a) on flat contiguous arrays (the op test is hoisted out of the loop by LLVM)."""
-    p0 = np.float32(p0)
-    p1 = np.float32(p1)
+    """d = f(a) on flat contiguous arrays."""
+    f = UNARY_FUNCS[op]
+    dt = d.dtype
     i0, i1 = block(d.size, ith, nth)
-    for i in range(i0, i1):
-        d[i] = store(_unary(op, load(a[i]), p0, p1), d)
+    d, a = d[i0:i1], a[i0:i1]
+    for i in range(d.size):
+        d[i] = store(f(load(a[i]), p0, p1), dt)
 
 
-@njit(parallel=True, cache=True)
+@parallel_kernel
 def unary_rows_par(op, p0, p1, d, a, nth):
     for ith in prange(nth):
         unary_rows(op, p0, p1, d, a, ith, nth)
 
 
-@njit(parallel=True, cache=True)
+@parallel_kernel
 def unary_flat_par(op, p0, p1, d, a, nth):
     for ith in prange(nth):
         unary_flat(op, p0, p1, d, a, ith, nth)
+
+
+def _launch(serial, par, args, nth):
+    """A zero-argument call of the op-specialised serial kernel (nth == 1) or parallel driver."""
+    if nth == 1:
+        run = specialize(serial, *args, 0, 1)
+        return lambda: run(*args, 0, 1)
+    run = specialize(par, *args, nth)
+    return lambda: run(*args, nth)
 
 
 def _flat(arr: np.ndarray):
@@ -184,16 +267,9 @@ def _flat(arr: np.ndarray):
 def bind_binary(b: BoundNode):
     op = BINARY_CODES[b.node.op]
     d, x, y = b.dst, b.srcs[0], b.srcs[1]
-    nth = b.threads_for(d.size)
     if x.shape == y.shape == d.shape and all(_flat(t) is not None for t in (d, x, y)):
-        args = (op, _flat(d), _flat(x), _flat(y))
-        kernel, kernel_par = binary_flat, binary_flat_par
-    else:
-        args = (op, d, x, y)
-        kernel, kernel_par = binary_rows, binary_rows_par
-    if nth == 1:
-        return lambda: kernel(*args, 0, 1)
-    return lambda: kernel_par(*args, nth)
+        return _launch(binary_flat, binary_flat_par, (op, _flat(d), _flat(x), _flat(y)), b.threads_for(d.size))
+    return _launch(binary_rows, binary_rows_par, (op, d, x, y), b.threads_for(d.size))
 
 
 def _unary_params(node):
@@ -210,15 +286,8 @@ def _unary_params(node):
 @register(*UNARY_CODES)
 def bind_unary(b: BoundNode):
     op = UNARY_CODES[b.node.op]
-    p0, p1 = _unary_params(b.node)
+    p0, p1 = (np.float32(p) for p in _unary_params(b.node))
     d, x = b.dst, b.srcs[0]
-    nth = b.threads_for(d.size)
     if _flat(d) is not None and _flat(x) is not None:
-        args = (op, p0, p1, _flat(d), _flat(x))
-        kernel, kernel_par = unary_flat, unary_flat_par
-    else:
-        args = (op, p0, p1, d, x)
-        kernel, kernel_par = unary_rows, unary_rows_par
-    if nth == 1:
-        return lambda: kernel(*args, 0, 1)
-    return lambda: kernel_par(*args, nth)
+        return _launch(unary_flat, unary_flat_par, (op, p0, p1, _flat(d), _flat(x)), b.threads_for(d.size))
+    return _launch(unary_rows, unary_rows_par, (op, p0, p1, d, x), b.threads_for(d.size))

@@ -1,13 +1,15 @@
 """Half-precision support for numba kernels, which have no float16 type on the CPU.
 
 F16 tensors reach kernels as uint16 arrays of IEEE half bits. Kernels read every element through
-`load(x)` (any element type -> float32) and write through `store(value, arr)` (float32 -> arr's
-element type), so one kernel source serves F32, F16 and I32 arrays.
+`load(x)` (any element type -> float32) and write through `store(value, arr.dtype)` (float32 -> the
+array's element type), so one kernel source serves F32, F16 and I32 arrays.
 """
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic, overload
+
+from .common import scalar
 
 
 @intrinsic
@@ -32,60 +34,60 @@ def f32_to_bits(typingctx, value):
     return types.uint32(value), codegen
 
 
-@njit(cache=True)
+@scalar
 def half_to_float(h):
     """IEEE half bits (uint16) -> float32, exact (normals, subnormals, inf, nan)."""
     h32 = np.uint32(h)
     sign = (h32 & np.uint32(0x8000)) << np.uint32(16)
     exp = (h32 >> np.uint32(10)) & np.uint32(0x1F)
     mant = h32 & np.uint32(0x3FF)
-    if exp == 0x1F:
-        return bits_to_f32(sign | np.uint32(0x7F800000) | (mant << np.uint32(13)))
-    if exp == 0:
-        # subnormal or zero: mant * 2^-24
-        v = np.float32(mant) * np.float32(5.9604644775390625e-08)
-        return -v if sign else v
-    return bits_to_f32(sign | ((exp + np.uint32(112)) << np.uint32(23)) | (mant << np.uint32(13)))
+    bits = sign | ((exp + np.uint32(112)) << np.uint32(23)) | (mant << np.uint32(13))
+    if exp == 0x1F:                                       # inf or nan
+        bits = sign | np.uint32(0x7F800000) | (mant << np.uint32(13))
+    value = bits_to_f32(bits)
+    if exp == 0:                                          # subnormal or zero: mant * 2^-24
+        value = np.float32(mant) * np.float32(5.9604644775390625e-08)
+        if sign:
+            value = -value
+    return value
 
 
-@njit(cache=True)
+@scalar
 def float_to_half(f):
     """float32 -> IEEE half bits (uint16), rounding to nearest even, overflow to inf, nan kept."""
     x = f32_to_bits(np.float32(f))
     sign = (x >> np.uint32(16)) & np.uint32(0x8000)
     ax = x & np.uint32(0x7FFFFFFF)
-    if ax >= np.uint32(0x7F800000):                       # inf or nan
-        nan = np.uint32(0x200) if ax > np.uint32(0x7F800000) else np.uint32(0)
-        return np.uint16(sign | np.uint32(0x7C00) | nan)
-    if ax >= np.uint32(0x477FF000):                       # rounds to >= 65520: overflow
-        return np.uint16(sign | np.uint32(0x7C00))
-    if ax < np.uint32(0x38800000):                        # below the smallest normal half: subnormal
-        # ax * 2^24 rounded to nearest even gives the subnormal mantissa
-        v = bits_to_f32(ax) * np.float32(16777216.0)
-        m = np.uint32(np.rint(v))
-        return np.uint16(sign | m)
     mant_odd = (ax >> np.uint32(13)) & np.uint32(1)
-    ax = ax + np.uint32(0xFFF) + mant_odd                 # round to nearest even at bit 13
-    return np.uint16(sign | ((ax - np.uint32(0x38000000)) >> np.uint32(13)))
+    bits = (ax + np.uint32(0xFFF) + mant_odd - np.uint32(0x38000000)) >> np.uint32(13)  # normal: round at bit 13
+    if ax < np.uint32(0x38800000):                        # below the smallest normal half: subnormal
+        bits = np.uint32(np.rint(bits_to_f32(ax) * np.float32(16777216.0)))
+    if ax >= np.uint32(0x477FF000):                       # rounds to >= 65520: overflow to inf
+        bits = np.uint32(0x7C00)
+    if ax > np.uint32(0x7F800000):                        # nan stays a (quiet) nan
+        bits = np.uint32(0x7E00)
+    return np.uint16(sign | bits)
 
 
 def load(x):
     """Any element (float32, float64, int, or uint16 half bits) as float32."""
 
 
-@overload(load)
+@overload(load, inline="always")
 def _load(x):
     if x == types.uint16:
         return lambda x: half_to_float(x)
     return lambda x: np.float32(x)
 
 
-def store(value, arr):
-    """`value` converted to the element type of `arr` (float32 -> half bits for uint16 arrays)."""
+def store(value, dtype):
+    """`value` converted for an array of `dtype` (float32 -> half bits for uint16). Pass `arr.dtype`, not
+    the array: an array argument inside a loop costs reference counting that stops vectorisation."""
 
 
-@overload(store)
-def _store(value, arr):
-    if arr.dtype == types.uint16:
-        return lambda value, arr: float_to_half(value)
-    return lambda value, arr: value
+@overload(store, inline="always")
+def _store(value, dtype):
+    target = dtype.dtype if isinstance(dtype, (types.DType, types.Array)) else dtype
+    if target == types.uint16:
+        return lambda value, dtype: float_to_half(value)
+    return lambda value, dtype: value

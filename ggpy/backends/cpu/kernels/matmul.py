@@ -3,14 +3,14 @@
 F16 operands are widened to F32 in a scratch block reserved from the allocator's temp heap.
 """
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ..registry import BoundNode, register
-from .common import block
+from .common import block, kernel, parallel_kernel
 from .fp16 import half_to_float
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def widen_half_rows(dst, src, ith, nth):
     """dst (float32, contiguous) = src (uint16 half bits, any strides), shapes (ne3, ne2, ne1, ne0)."""
     ne3, ne2, ne1, ne0 = src.shape
@@ -23,7 +23,7 @@ def widen_half_rows(dst, src, ith, nth):
             dst[i3, i2, i1, i0] = half_to_float(src[i3, i2, i1, i0])
 
 
-@njit(parallel=True, cache=True)
+@parallel_kernel
 def widen_half_par(dst, src, nth):
     for ith in prange(nth):
         widen_half_rows(dst, src, ith, nth)

@@ -1,5 +1,189 @@
-"""Cases for layout ops (being written)."""
+"""Cases for data movement: dup, cont (and cont_Nd), cpy, concat, pad, repeat, get_rows and SAM's window ops."""
+from __future__ import annotations
+
+from ... import ops
+from ...types import F16, F32, I32
+from ..harness import OpCase
+from .util import LAYOUTS, layout, leaf
+
+ALL_TYPES = (F32, F16, I32)
+
+
+def _wide_ints(rng, t):
+    """I32 leafs get values in [-1000, 1000) so that copying the wrong element shows."""
+    if t.type == I32:
+        return rng.integers(-1000, 1000, size=tuple(reversed(t.ne))).astype("int32")
+    return None
+
+
+def _rows_fill(n_rows: int):
+    """Valid row indices in [0, n_rows) for the leaf named 'idx'; wide ints for other I32 leafs."""
+    def fill(rng, t):
+        if t.name == "idx":
+            return rng.integers(0, n_rows, size=tuple(reversed(t.ne))).astype("int32")
+        return _wide_ints(rng, t)
+    return fill
+
+
+def _copy_cases():
+    out = []
+    for t in ALL_TYPES:
+        for how in LAYOUTS:
+            out.append(OpCase("dup", f"{t.name},{how}", lambda ctx, t=t, how=how: ops.dup(
+                layout(ctx, t, (13, 7, 5, 3), how)), fill=_wide_ints))
+            out.append(OpCase("cont", f"{t.name},{how}", lambda ctx, t=t, how=how: ops.cont(
+                layout(ctx, t, (13, 7, 5, 3), how)), fill=_wide_ints))
+        for how in ("cont", "permuted", "permuted3"):
+            out.append(OpCase("cont", f"{t.name},{how},cont_1d", lambda ctx, t=t, how=how: ops.cont_1d(
+                layout(ctx, t, (9, 5, 3), how), 135), fill=_wide_ints))
+            out.append(OpCase("cont", f"{t.name},{how},cont_2d", lambda ctx, t=t, how=how: ops.cont_2d(
+                layout(ctx, t, (9, 5, 3), how), 15, 9), fill=_wide_ints))
+            out.append(OpCase("cont", f"{t.name},{how},cont_3d", lambda ctx, t=t, how=how: ops.cont_3d(
+                layout(ctx, t, (6, 5, 4, 2), how), 4, 10, 6), fill=_wide_ints))
+            out.append(OpCase("cont", f"{t.name},{how},cont_4d", lambda ctx, t=t, how=how: ops.cont_4d(
+                layout(ctx, t, (6, 5, 4, 2), how), 3, 2, 5, 8), fill=_wide_ints))
+    pairs = [(F32, F32), (F32, F16), (F16, F32), (F16, F16), (I32, I32)]
+    for ta, tb in pairs:
+        p = f"{ta.name}->{tb.name}"
+        for how in LAYOUTS:
+            out.append(OpCase("cpy", f"{p},a={how}", lambda ctx, ta=ta, tb=tb, how=how: ops.cpy(
+                layout(ctx, ta, (11, 6, 5, 2), how), leaf(ctx, tb, (11, 6, 5, 2))), fill=_wide_ints))
+            out.append(OpCase("cpy", f"{p},a={how},b=permuted", lambda ctx, ta=ta, tb=tb, how=how: ops.cpy(
+                layout(ctx, ta, (11, 6, 5, 2), how), layout(ctx, tb, (11, 6, 5, 2), "permuted")), fill=_wide_ints))
+        out.append(OpCase("cpy", f"{p},a=(12,5,3),b=(20,9)", lambda ctx, ta=ta, tb=tb: ops.cpy(
+            leaf(ctx, ta, (12, 5, 3)), leaf(ctx, tb, (20, 9))), fill=_wide_ints))
+        out.append(OpCase("cpy", f"{p},a=permuted(12,5,3),b=transposed(20,9)", lambda ctx, ta=ta, tb=tb: ops.cpy(
+            layout(ctx, ta, (12, 5, 3), "permuted"), ops.transpose(leaf(ctx, tb, (9, 20)))), fill=_wide_ints))
+        out.append(OpCase("cpy", f"{p},a=(7,6),b=view_2d(big(10,9))", lambda ctx, ta=ta, tb=tb: _cpy_into_view(
+            ctx, ta, tb), fill=_wide_ints))
+        out.append(OpCase("cpy", f"{p},a=permuted3(7,5,3,2),b=view_2d(big)", lambda ctx, ta=ta, tb=tb: ops.cpy(
+            layout(ctx, ta, (7, 5, 3, 2), "permuted3"),
+            ops.view_2d(leaf(ctx, tb, (35, 8)), 30, 7, 35 * tb.size, 3 * tb.size)), fill=_wide_ints))
+    for ta, tb in pairs[:3]:   # sizes that split over two workers, runs crossing rows of both sides
+        p = f"{ta.name}->{tb.name}"
+        out.append(OpCase("cpy", f"{p},a=(300,250),b=(300,250)", lambda ctx, ta=ta, tb=tb: ops.cpy(
+            leaf(ctx, ta, (300, 250)), leaf(ctx, tb, (300, 250)))))
+        out.append(OpCase("cpy", f"{p},a=permuted(301,250),b=(250,301)", lambda ctx, ta=ta, tb=tb: ops.cpy(
+            layout(ctx, ta, (301, 250), "permuted"), leaf(ctx, tb, (250, 301)))))
+    for t in (F32, F16):
+        out.append(OpCase("cont", f"{t.name},permuted3(97,31,29)", lambda ctx, t=t: ops.cont(
+            layout(ctx, t, (97, 31, 29), "permuted3"))))
+    return out
+
+
+def _cpy_into_view(ctx, ta, tb):
+    """a (7, 6) copied into the 7 x 6 block of a (10, 9) tensor that starts at column 2 of row 1."""
+    big = leaf(ctx, tb, (10, 9))
+    return ops.cpy(leaf(ctx, ta, (7, 6)), ops.view_2d(big, 7, 6, big.nb[1], big.nb[1] + 2 * tb.size))
+
+
+def _concat_cases():
+    out = []
+    base = (7, 5, 4, 3)
+    for dim in range(4):
+        ne_b = tuple(2 if i == dim else n for i, n in enumerate(base))
+        for t in ALL_TYPES:
+            out.append(OpCase("concat", f"{t.name},dim={dim}", lambda ctx, t=t, nb=ne_b, dim=dim: ops.concat(
+                leaf(ctx, t, base), leaf(ctx, t, nb), dim), fill=_wide_ints))
+        for how in LAYOUTS[1:]:
+            out.append(OpCase("concat", f"f32,dim={dim},a={how},b={how}", lambda ctx, how=how, nb=ne_b, dim=dim:
+                              ops.concat(layout(ctx, F32, base, how), layout(ctx, F32, nb, how), dim)))
+            out.append(OpCase("concat", f"f16,dim={dim},a=cont,b={how}", lambda ctx, how=how, nb=ne_b, dim=dim:
+                              ops.concat(leaf(ctx, F16, base), layout(ctx, F16, nb, how), dim)))
+    return out
+
+
+def _pad_cases():
+    out = []
+    for t in (F32, F16):
+        for how in LAYOUTS:
+            out.append(OpCase("pad", f"{t.name},{how},lp=(1,2,0,1),rp=(3,1,2,1)", lambda ctx, t=t, how=how: ops.pad_ext(
+                layout(ctx, t, (7, 5, 3, 2), how), 1, 3, 2, 1, 0, 2, 1, 1)))
+        out.append(OpCase("pad", f"{t.name},rp=(2,3,1,1)", lambda ctx, t=t: ops.pad(
+            leaf(ctx, t, (9, 4, 3, 1)), 2, 3, 1, 1)))
+        out.append(OpCase("pad", f"{t.name},lp=(4,0,0,3)", lambda ctx, t=t: ops.pad_ext(
+            leaf(ctx, t, (5, 3, 2, 1)), 4, 0, 0, 0, 0, 0, 3, 0)))
+    return out
+
+
+def _repeat_cases():
+    out = []
+    shapes = [((3, 2, 2, 1), (9, 4, 6, 2)), ((5, 3, 1, 2), (5, 6, 3, 4)), ((1, 1, 1, 1), (7, 3, 2, 2)),
+              ((13, 1, 1, 1), (13, 5, 4, 3))]
+    for t in ALL_TYPES:
+        for ne_a, ne_b in shapes:
+            out.append(OpCase("repeat", f"{t.name},a={ne_a},b={ne_b}", lambda ctx, t=t, na=ne_a, nb=ne_b: ops.repeat(
+                leaf(ctx, t, na), leaf(ctx, t, nb)), fill=_wide_ints))
+    for how in LAYOUTS[1:]:
+        out.append(OpCase("repeat", f"f32,a={how}", lambda ctx, how=how: ops.repeat(
+            layout(ctx, F32, (3, 4, 2, 1), how), leaf(ctx, F32, (6, 8, 6, 2)))))
+    return out
+
+
+def _get_rows(ctx, t, ne_a, n, how="cont"):
+    a = layout(ctx, t, ne_a, how)
+    idx = leaf(ctx, I32, (n, ne_a[2], ne_a[3])).set_name("idx")
+    return ops.get_rows(a, idx)
+
+
+def _get_rows_cases():
+    out = []
+    for t in ALL_TYPES:
+        for ne_a, n in (((10, 7, 1, 1), 5), ((10, 7, 3, 2), 9), ((1, 4, 2, 3), 6)):
+            out.append(OpCase("get_rows", f"{t.name},a={ne_a},n={n}",
+                              lambda ctx, t=t, na=ne_a, n=n: _get_rows(ctx, t, na, n), fill=_rows_fill(ne_a[1])))
+        for how in LAYOUTS[1:]:
+            out.append(OpCase("get_rows", f"{t.name},a={how}", lambda ctx, t=t, how=how: _get_rows(
+                ctx, t, (11, 6, 3, 2), 4, how), fill=_rows_fill(6)))
+    out.append(OpCase("get_rows", "f32,a=(256,300),n=400", lambda ctx: _get_rows(ctx, F32, (256, 300, 1, 1), 400),
+                      fill=_rows_fill(300)))
+    return out
+
+
+def _win_cases():
+    out = []
+    for t in (F32, F16):
+        for c, w0, h0, w in ((5, 13, 9, 4), (3, 8, 8, 4), (2, 7, 10, 3)):
+            p = f"{t.name},C={c},W={w0},H={h0},w={w}"
+            out.append(OpCase("win_part", p, lambda ctx, t=t, c=c, w0=w0, h0=h0, w=w: ops.win_part(
+                leaf(ctx, t, (c, w0, h0, 1)), w)))
+            out.append(OpCase("win_unpart", p + ",round_trip", lambda ctx, t=t, c=c, w0=w0, h0=h0, w=w: ops.win_unpart(
+                ops.win_part(leaf(ctx, t, (c, w0, h0, 1)), w), w0, h0, w)))
+            npw = ((w0 + w - 1) // w) * ((h0 + w - 1) // w)
+            out.append(OpCase("win_unpart", p, lambda ctx, t=t, c=c, w0=w0, h0=h0, w=w, npw=npw: ops.win_unpart(
+                leaf(ctx, t, (c, w, w, npw)), w0, h0, w)))
+        for how in LAYOUTS[1:]:
+            out.append(OpCase("win_part", f"{t.name},{how},C=5,W=13,H=9,w=4", lambda ctx, t=t, how=how: ops.win_part(
+                layout(ctx, t, (5, 13, 9, 1), how), 4)))
+            out.append(OpCase("win_unpart", f"{t.name},{how},C=5,W=13,H=9,w=4", lambda ctx, t=t, how=how:
+                              ops.win_unpart(layout(ctx, t, (5, 4, 4, 12), how), 13, 9, 4)))
+    return out
+
+
+def _rel_pos_cases():
+    out = []
+    for t in (F32, F16):
+        for c, k in ((6, 7), (3, 1), (8, 4)):
+            out.append(OpCase("get_rel_pos", f"{t.name},C={c},qh=kh={k}", lambda ctx, t=t, c=c, k=k: ops.get_rel_pos(
+                leaf(ctx, t, (c, 2 * k - 1)), k, k)))
+        for how in LAYOUTS[1:]:
+            out.append(OpCase("get_rel_pos", f"{t.name},{how},C=6,qh=kh=7", lambda ctx, t=t, how=how: ops.get_rel_pos(
+                layout(ctx, t, (6, 13), how), 7, 7)))
+        for tp in (F32, F16):
+            for k, qw, qh, nb in ((4, 4, 4, 3), (3, 5, 2, 2), (2, 3, 7, 1)):
+                out.append(OpCase("add_rel_pos", f"a={t.name},p={tp.name},K={k},QW={qw},QH={qh},B={nb}",
+                                  lambda ctx, t=t, tp=tp, k=k, qw=qw, qh=qh, nb=nb: ops.add_rel_pos(
+                                      leaf(ctx, t, (k * k, qw * qh, nb)), leaf(ctx, tp, (k, qw, qh, nb)),
+                                      leaf(ctx, tp, (k, qw, qh, nb)))))
+    for how in LAYOUTS[1:]:
+        out.append(OpCase("add_rel_pos", f"f32,pw={how},ph={how},K=3,QW=5,QH=2,B=2", lambda ctx, how=how:
+                          ops.add_rel_pos(leaf(ctx, F32, (9, 10, 2)), layout(ctx, F32, (3, 5, 2, 2), how),
+                                          layout(ctx, F32, (3, 5, 2, 2), how))))
+    out.append(OpCase("add_rel_pos", "f32,a=(9,10,2,3),K=3,QW=5,QH=2,B=6", lambda ctx: ops.add_rel_pos(
+        leaf(ctx, F32, (9, 10, 2, 3)), leaf(ctx, F32, (3, 5, 2, 6)), leaf(ctx, F32, (3, 5, 2, 6)))))
+    return out
 
 
 def cases():
-    return []
+    return (_copy_cases() + _concat_cases() + _pad_cases() + _repeat_cases() + _get_rows_cases() + _win_cases()
+            + _rel_pos_cases())

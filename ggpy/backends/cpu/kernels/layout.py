@@ -1,1 +1,374 @@
-"""layout kernels (being written)."""
+"""Layout kernels: copies (dup, cont, cpy), concat, pad, repeat, get_rows and SAM's window ops.
+
+Arrays are numpy views of shape (ne3, ne2, ne1, ne0) with any strides; F16 arrives as uint16 bits.
+Elements go through `convert`, which keeps them bit for bit when source and destination types match
+(I32 stays exact, F16 keeps its bits) and converts through float32 otherwise (F32 <-> F16).
+"""
+import numpy as np
+from numba import njit, prange
+from numba.extending import overload
+
+from ....errors import GGPYError
+from ..registry import BoundNode, register
+from .common import block
+from .fp16 import load, store
+
+
+class RowIndexError(GGPYError, IndexError):
+    """get_rows was given a row index outside the rows of its source."""
+
+
+def convert(x, arr):
+    """`x` as the element type of `arr`: unchanged when the types match, else through float32."""
+
+
+@overload(convert)
+def _convert(x, arr):
+    if x == arr.dtype:
+        return lambda x, arr: x
+    return lambda x, arr: store(load(x), arr)
+
+
+def _launch(kernel, kernel_par, args, nth):
+    """A zero-argument callable running `kernel(*args, ith, nth)` on `nth` workers."""
+    if nth == 1:
+        return lambda: kernel(*args, 0, 1)
+    return lambda: kernel_par(*args, nth)
+
+
+def _flat(arr: np.ndarray):
+    """A 1-d view of a C-contiguous array, or None."""
+    return arr.reshape(-1) if arr.flags.c_contiguous else None
+
+
+# -- dup, cont, cpy ------------------------------------------------------------------------------------------
+
+@njit(nogil=True, cache=True)
+def copy_flat(d, a, ith, nth):
+    """d[i] = a[i] on flat contiguous arrays of one size."""
+    i0, i1 = block(d.size, ith, nth)
+    for i in range(i0, i1):
+        d[i] = convert(a[i], d)
+
+
+@njit(cache=True)
+def _unravel(i, shape):
+    """The 4-d index (i3, i2, i1, i0) of flat position `i` in ne order (i0 fastest)."""
+    ne3, ne2, ne1, ne0 = shape
+    return i // (ne2 * ne1 * ne0), (i // (ne1 * ne0)) % ne2, (i // ne0) % ne1, i % ne0
+
+
+@njit(nogil=True, cache=True)
+def copy_nd(d, a, ith, nth):
+    """Element i of `a` to element i of `d`, both taken in ne order (i0 fastest); shapes may differ, sizes match.
+
+    Works in runs that stay inside one row of `a` and one row of `d`.
+    """
+    s, e = block(a.size, ith, nth)
+    if s >= e:
+        return
+    a3, a2, a1, a0 = _unravel(s, a.shape)
+    d3, d2, d1, d0 = _unravel(s, d.shape)
+    na3, na2, na1, na0 = a.shape
+    nd3, nd2, nd1, nd0 = d.shape
+    i = s
+    while i < e:
+        arow = a[a3, a2, a1]
+        drow = d[d3, d2, d1]
+        n = min(na0 - a0, nd0 - d0, e - i)
+        for k in range(n):
+            drow[d0 + k] = convert(arow[a0 + k], drow)
+        i += n
+        a0 += n
+        d0 += n
+        if a0 == na0:
+            a0 = 0
+            a1 += 1
+            if a1 == na1:
+                a1 = 0
+                a2 += 1
+                if a2 == na2:
+                    a2 = 0
+                    a3 += 1
+        if d0 == nd0:
+            d0 = 0
+            d1 += 1
+            if d1 == nd1:
+                d1 = 0
+                d2 += 1
+                if d2 == nd2:
+                    d2 = 0
+                    d3 += 1
+
+
+@njit(parallel=True, cache=True)
+def copy_flat_par(d, a, nth):
+    for ith in prange(nth):
+        copy_flat(d, a, ith, nth)
+
+
+@njit(parallel=True, cache=True)
+def copy_nd_par(d, a, nth):
+    for ith in prange(nth):
+        copy_nd(d, a, ith, nth)
+
+
+@register("dup", "cont", "cpy")
+def bind_copy(b: BoundNode):
+    d, x = b.dst, b.srcs[0]
+    nth = b.threads_for(d.size)
+    if _flat(d) is not None and _flat(x) is not None:
+        return _launch(copy_flat, copy_flat_par, (_flat(d), _flat(x)), nth)
+    return _launch(copy_nd, copy_nd_par, (d, x), nth)
+
+
+# -- concat, pad, repeat -------------------------------------------------------------------------------------
+
+@njit(nogil=True, cache=True)
+def concat_rows(dim, d, a, b, ith, nth):
+    """d = a and b joined along ne dimension `dim` (0-3), row by row."""
+    ne3, ne2, ne1, ne0 = d.shape
+    na3, na2, na1, na0 = a.shape
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i3 = r // (ne2 * ne1)
+        i2 = (r // ne1) % ne2
+        i1 = r % ne1
+        drow = d[i3, i2, i1]
+        if dim == 0:
+            arow = a[i3, i2, i1]
+            brow = b[i3, i2, i1]
+            for i0 in range(na0):
+                drow[i0] = convert(arow[i0], drow)
+            for i0 in range(ne0 - na0):
+                drow[na0 + i0] = convert(brow[i0], drow)
+            continue
+        if dim == 1:
+            srow = a[i3, i2, i1] if i1 < na1 else b[i3, i2, i1 - na1]
+        elif dim == 2:
+            srow = a[i3, i2, i1] if i2 < na2 else b[i3, i2 - na2, i1]
+        else:
+            srow = a[i3, i2, i1] if i3 < na3 else b[i3 - na3, i2, i1]
+        for i0 in range(ne0):
+            drow[i0] = convert(srow[i0], drow)
+
+
+@njit(parallel=True, cache=True)
+def concat_rows_par(dim, d, a, b, nth):
+    for ith in prange(nth):
+        concat_rows(dim, d, a, b, ith, nth)
+
+
+@register("concat")
+def bind_concat(b: BoundNode):
+    args = (b.node.op_params["dim"], b.dst, b.srcs[0], b.srcs[1])
+    return _launch(concat_rows, concat_rows_par, args, b.threads_for(b.dst.size))
+
+
+@njit(nogil=True, cache=True)
+def pad_rows(lp0, lp1, lp2, lp3, d, a, ith, nth):
+    """d = a shifted by the left pads (lp0..lp3) with zeros around it, row by row."""
+    ne3, ne2, ne1, ne0 = d.shape
+    na3, na2, na1, na0 = a.shape
+    zero = store(np.float32(0.0), d)
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i3 = r // (ne2 * ne1)
+        i2 = (r // ne1) % ne2
+        i1 = r % ne1
+        drow = d[i3, i2, i1]
+        j3, j2, j1 = i3 - lp3, i2 - lp2, i1 - lp1
+        if 0 <= j3 < na3 and 0 <= j2 < na2 and 0 <= j1 < na1:
+            arow = a[j3, j2, j1]
+            for i0 in range(lp0):
+                drow[i0] = zero
+            for i0 in range(na0):
+                drow[lp0 + i0] = convert(arow[i0], drow)
+            for i0 in range(lp0 + na0, ne0):
+                drow[i0] = zero
+        else:
+            for i0 in range(ne0):
+                drow[i0] = zero
+
+
+@njit(parallel=True, cache=True)
+def pad_rows_par(lp0, lp1, lp2, lp3, d, a, nth):
+    for ith in prange(nth):
+        pad_rows(lp0, lp1, lp2, lp3, d, a, ith, nth)
+
+
+@register("pad")
+def bind_pad(b: BoundNode):
+    args = (*b.node.op_params["lp"], b.dst, b.srcs[0])
+    return _launch(pad_rows, pad_rows_par, args, b.threads_for(b.dst.size))
+
+
+@njit(nogil=True, cache=True)
+def repeat_rows(d, a, ith, nth):
+    """d = a tiled in every dimension (each d dimension a multiple of a's), row by row."""
+    if d.size == 0:
+        return
+    ne3, ne2, ne1, ne0 = d.shape
+    na3, na2, na1, na0 = a.shape
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i3 = r // (ne2 * ne1)
+        i2 = (r // ne1) % ne2
+        i1 = r % ne1
+        drow = d[i3, i2, i1]
+        arow = a[i3 % na3, i2 % na2, i1 % na1]
+        for t in range(0, ne0, na0):
+            for i0 in range(na0):
+                drow[t + i0] = convert(arow[i0], drow)
+
+
+@njit(parallel=True, cache=True)
+def repeat_rows_par(d, a, nth):
+    for ith in prange(nth):
+        repeat_rows(d, a, ith, nth)
+
+
+@register("repeat")
+def bind_repeat(b: BoundNode):
+    return _launch(repeat_rows, repeat_rows_par, (b.dst, b.srcs[0]), b.threads_for(b.dst.size))
+
+
+# -- get_rows ------------------------------------------------------------------------------------------------
+
+@njit(nogil=True, cache=True)
+def get_rows_rows(d, a, idx, ith, nth):
+    """d[i3, i2, i1] = a[i3, i2, idx[0, i3, i2, i1]] for d (A3, A2, n, K), a (A3, A2, R, K), idx (1, A3, A2, n).
+
+    Rows whose index is outside [0, R) are zeroed and counted; returns that count.
+    """
+    ne3, ne2, ne1, ne0 = d.shape
+    nrows = a.shape[2]
+    zero = store(np.float32(0.0), d)
+    bad = 0
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i3 = r // (ne2 * ne1)
+        i2 = (r // ne1) % ne2
+        i1 = r % ne1
+        drow = d[i3, i2, i1]
+        j = idx[0, i3, i2, i1]
+        if j < 0 or j >= nrows:
+            bad += 1
+            for i0 in range(ne0):
+                drow[i0] = zero
+            continue
+        arow = a[i3, i2, j]
+        for i0 in range(ne0):
+            drow[i0] = convert(arow[i0], drow)
+    return bad
+
+
+@njit(parallel=True, cache=True)
+def get_rows_rows_par(d, a, idx, nth):
+    bad = 0
+    for ith in prange(nth):
+        bad += get_rows_rows(d, a, idx, ith, nth)
+    return bad
+
+
+@register("get_rows")
+def bind_get_rows(b: BoundNode):
+    d, a, idx = b.dst, b.srcs[0], b.srcs[1]
+    nth = b.threads_for(d.size)
+    name = b.node.name or "get_rows"
+
+    def run():
+        bad = get_rows_rows(d, a, idx, 0, 1) if nth == 1 else get_rows_rows_par(d, a, idx, nth)
+        if bad:
+            pos = tuple(np.argwhere((idx < 0) | (idx >= a.shape[2]))[0])
+            raise RowIndexError(f"get_rows '{name}': {bad} row index(es) in b outside [0, {a.shape[2]}), the rows "
+                                f"of a ne={tuple(reversed(a.shape))}; first: {int(idx[pos])} at b[{pos[3]}, {pos[2]}, "
+                                f"{pos[1]}] (ne order)")
+    return run
+
+
+# -- SAM: win_part, win_unpart, get_rel_pos, add_rel_pos -----------------------------------------------------
+
+WINDOW_CODES = {"win_part": 0, "win_unpart": 1, "get_rel_pos": 2}
+
+
+@njit(nogil=True, cache=True)
+def window_rows(op, w, npx, d, a, ith, nth):
+    """Each row of d copied from one row of a (or zeroed), row by row:
+
+    win_part (0):    d (npx * npy, w, w, C) from a (1, H, W, C); window p = py * npx + px, zeros past the image;
+    win_unpart (1):  d (1, H, W, C) from a (npx * npy, w, w, C);
+    get_rel_pos (2): d (1, qh, kh, C) from a (1, 1, 2 * kh - 1, C); d[0, q, k] = a[0, 0, kh - 1 - k + q].
+    """
+    ne3, ne2, ne1, ne0 = d.shape
+    na2, na1 = a.shape[1], a.shape[2]
+    zero = store(np.float32(0.0), d)
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i3 = r // (ne2 * ne1)
+        i2 = (r // ne1) % ne2
+        i1 = r % ne1
+        drow = d[i3, i2, i1]
+        if op == 0:
+            j3, j2, j1 = 0, (i3 // npx) * w + i2, (i3 % npx) * w + i1
+        elif op == 1:
+            j3, j2, j1 = (i2 // w) * npx + i1 // w, i2 % w, i1 % w
+        else:
+            j3, j2, j1 = 0, 0, ne1 - 1 - i1 + i2
+        if j2 >= na2 or j1 >= na1:
+            for i0 in range(ne0):
+                drow[i0] = zero
+            continue
+        arow = a[j3, j2, j1]
+        for i0 in range(ne0):
+            drow[i0] = convert(arow[i0], drow)
+
+
+@njit(parallel=True, cache=True)
+def window_rows_par(op, w, npx, d, a, nth):
+    for ith in prange(nth):
+        window_rows(op, w, npx, d, a, ith, nth)
+
+
+@register(*WINDOW_CODES)
+def bind_window(b: BoundNode):
+    node = b.node
+    w = node.op_params.get("w", 1)
+    npx = (node.ne[1] + w - 1) // w if node.op == "win_unpart" else node.op_params.get("npx", 1)
+    args = (WINDOW_CODES[node.op], w, npx, b.dst, b.srcs[0])
+    return _launch(window_rows, window_rows_par, args, b.threads_for(b.dst.size))
+
+
+@njit(nogil=True, cache=True)
+def add_rel_pos_rows(d, a, pw, ph, ith, nth):
+    """d[b, y, x, kh, kw] = a[b, y, x, kh, kw] + ph[b, y, x, kh] + pw[b, y, x, kw]; pw, ph (B, QH, QW, K).
+
+    Each element of a is read before the same element of d is written, so d may be a (in place).
+    """
+    nb, qh, qw, k = pw.shape
+    r0, r1 = block(nb * qh * qw * k, ith, nth)
+    for r in range(r0, r1):
+        ib = r // (qh * qw * k)
+        iy = (r // (qw * k)) % qh
+        ix = (r // k) % qw
+        ik = r % k
+        drow = d[ib, iy, ix, ik]
+        arow = a[ib, iy, ix, ik]
+        pwrow = pw[ib, iy, ix]
+        h = load(ph[ib, iy, ix, ik])
+        for i0 in range(k):
+            drow[i0] = store(load(arow[i0]) + h + load(pwrow[i0]), drow)
+
+
+@njit(parallel=True, cache=True)
+def add_rel_pos_rows_par(d, a, pw, ph, nth):
+    for ith in prange(nth):
+        add_rel_pos_rows(d, a, pw, ph, ith, nth)
+
+
+@register("add_rel_pos")
+def bind_add_rel_pos(b: BoundNode):
+    pw, ph = b.srcs[1], b.srcs[2]
+    shape = pw.shape + (pw.shape[3],)
+    args = (b.dst.reshape(shape), b.srcs[0].reshape(shape), pw, ph)
+    return _launch(add_rel_pos_rows, add_rel_pos_rows_par, args, b.threads_for(b.dst.size))

@@ -5,7 +5,8 @@ evaluate it on a backend.
 """
 from .alloc import GraphAllocator, Plan
 from .backends.cpu import CPUBackend
-from .errors import (AllocationError, CudaError, GGPYError, ModelFileError, OutOfMemoryError, ShapeError,
+from .errors import (AllocationError, CudaError, GGPYError, ModelFileError, OutOfMemoryError, RowIndexError,
+                     ShapeError,
                      TypeMismatchError, UnsupportedOpError)
 from .graph import Context, Graph, Tensor
 from .ops import *  # noqa: F401,F403 - every op constructor at top level, as ggml_* functions
@@ -16,4 +17,4 @@ __version__ = "0.1.0"
 
 __all__ = ["Context", "Graph", "Tensor", "GraphAllocator", "Plan", "CPUBackend", "F32", "F16", "I32", "GGType",
            "GGPYError", "ShapeError", "TypeMismatchError", "UnsupportedOpError", "OutOfMemoryError",
-           "AllocationError", "ModelFileError", "CudaError"] + list(_ops_all)
+           "AllocationError", "ModelFileError", "CudaError", "RowIndexError"] + list(_ops_all)

@@ -17,6 +17,10 @@ class UnsupportedOpError(GGPYError):
     """A backend cannot run a node (op, types or layout)."""
 
 
+class RowIndexError(GGPYError, IndexError):
+    """get_rows was given a row index outside the rows of its source."""
+
+
 class OutOfMemoryError(GGPYError, MemoryError):
     """A buffer could not be allocated or a tensor does not fit a buffer type's maximum size."""
 

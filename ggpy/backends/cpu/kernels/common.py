@@ -24,7 +24,7 @@ def block(n, ith, nth):
     return start, end
 
 
-def specialize(kernel_fn, *args, constants=(0,)):
+def specialize(kernel_fn, *args, constants=()):
     """The compiled entry point of numba `kernel_fn` for `args`, with the arguments at positions
     `constants` (small ints: op codes) compiled in as literals, so a kernel can pick a function from a
     tuple with them (`FUNCS[op]`) and each op gets its own vectorised loop.
@@ -33,3 +33,19 @@ def specialize(kernel_fn, *args, constants=(0,)):
     """
     sig = tuple(types.literal(a) if i in constants else typeof(a) for i, a in enumerate(args))
     return kernel_fn.compile(sig)
+
+
+def launch(serial, par, args, nth: int, constants=()):
+    """A zero-argument call running `serial(*args, ith, nth)` for every ith on `nth` workers: the serial
+    kernel itself when nth == 1, else its parallel driver `par(*args, nth)`; compiled for exactly these
+    arguments (`constants`: positions of op codes compiled in as literals)."""
+    if nth == 1:
+        run = specialize(serial, *args, 0, 1, constants=constants)
+        return lambda: run(*args, 0, 1)
+    run = specialize(par, *args, nth, constants=constants)
+    return lambda: run(*args, nth)
+
+
+def flat(arr):
+    """A 1-d view of a C-contiguous array, or None."""
+    return arr.reshape(-1) if arr.flags.c_contiguous else None

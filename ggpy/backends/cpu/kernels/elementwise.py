@@ -11,7 +11,7 @@ import numpy as np
 from numba import prange
 
 from ..registry import BoundNode, register
-from .common import block, kernel, parallel_kernel, scalar, specialize
+from .common import block, flat, kernel, launch, parallel_kernel, scalar
 from .fp16 import load, store
 from .mathfn import fast_erf, fast_exp, fast_sigmoid, fast_tanh
 
@@ -249,27 +249,13 @@ def unary_flat_par(op, p0, p1, d, a, nth):
         unary_flat(op, p0, p1, d, a, ith, nth)
 
 
-def _launch(serial, par, args, nth):
-    """A zero-argument call of the op-specialised serial kernel (nth == 1) or parallel driver."""
-    if nth == 1:
-        run = specialize(serial, *args, 0, 1)
-        return lambda: run(*args, 0, 1)
-    run = specialize(par, *args, nth)
-    return lambda: run(*args, nth)
-
-
-def _flat(arr: np.ndarray):
-    """A 1-d view of a C-contiguous array, or None."""
-    return arr.reshape(-1) if arr.flags.c_contiguous else None
-
-
 @register(*BINARY_CODES)
 def bind_binary(b: BoundNode):
     op = BINARY_CODES[b.node.op]
     d, x, y = b.dst, b.srcs[0], b.srcs[1]
-    if x.shape == y.shape == d.shape and all(_flat(t) is not None for t in (d, x, y)):
-        return _launch(binary_flat, binary_flat_par, (op, _flat(d), _flat(x), _flat(y)), b.threads_for(d.size))
-    return _launch(binary_rows, binary_rows_par, (op, d, x, y), b.threads_for(d.size))
+    if x.shape == y.shape == d.shape and all(flat(t) is not None for t in (d, x, y)):
+        return launch(binary_flat, binary_flat_par, (op, flat(d), flat(x), flat(y)), b.threads_for(d.size), constants=(0,))
+    return launch(binary_rows, binary_rows_par, (op, d, x, y), b.threads_for(d.size), constants=(0,))
 
 
 def _unary_params(node):
@@ -288,6 +274,6 @@ def bind_unary(b: BoundNode):
     op = UNARY_CODES[b.node.op]
     p0, p1 = (np.float32(p) for p in _unary_params(b.node))
     d, x = b.dst, b.srcs[0]
-    if _flat(d) is not None and _flat(x) is not None:
-        return _launch(unary_flat, unary_flat_par, (op, p0, p1, _flat(d), _flat(x)), b.threads_for(d.size))
-    return _launch(unary_rows, unary_rows_par, (op, p0, p1, d, x), b.threads_for(d.size))
+    if flat(d) is not None and flat(x) is not None:
+        return launch(unary_flat, unary_flat_par, (op, p0, p1, flat(d), flat(x)), b.threads_for(d.size), constants=(0,))
+    return launch(unary_rows, unary_rows_par, (op, p0, p1, d, x), b.threads_for(d.size), constants=(0,))

@@ -5,60 +5,45 @@ Elements go through `convert`, which keeps them bit for bit when source and dest
 (I32 stays exact, F16 keeps its bits) and converts through float32 otherwise (F32 <-> F16).
 """
 import numpy as np
-from numba import njit, prange
+from numba import prange
 from numba.extending import overload
 
-from ....errors import GGPYError
+from ....errors import RowIndexError
 from ..registry import BoundNode, register
-from .common import block
+from .common import block, flat, kernel, launch, parallel_kernel, scalar
 from .fp16 import load, store
 
 
-class RowIndexError(GGPYError, IndexError):
-    """get_rows was given a row index outside the rows of its source."""
+def convert(x, dtype):
+    """`x` as an element of `dtype`: unchanged when the types match, else through float32."""
 
 
-def convert(x, arr):
-    """`x` as the element type of `arr`: unchanged when the types match, else through float32."""
-
-
-@overload(convert)
-def _convert(x, arr):
-    if x == arr.dtype:
-        return lambda x, arr: x
-    return lambda x, arr: store(load(x), arr)
-
-
-def _launch(kernel, kernel_par, args, nth):
-    """A zero-argument callable running `kernel(*args, ith, nth)` on `nth` workers."""
-    if nth == 1:
-        return lambda: kernel(*args, 0, 1)
-    return lambda: kernel_par(*args, nth)
-
-
-def _flat(arr: np.ndarray):
-    """A 1-d view of a C-contiguous array, or None."""
-    return arr.reshape(-1) if arr.flags.c_contiguous else None
+@overload(convert, inline="always")
+def _convert(x, dtype):
+    if x == dtype.dtype:
+        return lambda x, dtype: x
+    return lambda x, dtype: store(load(x), dtype)
 
 
 # -- dup, cont, cpy ------------------------------------------------------------------------------------------
 
-@njit(nogil=True, cache=True)
+@kernel
 def copy_flat(d, a, ith, nth):
     """d[i] = a[i] on flat contiguous arrays of one size."""
     i0, i1 = block(d.size, ith, nth)
-    for i in range(i0, i1):
-        d[i] = convert(a[i], d)
+    d, a = d[i0:i1], a[i0:i1]          # slices: indices provably >= 0, so the loop vectorises
+    for i in range(d.size):
+        d[i] = convert(a[i], d.dtype)
 
 
-@njit(cache=True)
+@scalar
 def _unravel(i, shape):
     """The 4-d index (i3, i2, i1, i0) of flat position `i` in ne order (i0 fastest)."""
     ne3, ne2, ne1, ne0 = shape
     return i // (ne2 * ne1 * ne0), (i // (ne1 * ne0)) % ne2, (i // ne0) % ne1, i % ne0
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def copy_nd(d, a, ith, nth):
     """Element i of `a` to element i of `d`, both taken in ne order (i0 fastest); shapes may differ, sizes match.
 
@@ -77,7 +62,7 @@ def copy_nd(d, a, ith, nth):
         drow = d[d3, d2, d1]
         n = min(na0 - a0, nd0 - d0, e - i)
         for k in range(n):
-            drow[d0 + k] = convert(arow[a0 + k], drow)
+            drow[d0 + k] = convert(arow[a0 + k], drow.dtype)
         i += n
         a0 += n
         d0 += n
@@ -101,13 +86,13 @@ def copy_nd(d, a, ith, nth):
                     d3 += 1
 
 
-@njit(parallel=True, cache=True)
+@parallel_kernel
 def copy_flat_par(d, a, nth):
     for ith in prange(nth):
         copy_flat(d, a, ith, nth)
 
 
-@njit(parallel=True, cache=True)
+@parallel_kernel
 def copy_nd_par(d, a, nth):
     for ith in prange(nth):
         copy_nd(d, a, ith, nth)
@@ -117,14 +102,14 @@ def copy_nd_par(d, a, nth):
 def bind_copy(b: BoundNode):
     d, x = b.dst, b.srcs[0]
     nth = b.threads_for(d.size)
-    if _flat(d) is not None and _flat(x) is not None:
-        return _launch(copy_flat, copy_flat_par, (_flat(d), _flat(x)), nth)
-    return _launch(copy_nd, copy_nd_par, (d, x), nth)
+    if flat(d) is not None and flat(x) is not None:
+        return launch(copy_flat, copy_flat_par, (flat(d), flat(x)), nth)
+    return launch(copy_nd, copy_nd_par, (d, x), nth)
 
 
 # -- concat, pad, repeat -------------------------------------------------------------------------------------
 
-@njit(nogil=True, cache=True)
+@kernel
 def concat_rows(dim, d, a, b, ith, nth):
     """d = a and b joined along ne dimension `dim` (0-3), row by row."""
     ne3, ne2, ne1, ne0 = d.shape
@@ -139,9 +124,9 @@ def concat_rows(dim, d, a, b, ith, nth):
             arow = a[i3, i2, i1]
             brow = b[i3, i2, i1]
             for i0 in range(na0):
-                drow[i0] = convert(arow[i0], drow)
+                drow[i0] = convert(arow[i0], drow.dtype)
             for i0 in range(ne0 - na0):
-                drow[na0 + i0] = convert(brow[i0], drow)
+                drow[na0 + i0] = convert(brow[i0], drow.dtype)
             continue
         if dim == 1:
             srow = a[i3, i2, i1] if i1 < na1 else b[i3, i2, i1 - na1]
@@ -150,10 +135,10 @@ def concat_rows(dim, d, a, b, ith, nth):
         else:
             srow = a[i3, i2, i1] if i3 < na3 else b[i3 - na3, i2, i1]
         for i0 in range(ne0):
-            drow[i0] = convert(srow[i0], drow)
+            drow[i0] = convert(srow[i0], drow.dtype)
 
 
-@njit(parallel=True, cache=True)
+@parallel_kernel
 def concat_rows_par(dim, d, a, b, nth):
     for ith in prange(nth):
         concat_rows(dim, d, a, b, ith, nth)
@@ -162,15 +147,15 @@ def concat_rows_par(dim, d, a, b, nth):
 @register("concat")
 def bind_concat(b: BoundNode):
     args = (b.node.op_params["dim"], b.dst, b.srcs[0], b.srcs[1])
-    return _launch(concat_rows, concat_rows_par, args, b.threads_for(b.dst.size))
+    return launch(concat_rows, concat_rows_par, args, b.threads_for(b.dst.size))
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def pad_rows(lp0, lp1, lp2, lp3, d, a, ith, nth):
     """d = a shifted by the left pads (lp0..lp3) with zeros around it, row by row."""
     ne3, ne2, ne1, ne0 = d.shape
     na3, na2, na1, na0 = a.shape
-    zero = store(np.float32(0.0), d)
+    zero = store(np.float32(0.0), d.dtype)
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
         i3 = r // (ne2 * ne1)
@@ -183,7 +168,7 @@ def pad_rows(lp0, lp1, lp2, lp3, d, a, ith, nth):
             for i0 in range(lp0):
                 drow[i0] = zero
             for i0 in range(na0):
-                drow[lp0 + i0] = convert(arow[i0], drow)
+                drow[lp0 + i0] = convert(arow[i0], drow.dtype)
             for i0 in range(lp0 + na0, ne0):
                 drow[i0] = zero
         else:
@@ -191,7 +176,7 @@ def pad_rows(lp0, lp1, lp2, lp3, d, a, ith, nth):
                 drow[i0] = zero
 
 
-@njit(parallel=True, cache=True)
+@parallel_kernel
 def pad_rows_par(lp0, lp1, lp2, lp3, d, a, nth):
     for ith in prange(nth):
         pad_rows(lp0, lp1, lp2, lp3, d, a, ith, nth)
@@ -200,10 +185,10 @@ def pad_rows_par(lp0, lp1, lp2, lp3, d, a, nth):
 @register("pad")
 def bind_pad(b: BoundNode):
     args = (*b.node.op_params["lp"], b.dst, b.srcs[0])
-    return _launch(pad_rows, pad_rows_par, args, b.threads_for(b.dst.size))
+    return launch(pad_rows, pad_rows_par, args, b.threads_for(b.dst.size))
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def repeat_rows(d, a, ith, nth):
     """d = a tiled in every dimension (each d dimension a multiple of a's), row by row."""
     if d.size == 0:
@@ -219,10 +204,10 @@ def repeat_rows(d, a, ith, nth):
         arow = a[i3 % na3, i2 % na2, i1 % na1]
         for t in range(0, ne0, na0):
             for i0 in range(na0):
-                drow[t + i0] = convert(arow[i0], drow)
+                drow[t + i0] = convert(arow[i0], drow.dtype)
 
 
-@njit(parallel=True, cache=True)
+@parallel_kernel
 def repeat_rows_par(d, a, nth):
     for ith in prange(nth):
         repeat_rows(d, a, ith, nth)
@@ -230,12 +215,12 @@ def repeat_rows_par(d, a, nth):
 
 @register("repeat")
 def bind_repeat(b: BoundNode):
-    return _launch(repeat_rows, repeat_rows_par, (b.dst, b.srcs[0]), b.threads_for(b.dst.size))
+    return launch(repeat_rows, repeat_rows_par, (b.dst, b.srcs[0]), b.threads_for(b.dst.size))
 
 
 # -- get_rows ------------------------------------------------------------------------------------------------
 
-@njit(nogil=True, cache=True)
+@kernel
 def get_rows_rows(d, a, idx, ith, nth):
     """d[i3, i2, i1] = a[i3, i2, idx[0, i3, i2, i1]] for d (A3, A2, n, K), a (A3, A2, R, K), idx (1, A3, A2, n).
 
@@ -243,7 +228,7 @@ def get_rows_rows(d, a, idx, ith, nth):
     """
     ne3, ne2, ne1, ne0 = d.shape
     nrows = a.shape[2]
-    zero = store(np.float32(0.0), d)
+    zero = store(np.float32(0.0), d.dtype)
     bad = 0
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
@@ -259,11 +244,11 @@ def get_rows_rows(d, a, idx, ith, nth):
             continue
         arow = a[i3, i2, j]
         for i0 in range(ne0):
-            drow[i0] = convert(arow[i0], drow)
+            drow[i0] = convert(arow[i0], drow.dtype)
     return bad
 
 
-@njit(parallel=True, cache=True)
+@parallel_kernel
 def get_rows_rows_par(d, a, idx, nth):
     bad = 0
     for ith in prange(nth):
@@ -292,7 +277,7 @@ def bind_get_rows(b: BoundNode):
 WINDOW_CODES = {"win_part": 0, "win_unpart": 1, "get_rel_pos": 2}
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def window_rows(op, w, npx, d, a, ith, nth):
     """Each row of d copied from one row of a (or zeroed), row by row:
 
@@ -302,7 +287,7 @@ def window_rows(op, w, npx, d, a, ith, nth):
     """
     ne3, ne2, ne1, ne0 = d.shape
     na2, na1 = a.shape[1], a.shape[2]
-    zero = store(np.float32(0.0), d)
+    zero = store(np.float32(0.0), d.dtype)
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
         i3 = r // (ne2 * ne1)
@@ -321,10 +306,10 @@ def window_rows(op, w, npx, d, a, ith, nth):
             continue
         arow = a[j3, j2, j1]
         for i0 in range(ne0):
-            drow[i0] = convert(arow[i0], drow)
+            drow[i0] = convert(arow[i0], drow.dtype)
 
 
-@njit(parallel=True, cache=True)
+@parallel_kernel
 def window_rows_par(op, w, npx, d, a, nth):
     for ith in prange(nth):
         window_rows(op, w, npx, d, a, ith, nth)
@@ -336,10 +321,10 @@ def bind_window(b: BoundNode):
     w = node.op_params.get("w", 1)
     npx = (node.ne[1] + w - 1) // w if node.op == "win_unpart" else node.op_params.get("npx", 1)
     args = (WINDOW_CODES[node.op], w, npx, b.dst, b.srcs[0])
-    return _launch(window_rows, window_rows_par, args, b.threads_for(b.dst.size))
+    return launch(window_rows, window_rows_par, args, b.threads_for(b.dst.size))
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def add_rel_pos_rows(d, a, pw, ph, ith, nth):
     """d[b, y, x, kh, kw] = a[b, y, x, kh, kw] + ph[b, y, x, kh] + pw[b, y, x, kw]; pw, ph (B, QH, QW, K).
 
@@ -357,10 +342,10 @@ def add_rel_pos_rows(d, a, pw, ph, ith, nth):
         pwrow = pw[ib, iy, ix]
         h = load(ph[ib, iy, ix, ik])
         for i0 in range(k):
-            drow[i0] = store(load(arow[i0]) + h + load(pwrow[i0]), drow)
+            drow[i0] = store(load(arow[i0]) + h + load(pwrow[i0]), drow.dtype)
 
 
-@njit(parallel=True, cache=True)
+@parallel_kernel
 def add_rel_pos_rows_par(d, a, pw, ph, nth):
     for ith in prange(nth):
         add_rel_pos_rows(d, a, pw, ph, ith, nth)
@@ -371,4 +356,4 @@ def bind_add_rel_pos(b: BoundNode):
     pw, ph = b.srcs[1], b.srcs[2]
     shape = pw.shape + (pw.shape[3],)
     args = (b.dst.reshape(shape), b.srcs[0].reshape(shape), pw, ph)
-    return _launch(add_rel_pos_rows, add_rel_pos_rows_par, args, b.threads_for(b.dst.size))
+    return launch(add_rel_pos_rows, add_rel_pos_rows_par, args, b.threads_for(b.dst.size))

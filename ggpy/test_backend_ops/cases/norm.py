@@ -1,5 +1,51 @@
-"""Cases for norm ops (being written)."""
+"""Cases for norm, rms_norm and group_norm: odd and long rows, eps variants, F16, non-contiguous inputs,
+group_norm with channels not divisible by the number of groups."""
+from __future__ import annotations
+
+from ... import ops
+from ...types import F32
+from ..harness import OpCase
+from .util import LAYOUTS, TYPES, layout, uniform
+
+SHAPES = [(1, 1, 1, 1), (7, 3, 1, 1), (33, 5, 4, 3), (1000, 7, 2, 1), (65536, 2, 1, 1)]
+EPS = (1e-5, 1e-6, 0.1)
+GROUP_SHAPES = [  # (W, H, C, N), n_groups
+    ((8, 6, 10, 2), 4),       # groups of 3: 3, 3, 3, 1 channels
+    ((5, 3, 9, 1), 4),        # groups of 3: only 3 groups
+    ((7, 7, 6, 1), 1),
+    ((3, 2, 5, 3), 5),
+    ((1, 1, 7, 2), 3),
+    ((16, 16, 32, 2), 32),
+    ((64, 64, 6, 1), 2),
+    ((64, 64, 10, 2), 4),
+]
 
 
 def cases():
-    return []
+    out = []
+    for name in ("norm", "rms_norm"):
+        f = getattr(ops, name)
+        for t in TYPES:
+            for ne in SHAPES:
+                out.append(OpCase(name, f"{t.name},ne={ne}", lambda ctx, f=f, t=t, ne=ne: f(layout(ctx, t, ne))))
+            for how in LAYOUTS[1:]:
+                out.append(OpCase(name, f"{t.name},{how}", lambda ctx, f=f, t=t, how=how: f(
+                    layout(ctx, t, (13, 6, 5, 2), how))))
+        for eps in EPS:
+            out.append(OpCase(name, f"f32,ne=(64,9,2,1),eps={eps}", lambda ctx, f=f, eps=eps: f(
+                layout(ctx, F32, (64, 9, 2)), eps), fill=uniform(-0.2, 0.3)))
+        out.append(OpCase(name, "f32,ne=(65536,3,1,1),offset", lambda ctx, f=f: f(layout(ctx, F32, (65536, 3))),
+                          fill=uniform(100.0, 100.5)))
+    for t in TYPES:
+        for ne, groups in GROUP_SHAPES:
+            out.append(OpCase("group_norm", f"{t.name},ne={ne},groups={groups}", lambda ctx, t=t, ne=ne, g=groups:
+                              ops.group_norm(layout(ctx, t, ne), g)))
+        for how in LAYOUTS[1:]:
+            out.append(OpCase("group_norm", f"{t.name},{how}", lambda ctx, t=t, how=how: ops.group_norm(
+                layout(ctx, t, (9, 6, 10, 2), how), 4)))
+    for eps in EPS:
+        out.append(OpCase("group_norm", f"f32,ne=(4,3,6,2),groups=2,eps={eps}", lambda ctx, eps=eps: ops.group_norm(
+            layout(ctx, F32, (4, 3, 6, 2)), 2, eps), fill=uniform(-0.2, 0.3)))
+    out.append(OpCase("norm", "f32,perf,ne=(160,65536)", lambda ctx: ops.norm(layout(ctx, F32, (160, 65536))),
+                      tags=("perf",)))
+    return out

@@ -1,1 +1,133 @@
-"""norm kernels (being written)."""
+"""norm (LayerNorm without affine), rms_norm and group_norm.
+
+Arrays are numpy views of shape (ne3, ne2, ne1, ne0) with any strides; F16 arrives as uint16 bits and every
+element goes through `load`/`store`. Means and variances are two-pass float64 sums, accurate for long rows.
+Every op may run in place (dst is src0's memory): an element is read for the last time just before the same
+element is written.
+"""
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from ..registry import BoundNode, register
+from .common import block, kernel, parallel_kernel
+from .fp16 import load, store
+from .reduce import row_sum
+
+
+@njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc"})
+def row_sum_sq(row, center):
+    """float64 sum of (row[i] - center)^2 of a 1-d array."""
+    s = 0.0
+    for i0 in range(row.shape[0]):
+        t = load(row[i0]) - center
+        s += t * t
+    return s
+
+
+@kernel
+def norm_rows(d, a, eps, ith, nth):
+    """d = (a - mean) / sqrt(var + eps) along ne[0], d.ne = a.ne."""
+    ne3, ne2, ne1, ne0 = d.shape
+    dt = d.dtype
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i3 = r // (ne2 * ne1)
+        i2 = (r // ne1) % ne2
+        i1 = r % ne1
+        arow = a[i3, i2, i1]
+        mean = row_sum(arow) / ne0
+        inv = 1.0 / math.sqrt(row_sum_sq(arow, mean) / ne0 + eps)
+        drow = d[i3, i2, i1]
+        for i0 in range(ne0):
+            drow[i0] = store(np.float32((load(arow[i0]) - mean) * inv), dt)
+
+
+@kernel
+def rms_norm_rows(d, a, eps, ith, nth):
+    """d = a / sqrt(mean(a^2) + eps) along ne[0], d.ne = a.ne."""
+    ne3, ne2, ne1, ne0 = d.shape
+    dt = d.dtype
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i3 = r // (ne2 * ne1)
+        i2 = (r // ne1) % ne2
+        i1 = r % ne1
+        arow = a[i3, i2, i1]
+        inv = np.float32(1.0 / math.sqrt(row_sum_sq(arow, 0.0) / ne0 + eps))
+        drow = d[i3, i2, i1]
+        for i0 in range(ne0):
+            drow[i0] = store(load(arow[i0]) * inv, dt)
+
+
+@parallel_kernel
+def norm_par(d, a, eps, nth):
+    for ith in prange(nth):
+        norm_rows(d, a, eps, ith, nth)
+
+
+@parallel_kernel
+def rms_norm_par(d, a, eps, nth):
+    for ith in prange(nth):
+        rms_norm_rows(d, a, eps, ith, nth)
+
+
+@register("norm", "rms_norm")
+def bind_norm(b: BoundNode):
+    serial, par = (norm_rows, norm_par) if b.node.op == "norm" else (rms_norm_rows, rms_norm_par)
+    args = (b.dst, b.srcs[0], b.node.op_params["eps"])
+    nth = b.threads_for(b.dst.size)
+    if nth == 1:
+        return lambda: serial(*args, 0, 1)
+    return lambda: par(*args, nth)
+
+
+@kernel
+def group_norm_groups(d, a, per, eps, ith, nth):
+    """d.ne = a.ne = (W, H, C, N): each i3 and group of `per` channels (the last may have fewer) normalised over
+    its W * H * channels elements."""
+    ne3, ne2, ne1, ne0 = d.shape
+    dt = d.dtype
+    n_groups = (ne2 + per - 1) // per
+    g0, g1 = block(ne3 * n_groups, ith, nth)
+    for g in range(g0, g1):
+        i3 = g // n_groups
+        c0 = (g % n_groups) * per
+        c1 = min(ne2, c0 + per)
+        n = (c1 - c0) * ne1 * ne0
+        s = 0.0
+        for i2 in range(c0, c1):
+            for i1 in range(ne1):
+                s += row_sum(a[i3, i2, i1])
+        mean = s / n
+        v = 0.0
+        for i2 in range(c0, c1):
+            for i1 in range(ne1):
+                v += row_sum_sq(a[i3, i2, i1], mean)
+        inv = 1.0 / math.sqrt(v / n + eps)
+        for i2 in range(c0, c1):
+            for i1 in range(ne1):
+                arow = a[i3, i2, i1]
+                drow = d[i3, i2, i1]
+                for i0 in range(ne0):
+                    drow[i0] = store(np.float32((load(arow[i0]) - mean) * inv), dt)
+
+
+@parallel_kernel
+def group_norm_par(d, a, per, eps, nth):
+    for ith in prange(nth):
+        group_norm_groups(d, a, per, eps, ith, nth)
+
+
+@register("group_norm")
+def bind_group_norm(b: BoundNode):
+    d = b.dst
+    p = b.node.op_params
+    per = (d.shape[1] + p["n_groups"] - 1) // p["n_groups"]
+    args = (d, b.srcs[0], per, p["eps"])
+    units = d.shape[0] * ((d.shape[1] + per - 1) // per)
+    nth = min(units, b.threads_for(d.size))
+    if nth == 1:
+        return lambda: group_norm_groups(*args, 0, 1)
+    return lambda: group_norm_par(*args, nth)

@@ -1,1 +1,117 @@
-"""reduce kernels (being written)."""
+"""Reductions: sum (all elements), sum_rows and mean (along ne[0]), argmax (of each row of a matrix).
+
+Arrays are numpy views of shape (ne3, ne2, ne1, ne0) with any strides; F16 arrives as uint16 bits and every
+element goes through `load`/`store`. Sums accumulate in float64.
+"""
+import numpy as np
+from numba import njit, prange
+
+from ..registry import BoundNode, register
+from .common import block, kernel, parallel_kernel
+from .fp16 import load, store
+
+
+@njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc"})
+def row_sum(row):
+    """float64 sum of a 1-d array."""
+    s = 0.0
+    for i0 in range(row.shape[0]):
+        s += load(row[i0])
+    return s
+
+
+@kernel
+def sum_part(a, ith, nth):
+    """float64 sum of worker ith's block of the rows (along ne[0]) of a."""
+    ne3, ne2, ne1, _ = a.shape
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    s = 0.0
+    for r in range(r0, r1):
+        s += row_sum(a[r // (ne2 * ne1), (r // ne1) % ne2, r % ne1])
+    return s
+
+
+@parallel_kernel
+def sum_all_par(d, a, nth):
+    """d (ne = (1,)) = sum of all elements of a, over nth workers."""
+    parts = np.zeros(nth)
+    for ith in prange(nth):
+        parts[ith] = sum_part(a, ith, nth)
+    d[0, 0, 0, 0] = store(np.float32(parts.sum()), d.dtype)
+
+
+@kernel
+def sum_all(d, a):
+    """d (ne = (1,)) = sum of all elements of a."""
+    d[0, 0, 0, 0] = store(np.float32(sum_part(a, 0, 1)), d.dtype)
+
+
+@register("sum")
+def bind_sum(b: BoundNode):
+    d, x = b.dst, b.srcs[0]
+    nth = min(b.threads_for(x.size), x.size // x.shape[-1])
+    if nth == 1:
+        return lambda: sum_all(d, x)
+    return lambda: sum_all_par(d, x, nth)
+
+
+@kernel
+def sum_rows_rows(d, a, div, ith, nth):
+    """d (ne = (1, ne1, ne2, ne3)) = sum along ne[0] of a (ne = (ne0, ne1, ne2, ne3)) / div."""
+    ne3, ne2, ne1, _ = a.shape
+    dt = d.dtype
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i3 = r // (ne2 * ne1)
+        i2 = (r // ne1) % ne2
+        i1 = r % ne1
+        d[i3, i2, i1, 0] = store(np.float32(row_sum(a[i3, i2, i1]) / div), dt)
+
+
+@parallel_kernel
+def sum_rows_par(d, a, div, nth):
+    for ith in prange(nth):
+        sum_rows_rows(d, a, div, ith, nth)
+
+
+@register("sum_rows", "mean")
+def bind_sum_rows(b: BoundNode):
+    d, x = b.dst, b.srcs[0]
+    args = (d, x, float(x.shape[-1]) if b.node.op == "mean" else 1.0)
+    nth = b.threads_for(x.size)
+    if nth == 1:
+        return lambda: sum_rows_rows(*args, 0, 1)
+    return lambda: sum_rows_par(*args, nth)
+
+
+@kernel
+def argmax_rows(d, a, ith, nth):
+    """d (I32, ne = (rows,)) = index of the largest element of each row of a (ne = (n, rows)): the first of
+    equal maxima, or the first nan (as numpy)."""
+    rows, n = a.shape[2], a.shape[3]
+    r0, r1 = block(rows, ith, nth)
+    for r in range(r0, r1):
+        row = a[0, 0, r]
+        best = np.float32(-np.inf)
+        k = 0
+        for i0 in range(n):
+            v = load(row[i0])
+            if v > best or (v != v and best == best):
+                best = v
+                k = i0
+        d[0, 0, 0, r] = k
+
+
+@parallel_kernel
+def argmax_par(d, a, nth):
+    for ith in prange(nth):
+        argmax_rows(d, a, ith, nth)
+
+
+@register("argmax")
+def bind_argmax(b: BoundNode):
+    d, x = b.dst, b.srcs[0]
+    nth = b.threads_for(x.size)
+    if nth == 1:
+        return lambda: argmax_rows(d, x, 0, 1)
+    return lambda: argmax_par(d, x, nth)

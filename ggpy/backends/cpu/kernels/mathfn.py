@@ -1,9 +1,8 @@
 """Scalar float32 math that LLVM can vectorise (libm's exp/tanh/erf calls block SIMD loops)."""
-import math
 
 import numpy as np
-from .common import scalar
 
+from .common import scalar
 from .fp16 import bits_to_f32
 
 _LOG2E = np.float32(1.4426950408889634)
@@ -17,7 +16,7 @@ def fast_exp(x):
     88.7228 (float32 overflow), nan kept."""
     x = np.float32(x)
     xc = min(max(x, np.float32(-86.9)), np.float32(88.7228))
-    n = np.float32(math.floor(xc * _LOG2E + np.float32(0.5)))
+    n = np.floor(xc * _LOG2E + np.float32(0.5))
     r = xc - n * _LN2_HI - n * _LN2_LO
     p = np.float32(1.0 / 720.0)
     p = p * r + np.float32(1.0 / 120.0)

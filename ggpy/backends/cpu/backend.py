@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import numba
 
@@ -69,7 +70,11 @@ class CPUBackend(Backend):
                                  f"(sources: {srcs})")
 
     def program(self, graph) -> list:
-        """The bound kernels of `graph` in order, made once per plan and reused on every compute."""
+        """The bound kernels of `graph` in order as (node, call) pairs, made once per plan and reused on
+        every compute."""
+        return self._program(graph)[0]
+
+    def _program(self, graph) -> tuple:
         plan = getattr(graph, "plan", None)
         key = (id(plan), getattr(plan, "generation", None), graph.version, self.n_threads)
         cached = graph.backend_cache.get(self)
@@ -80,19 +85,20 @@ class CPUBackend(Backend):
             run = self._bind(node)
             if run is not None:
                 runs.append((node, run))
-        graph.backend_cache[self] = (key, runs)
-        return runs
+        uses_blas = any(self._kernel(node).blas for node, _ in runs)
+        graph.backend_cache[self] = (key, (runs, uses_blas))
+        return runs, uses_blas
 
     def _set_threads(self):
         numba.set_num_threads(max(1, min(self.n_threads, numba.config.NUMBA_NUM_THREADS)))
-        _limit_blas_threads(self.n_threads)
 
     def compute(self, graph):
         """Run every node of a planned graph, in order."""
-        runs = self.program(graph)
+        runs, uses_blas = self._program(graph)
         self._set_threads()
-        for node, run in runs:
-            run()
+        with single_threaded_blas(uses_blas):
+            for node, run in runs:
+                run()
 
     def synchronize(self):
         pass
@@ -101,16 +107,17 @@ class CPUBackend(Backend):
         return f"CPUBackend(n_threads={self.n_threads})"
 
 
+_blas = {"controller": None}
 
-_blas_state = {"controller": None, "threads": None}
 
-
-def _limit_blas_threads(n: int):
-    """Give BLAS (numpy's OpenBLAS) `n` threads; a no-op when it already has them."""
-    if _blas_state["threads"] == n:
+@contextmanager
+def single_threaded_blas(active: bool = True):
+    """BLAS limited to one thread inside the block (kernels call it from ggpy's own workers), restored after."""
+    if not active:
+        yield
         return
-    if _blas_state["controller"] is None:
+    if _blas["controller"] is None:
         from threadpoolctl import ThreadpoolController
-        _blas_state["controller"] = ThreadpoolController()
-    _blas_state["controller"].limit(limits=n, user_api="blas")
-    _blas_state["threads"] = n
+        _blas["controller"] = ThreadpoolController()
+    with _blas["controller"].limit(limits=1, user_api="blas"):
+        yield

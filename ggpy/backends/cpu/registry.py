@@ -35,15 +35,16 @@ class CPUKernel:
     temp_size: Callable | None = None        # temp_size(node) -> bytes
     supports: Callable | None = None         # supports(node) -> bool
     name: Callable | None = None             # name(node) -> kernel name for plan dumps
+    blas: bool = False                       # calls BLAS from its workers (BLAS must then be single-threaded)
 
 
 KERNELS: dict[str, CPUKernel] = {}
 
 
-def register(*ops, temp_size=None, supports=None, name=None):
+def register(*ops, temp_size=None, supports=None, name=None, blas=False):
     """Decorator: `bind(b: BoundNode) -> callable` runs ops `ops` on the CPU."""
     def deco(bind):
-        entry = CPUKernel(ops, bind, temp_size, supports, name)
+        entry = CPUKernel(ops, bind, temp_size, supports, name, blas)
         for op in ops:
             KERNELS[op] = entry
         return bind

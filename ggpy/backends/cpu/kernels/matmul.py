@@ -1,87 +1,136 @@
-"""mul_mat on the CPU: every (i2, i3) product through BLAS (numpy.matmul into the planned output).
+"""mul_mat on the CPU: each worker runs single-threaded BLAS sgemm on its share of the products.
 
-F16 operands are widened to F32 in a scratch block reserved from the allocator's temp heap.
+dst[i3, i2] (N x M) = x[i3, i2] (N x K) @ a[i3 / r3, i2 / r2]^T, with arrays of shape (ne3, ne2, rows, ne0).
+Work is split like ggml splits rows: over the (i3, i2) matrices, and over blocks of N rows when there are
+fewer matrices than workers. An operand BLAS cannot read in place (F16, or no unit stride in either of
+its two inner dimensions) is first converted to contiguous F32 in a temp block from the allocator's heap.
 """
 import numpy as np
 from numba import prange
 
 from ..registry import BoundNode, register
-from .common import block, kernel, parallel_kernel
-from .fp16 import half_to_float
+from .blas import SGEMM_ADDRESS, sgemm
+from .common import block, kernel, launch, parallel_kernel
+from .fp16 import load
 
 
 @kernel
-def widen_half_rows(dst, src, ith, nth):
-    """dst (float32, contiguous) = src (uint16 half bits, any strides), shapes (ne3, ne2, ne1, ne0)."""
+def to_f32_rows(dst, src, ith, nth):
+    """dst (float32, contiguous) = src (any element type, any strides), shapes (ne3, ne2, ne1, ne0)."""
     ne3, ne2, ne1, ne0 = src.shape
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
         i3 = r // (ne2 * ne1)
         i2 = (r // ne1) % ne2
         i1 = r % ne1
+        drow = dst[i3, i2, i1]
+        srow = src[i3, i2, i1]
         for i0 in range(ne0):
-            dst[i3, i2, i1, i0] = half_to_float(src[i3, i2, i1, i0])
+            drow[i0] = load(srow[i0])
 
 
 @parallel_kernel
-def widen_half_par(dst, src, nth):
+def to_f32_par(dst, src, nth):
     for ith in prange(nth):
-        widen_half_rows(dst, src, ith, nth)
+        to_f32_rows(dst, src, ith, nth)
 
 
-def _f16_operands(node):
-    return [s for s in node.src[:2] if s.type.dtype == np.float16]
+@kernel
+def mul_mat_rows(fn, d, a, x, trans_a, lda, trans_x, ldx, nsplit, ith, nth):
+    """Worker ith's products: tasks (matrix, row block) ith, ith + nth, ... of nmat * nsplit."""
+    d3, d2, n, m = d.shape
+    k = a.shape[3]
+    r3 = d3 // a.shape[0]
+    r2 = d2 // a.shape[1]
+    ldd = d.strides[2] // 4
+    work = np.empty(10, np.int32)
+    for t in range(ith, d3 * d2 * nsplit, nth):
+        i3 = t // (d2 * nsplit)
+        i2 = (t // nsplit) % d2
+        n0, n1 = block(n, t % nsplit, nsplit)
+        if n1 > n0:
+            sgemm(fn, work, trans_a, trans_x, m, n1 - n0, k, a[i3 // r3, i2 // r2].ctypes.data, lda,
+                  x[i3, i2].ctypes.data + n0 * x.strides[2], ldx, d[i3, i2].ctypes.data + n0 * d.strides[2], ldd)
+
+
+@parallel_kernel
+def mul_mat_par(fn, d, a, x, trans_a, lda, trans_x, ldx, nsplit, nth):
+    for ith in prange(nth):
+        mul_mat_rows(fn, d, a, x, trans_a, lda, trans_x, ldx, nsplit, ith, nth)
+
+
+def _blas_layout(arr: np.ndarray, transposed_if_rows: bool):
+    """How sgemm reads the (rows x cols) matrices of `arr` in place: (transpose flag, leading dim), or None.
+
+    Row-contiguous matrices are column-major (cols x rows) with ld = row stride; column-contiguous ones
+    are column-major (rows x cols) with ld = column stride.
+    """
+    if arr.dtype != np.float32:
+        return None
+    rows, cols = arr.shape[2], arr.shape[3]
+    s_row, s_col = arr.strides[2] // 4, arr.strides[3] // 4
+    if cols == 1 or s_col == 1:
+        ld = max(s_row if rows > 1 else cols, cols, 1)
+        if rows == 1 or s_row >= cols:
+            return transposed_if_rows, ld
+    if rows == 1 or s_row == 1:
+        ld = max(s_col if cols > 1 else rows, rows, 1)
+        if cols == 1 or s_col >= rows:
+            return not transposed_if_rows, ld
+    return None
+
+
+def _converted(node):
+    """Which of (a, x) need converting to contiguous F32, judged from the node's types and strides."""
+    out = []
+    for t in node.src[:2]:
+        view = np.lib.stride_tricks.as_strided(np.empty(1, np.float32 if t.type.size == 4 else np.float16),
+                                               tuple(reversed(t.ne)), tuple(reversed(t.nb)))
+        out.append(t.type.dtype != np.float32 or _blas_layout(view, True) is None)
+    return out
+
+
+def _aligned(n: int) -> int:
+    return (n + 63) // 64 * 64
 
 
 def mul_mat_temp_size(node) -> int:
-    """Bytes to widen the F16 operands to F32 (64-byte aligned each); 0 when both are F32."""
-    return sum((s.nelements * 4 + 63) // 64 * 64 for s in _f16_operands(node))
+    """Bytes for contiguous F32 copies of the operands BLAS cannot read in place."""
+    return sum(_aligned(t.nelements * 4) for t, conv in zip(node.src[:2], _converted(node)) if conv)
 
 
-def _split_broadcast(x: np.ndarray, n3: int, n2: int, bcast: bool) -> np.ndarray:
-    """View (ne3, ne2, R, C) as 6-d (A3, r3, A2, r2, R, C) so a's broadcast over b is numpy broadcasting.
-
-    For a (bcast=True) the r dimensions get stride 0; for b and dst they split ne2/ne3 into (A, r).
-    """
-    s3, s2, sr, sc = x.strides
-    e3, e2, er, ec = x.shape
-    if bcast:
-        shape = (e3, n3, e2, n2, er, ec)
-        strides = (s3, 0, s2, 0, sr, sc)
-    else:
-        a3, a2 = e3 // n3, e2 // n2
-        shape = (a3, n3, a2, n2, er, ec)
-        strides = (s3 * n3, s3, s2 * n2, s2, sr, sc)
-    return np.lib.stride_tricks.as_strided(x, shape, strides)
+def _kernel_name(node) -> str:
+    conv = _converted(node)
+    return "blas_sgemm" + ("+to_f32" if any(conv) else "")
 
 
-@register("mul_mat", temp_size=mul_mat_temp_size, name=lambda n: "blas_sgemm" + ("+f16_widen" if _f16_operands(n) else ""))
+@register("mul_mat", temp_size=mul_mat_temp_size, name=_kernel_name, blas=True)
 def bind_mul_mat(b: BoundNode):
-    node = b.node
-    a, x, d = b.srcs[0], b.srcs[1], b.dst
-    widen = []
-    offset = 0
-    operands = []
-    for arr, t in ((a, node.src[0]), (x, node.src[1])):
-        if t.type.dtype == np.float16:
-            nbytes = arr.size * 4
-            wide = b.temp[offset:offset + nbytes].view(np.float32).reshape(arr.shape)
-            offset += (nbytes + 63) // 64 * 64
-            widen.append((wide, arr, b.threads_for(arr.size)))
+    d = b.dst
+    operands, prepare, offset = [], [], 0
+    for arr, conv in zip(b.srcs[:2], _converted(b.node)):
+        if conv:
+            wide = b.temp[offset:offset + arr.size * 4].view(np.float32).reshape(arr.shape)
+            offset += _aligned(arr.size * 4)
+            prepare.append(launch(to_f32_rows, to_f32_par, (wide, arr), b.threads_for(arr.size)))
             arr = wide
         operands.append(arr)
     a, x = operands
-    r3 = x.shape[0] // a.shape[0]
-    r2 = x.shape[1] // a.shape[1]
-    a6 = _split_broadcast(a, r3, r2, True).swapaxes(-1, -2)   # (..., K, M)
-    x6 = _split_broadcast(x, r3, r2, False)                   # (..., N, K)
-    d6 = _split_broadcast(d, r3, r2, False)                   # (..., N, M)
+    trans_a, lda = _blas_layout(a, True)
+    trans_x, ldx = _blas_layout(x, False)
+    nmat = d.shape[0] * d.shape[1]
+    flops = 2 * d.size * a.shape[3]
+    nth = max(1, min(b.n_threads, flops // (1 << 18)))
+    nsplit = max(1, -(-nth // nmat)) if nmat < nth else 1
+    if d.size == 0:
+        return None
+    run = launch(mul_mat_rows, mul_mat_par,
+                 (SGEMM_ADDRESS, d, a, x, trans_a, lda, trans_x, ldx, nsplit), nth)
+    if not prepare:
+        return run
 
-    def run():
-        for wide, src, nth in widen:
-            if nth == 1:
-                widen_half_rows(wide, src, 0, 1)
-            else:
-                widen_half_par(wide, src, nth)
-        np.matmul(x6, a6, out=d6)
-    return run
+    def run_converted():
+        for step in prepare:
+            step()
+        run()
+    return run_converted

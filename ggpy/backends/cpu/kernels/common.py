@@ -24,6 +24,12 @@ def block(n, ith, nth):
     return start, end
 
 
+@scalar
+def row_index(r, ne2, ne1):
+    """(i3, i2, i1) of row `r` when rows are numbered in ne order (i1 fastest)."""
+    return r // (ne2 * ne1), (r // ne1) % ne2, r % ne1
+
+
 def specialize(kernel_fn, *args, constants=()):
     """The compiled entry point of numba `kernel_fn` for `args`, with the arguments at positions
     `constants` (small ints: op codes) compiled in as literals, so a kernel can pick a function from a

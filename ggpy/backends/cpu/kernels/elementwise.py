@@ -11,7 +11,7 @@ import numpy as np
 from numba import prange
 
 from ..registry import BoundNode, register
-from .common import block, flat, kernel, launch, parallel_kernel, scalar
+from .common import block, flat, kernel, launch, parallel_kernel, row_index, scalar
 from .fp16 import load, store
 from .mathfn import fast_erf, fast_exp, fast_sigmoid, fast_tanh
 
@@ -172,9 +172,7 @@ def binary_rows(op, d, a, b, ith, nth):
     dt = d.dtype
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
-        i3 = r // (ne2 * ne1)
-        i2 = (r // ne1) % ne2
-        i1 = r % ne1
+        i3, i2, i1 = row_index(r, ne2, ne1)
         drow = d[i3, i2, i1]
         arow = a[i3, i2, i1]
         brow = b[i3 % nb3, i2 % nb2, i1 % nb1]
@@ -217,9 +215,7 @@ def unary_rows(op, p0, p1, d, a, ith, nth):
     dt = d.dtype
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
-        i3 = r // (ne2 * ne1)
-        i2 = (r // ne1) % ne2
-        i1 = r % ne1
+        i3, i2, i1 = row_index(r, ne2, ne1)
         drow = d[i3, i2, i1]
         arow = a[i3, i2, i1]
         for i0 in range(ne0):

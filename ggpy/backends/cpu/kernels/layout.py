@@ -10,7 +10,7 @@ from numba.extending import overload
 
 from ....errors import RowIndexError
 from ..registry import BoundNode, register
-from .common import block, flat, kernel, launch, parallel_kernel, scalar
+from .common import block, flat, kernel, launch, parallel_kernel, row_index, scalar
 from .fp16 import load, store
 
 
@@ -116,9 +116,7 @@ def concat_rows(dim, d, a, b, ith, nth):
     na3, na2, na1, na0 = a.shape
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
-        i3 = r // (ne2 * ne1)
-        i2 = (r // ne1) % ne2
-        i1 = r % ne1
+        i3, i2, i1 = row_index(r, ne2, ne1)
         drow = d[i3, i2, i1]
         if dim == 0:
             arow = a[i3, i2, i1]
@@ -158,9 +156,7 @@ def pad_rows(lp0, lp1, lp2, lp3, d, a, ith, nth):
     zero = store(np.float32(0.0), d.dtype)
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
-        i3 = r // (ne2 * ne1)
-        i2 = (r // ne1) % ne2
-        i1 = r % ne1
+        i3, i2, i1 = row_index(r, ne2, ne1)
         drow = d[i3, i2, i1]
         j3, j2, j1 = i3 - lp3, i2 - lp2, i1 - lp1
         if 0 <= j3 < na3 and 0 <= j2 < na2 and 0 <= j1 < na1:
@@ -197,9 +193,7 @@ def repeat_rows(d, a, ith, nth):
     na3, na2, na1, na0 = a.shape
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
-        i3 = r // (ne2 * ne1)
-        i2 = (r // ne1) % ne2
-        i1 = r % ne1
+        i3, i2, i1 = row_index(r, ne2, ne1)
         drow = d[i3, i2, i1]
         arow = a[i3 % na3, i2 % na2, i1 % na1]
         for t in range(0, ne0, na0):
@@ -232,9 +226,7 @@ def get_rows_rows(d, a, idx, ith, nth):
     bad = 0
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
-        i3 = r // (ne2 * ne1)
-        i2 = (r // ne1) % ne2
-        i1 = r % ne1
+        i3, i2, i1 = row_index(r, ne2, ne1)
         drow = d[i3, i2, i1]
         j = idx[0, i3, i2, i1]
         if j < 0 or j >= nrows:
@@ -290,9 +282,7 @@ def window_rows(op, w, npx, d, a, ith, nth):
     zero = store(np.float32(0.0), d.dtype)
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
-        i3 = r // (ne2 * ne1)
-        i2 = (r // ne1) % ne2
-        i1 = r % ne1
+        i3, i2, i1 = row_index(r, ne2, ne1)
         drow = d[i3, i2, i1]
         if op == 0:
             j3, j2, j1 = 0, (i3 // npx) * w + i2, (i3 % npx) * w + i1

@@ -10,7 +10,7 @@ from numba import prange
 
 from ..registry import BoundNode, register
 from .blas import SGEMM_ADDRESS, sgemm
-from .common import block, kernel, launch, parallel_kernel
+from .common import block, kernel, launch, parallel_kernel, row_index
 from .fp16 import load
 
 
@@ -20,9 +20,7 @@ def to_f32_rows(dst, src, ith, nth):
     ne3, ne2, ne1, ne0 = src.shape
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
-        i3 = r // (ne2 * ne1)
-        i2 = (r // ne1) % ne2
-        i1 = r % ne1
+        i3, i2, i1 = row_index(r, ne2, ne1)
         drow = dst[i3, i2, i1]
         srow = src[i3, i2, i1]
         for i0 in range(ne0):

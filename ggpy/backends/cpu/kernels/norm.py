@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..registry import BoundNode, register
-from .common import block, kernel, parallel_kernel
+from .common import block, kernel, parallel_kernel, row_index
 from .fp16 import load, store
 from .reduce import row_sum
 
@@ -33,9 +33,7 @@ def norm_rows(d, a, eps, ith, nth):
     dt = d.dtype
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
-        i3 = r // (ne2 * ne1)
-        i2 = (r // ne1) % ne2
-        i1 = r % ne1
+        i3, i2, i1 = row_index(r, ne2, ne1)
         arow = a[i3, i2, i1]
         mean = row_sum(arow) / ne0
         inv = 1.0 / math.sqrt(row_sum_sq(arow, mean) / ne0 + eps)
@@ -51,9 +49,7 @@ def rms_norm_rows(d, a, eps, ith, nth):
     dt = d.dtype
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
-        i3 = r // (ne2 * ne1)
-        i2 = (r // ne1) % ne2
-        i1 = r % ne1
+        i3, i2, i1 = row_index(r, ne2, ne1)
         arow = a[i3, i2, i1]
         inv = np.float32(1.0 / math.sqrt(row_sum_sq(arow, 0.0) / ne0 + eps))
         drow = d[i3, i2, i1]

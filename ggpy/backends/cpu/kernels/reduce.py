@@ -7,7 +7,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..registry import BoundNode, register
-from .common import block, kernel, parallel_kernel
+from .common import block, kernel, parallel_kernel, row_index
 from .fp16 import load, store
 
 
@@ -27,7 +27,8 @@ def sum_part(a, ith, nth):
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     s = 0.0
     for r in range(r0, r1):
-        s += row_sum(a[r // (ne2 * ne1), (r // ne1) % ne2, r % ne1])
+        i3, i2, i1 = row_index(r, ne2, ne1)
+        s += row_sum(a[i3, i2, i1])
     return s
 
 
@@ -62,9 +63,7 @@ def sum_rows_rows(d, a, div, ith, nth):
     dt = d.dtype
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
-        i3 = r // (ne2 * ne1)
-        i2 = (r // ne1) % ne2
-        i1 = r % ne1
+        i3, i2, i1 = row_index(r, ne2, ne1)
         d[i3, i2, i1, 0] = store(np.float32(row_sum(a[i3, i2, i1]) / div), dt)
 
 

@@ -12,7 +12,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from ..registry import BoundNode, register
-from .common import block, kernel, parallel_kernel
+from .common import block, kernel, parallel_kernel, row_index
 from .fp16 import load, store
 from .mathfn import fast_exp
 
@@ -49,9 +49,7 @@ def soft_max_rows(d, a, m, slopes, scale, ith, nth):
     buf = np.empty(ne0, np.float32)
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
-        i3 = r // (ne2 * ne1)
-        i2 = (r // ne1) % ne2
-        i1 = r % ne1
+        i3, i2, i1 = row_index(r, ne2, ne1)
         arow = a[i3, i2, i1]
         mx = np.float32(-np.inf)
         if m is None:
@@ -110,9 +108,7 @@ def diag_mask_rows(d, a, n_past, copy, ith, nth):
     dt = d.dtype
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
-        i3 = r // (ne2 * ne1)
-        i2 = (r // ne1) % ne2
-        i1 = r % ne1
+        i3, i2, i1 = row_index(r, ne2, ne1)
         drow = d[i3, i2, i1]
         keep = max(0, min(ne0, n_past + i1 + 1))
         if copy:

@@ -23,7 +23,7 @@ def normalize_ne(ne, what: str = "ne") -> tuple:
         ne = (ne,)
     try:
         ne = tuple(int(n) for n in ne)
-    except TypeError:
+    except (TypeError, ValueError):
         raise ShapeError(f"{what} must be a tuple of 1 to 4 ints, got {ne!r}") from None
     if not 1 <= len(ne) <= MAX_DIMS or any(n < 0 for n in ne):
         raise ShapeError(f"{what} must be 1 to 4 non-negative ints in ggml order, got {ne}")

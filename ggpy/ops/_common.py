@@ -42,7 +42,7 @@ def check_contiguous(op: str, t: Tensor, what: str = "a"):
 def new_node(op: str, type_: GGType, ne, src, params=None, *, like: Tensor | None = None) -> Tensor:
     """A new contiguous node tensor made by `op` from `src` (the first source gives the context)."""
     first = next(s for s in src if s is not None)
-    t = Tensor(first.ctx, type_, normalize_ne(ne), op=op, src=src, op_params=params)
+    t = Tensor(first.ctx, type_, normalize_ne(ne, f"{op}: ne"), op=op, src=src, op_params=params)
     if first.ctx is not None:
         first.ctx.add(t)
     return t
@@ -52,7 +52,7 @@ def new_view(op: str, a: Tensor, ne, nb, offset: int, src=None, params=None) -> 
     """A view of `a`'s bytes (no memory of its own): shape `ne`, byte strides `nb`, `offset` bytes in."""
     base = a.view_src if a.view_src is not None else a
     offs = (a.view_offs if a.view_src is not None else 0) + int(offset)
-    ne = normalize_ne(ne)
+    ne = normalize_ne(ne, f"{op}: ne")
     nb = tuple(int(b) for b in nb)
     t = Tensor(a.ctx, a.type, ne, nb=nb, op=op, src=src if src is not None else [a], op_params=params,
                view_src=base, view_offs=offs)

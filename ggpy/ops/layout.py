@@ -54,7 +54,8 @@ def cpy(a, b):
     if a.nelements != b.nelements:
         raise ShapeError(f"cpy: a ne={a.ne} has {a.nelements} elements but b ne={b.ne} has {b.nelements}")
     if (a.type == I32) != (b.type == I32):
-        raise ShapeError(f"cpy: cannot copy {a.type.name} into {b.type.name}")
+        raise ShapeError(f"cpy: cannot copy {a.type.name} a ne={a.ne} into {b.type.name} b ne={b.ne}; "
+                         "expected F32/F16 into F32/F16 or I32 into I32")
     return new_view("cpy", b, b.ne, b.nb, 0, src=[a, b])
 
 
@@ -65,7 +66,7 @@ def concat(a, b, dim: int):
     if a.type != b.type:
         raise ShapeError(f"concat: a is {a.type.name} but b is {b.type.name}; expected the same type")
     if not 0 <= dim < 4:
-        raise ShapeError(f"concat: dim must be 0..3, got {dim}")
+        raise ShapeError(f"concat: dim must be 0..3, got {dim} (a ne={a.ne}, b ne={b.ne})")
     if any(a.ne[i] != b.ne[i] for i in range(4) if i != dim):
         raise ShapeError(f"concat: a ne={a.ne} and b ne={b.ne} must match in every dimension but {dim}")
     ne = list(a.ne)

@@ -47,7 +47,7 @@ def reshape(a, b):
 def _reshape(op: str, a, ne):
     check_tensor(op, a)
     check_contiguous(op, a)
-    ne = normalize_ne(ne)
+    ne = normalize_ne(ne, f"{op}: ne")
     if ne[0] * ne[1] * ne[2] * ne[3] != a.nelements:
         raise ShapeError(f"{op}: cannot reshape ne={a.ne} ({a.nelements} elements) to ne={ne} "
                          f"({ne[0] * ne[1] * ne[2] * ne[3]} elements)")
@@ -75,7 +75,7 @@ def permute(a, axis0: int, axis1: int, axis2: int = 2, axis3: int = 3):
     check_tensor("permute", a)
     axes = (axis0, axis1, axis2, axis3)
     if sorted(axes) != [0, 1, 2, 3]:
-        raise ShapeError(f"permute: axes {axes} must be a permutation of (0, 1, 2, 3)")
+        raise ShapeError(f"permute: axes {axes} must be a permutation of (0, 1, 2, 3) (a ne={a.ne})")
     ne = [0] * 4
     nb = [0] * 4
     for i, ax in enumerate(axes):

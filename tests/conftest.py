@@ -1,0 +1,121 @@
+"""Shared helpers of the allocator tests.
+
+`verify_placement` re-derives, from the graph alone, when every tensor is live and checks the bytes the
+allocator actually gave each tensor and temp block (tensor.buffer/offset, node.temp) against it. It does
+not use the planner's Block list or Plan.check_overlap, so it is an independent check of the planner.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import ggpy
+
+# Ops whose output may legitimately take over a source's bytes (elementwise, same layout).
+INPLACE_OK = frozenset(("add", "sub", "mul", "div", "scale", "clamp", "leaky_relu") + tuple(ggpy.UNARY_OPS))
+
+
+def _base(t):
+    return t.view_src if t.view_src is not None else t
+
+
+def liveness(graph):
+    """(first, last) step of every tensor that owns memory, keyed by id: leafs are born at -1; outputs,
+    leafs, inputs and bases of output views live forever; a view's consumers keep its base alive."""
+    first, last = {}, {}
+    for t in graph.leafs:
+        first[id(t)] = -1
+        last[id(t)] = math.inf
+    for i, node in enumerate(graph.nodes):
+        if node.view_src is None:
+            first[id(node)] = i
+            last.setdefault(id(node), i)
+        for s in node.src:
+            if s is not None:
+                b = _base(s)
+                last[id(b)] = max(last.get(id(b), -1), i)
+        if node.view_src is not None:
+            b = node.view_src
+            last[id(b)] = max(last.get(id(b), -1), i)
+    for t in graph.leafs + graph.nodes:
+        if t.is_output or t.is_input:
+            last[id(_base(t))] = math.inf
+    return first, last
+
+
+def _legal_inplace(t, u, step_of, last) -> bool:
+    """u took over t's bytes: u is an elementwise node reading t directly, u is t's last reader (directly or
+    through views; earlier readers are done), u reads no view of t, t is neither a leaf, an input nor an
+    output, and t has u's exact layout and offset."""
+    return (u.op in INPLACE_OK and any(s is t for s in u.src)
+            and not any(s is not None and s.view_src is t for s in u.src)
+            and t.op is not None and not t.is_output and not t.is_input
+            and last[id(t)] == step_of[id(u)] and t.type == u.type and t.ne == u.ne and t.nb == u.nb
+            and t.offset == u.offset)
+
+
+def verify_placement(graph, alloc, temps_expected: dict | None = None):
+    """Assert that the placement `alloc` applied to `graph` is sound; returns (first, last) liveness.
+
+    - every tensor has memory; owned tensors lie inside one of alloc.buffers, aligned to the buffer type;
+    - a view's bytes are its base's bytes at view_offs (views own nothing);
+    - two owned tensors live at the same step never share a byte, except a legal in-place take-over;
+    - node i's temp block (node.temp) shares no byte with any tensor live at step i;
+    - temps_expected (node index -> bytes), when given, is exactly what each node got.
+    """
+    tensors = graph.leafs + graph.nodes
+    step_of = {id(t): -1 for t in graph.leafs}
+    step_of.update({id(t): i for i, t in enumerate(graph.nodes)})
+    first, last = liveness(graph)
+    buffers = {id(b): k for k, b in enumerate(alloc.buffers)}
+    align = alloc.backend.buffer_type.alignment
+    owned = []
+    for t in tensors:
+        assert t.buffer is not None, f"{t!r} has no buffer after alloc_graph"
+        if t.view_src is not None:
+            base = t.view_src
+            assert t.buffer is base.buffer and t.offset == base.offset + t.view_offs, \
+                f"view {t!r} is not placed at its base's bytes + view_offs"
+            continue
+        assert id(t.buffer) in buffers, f"{t!r} is not in one of the allocator's buffers"
+        assert t.offset % align == 0, f"{t!r} at offset {t.offset} is not {align}-aligned"
+        assert 0 <= t.offset and t.offset + t.nbytes <= t.buffer.size, f"{t!r} runs past its buffer"
+        owned.append(t)
+
+    def live_together(t, u) -> bool:
+        return first[id(t)] <= last[id(u)] and first[id(u)] <= last[id(t)]
+
+    def share_bytes(t, u) -> bool:
+        return (t.buffer is u.buffer and t.offset < u.offset + max(u.nbytes, 1)
+                and u.offset < t.offset + max(t.nbytes, 1))
+
+    for a_i, t in enumerate(owned):
+        for u in owned[a_i + 1:]:
+            if share_bytes(t, u) and live_together(t, u):
+                ok = _legal_inplace(t, u, step_of, last) or _legal_inplace(u, t, step_of, last)
+                assert ok, (f"{t!r} live {first[id(t)]}..{last[id(t)]} at {t.offset} and {u!r} live "
+                            f"{first[id(u)]}..{last[id(u)]} at {u.offset} share bytes")
+
+    for i, node in enumerate(graph.nodes):
+        if temps_expected is not None:
+            want = temps_expected.get(i, 0)
+            if want:
+                assert node.temp is not None and node.temp[2] == want, f"node {i} ({node.op}) temp {node.temp}"
+            else:
+                assert node.temp is None, f"node {i} ({node.op}) got an unrequested temp {node.temp}"
+        if node.temp is None:
+            continue
+        buf, off, size = node.temp
+        assert id(buf) in buffers and off % align == 0 and off + size <= buf.size
+        for t in owned:
+            if first[id(t)] <= i <= last[id(t)] and t.buffer is buf:
+                assert not (off < t.offset + max(t.nbytes, 1) and t.offset < off + size), \
+                    f"temp of node {i} ({node.op}) [{off}, {off + size}) overlaps live {t!r} at {t.offset}"
+    return first, last
+
+
+@pytest.fixture(scope="session")
+def placement_checker():
+    """The independent placement check, as a fixture (session scoped: safe inside hypothesis tests)."""
+    return verify_placement

@@ -2,8 +2,9 @@
 
     python benchmarks/cpu_ops.py [-t THREADS] [--rounds N]
 
-Each case is timed round-robin (one run of each implementation per round) so machine drift hits all
-alike; the table shows medians and ggpy's speed relative to each other implementation.
+Each case is timed round-robin (one run of each implementation per round, with a short pause before each
+so no library's spinning worker threads steal cores from the next) so machine drift hits all alike; the
+table shows medians and ggpy's speed relative to each other implementation.
 """
 import argparse
 import time
@@ -134,6 +135,7 @@ def main():
             times = {k: [] for k in impls}
             for _ in range(args.rounds):
                 for k, f in impls.items():
+                    time.sleep(0.002)    # let the previous library's spinning worker threads go idle
                     t0 = time.perf_counter()
                     f()
                     times[k].append(time.perf_counter() - t0)

@@ -92,7 +92,7 @@ def plan_graph(graph, backend, signature, *, reuse: bool = True, guard_bytes: in
         out_bytes = 0
         took = None
         if owned(node) and id(node) not in block_of:
-            if reuse and node.op in INPLACE_OPS and not node.is_output:
+            if reuse and node.op in INPLACE_OPS:
                 for s in node.src:
                     if (s is not None and owned(s) and s.op is not None and not s.is_output and not s.is_input
                             and id(s) not in keep and n_children.get(id(s), 0) == 1

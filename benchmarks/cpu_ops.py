@@ -2,9 +2,9 @@
 
     python benchmarks/cpu_ops.py [-t THREADS] [--rounds N]
 
-Each case is timed round-robin (one run of each implementation per round, with a short pause before each
-so no library's spinning worker threads steal cores from the next) so machine drift hits all alike; the
-table shows medians and ggpy's speed relative to each other implementation.
+Each case is timed round-robin so machine drift hits all alike: in each round every implementation gets a
+short pause (no library's spinning worker threads steal cores from the next), one untimed warm-up call and
+one timed call. The table shows medians and ggpy's speed relative to each other implementation.
 """
 import argparse
 import time
@@ -135,7 +135,8 @@ def main():
             times = {k: [] for k in impls}
             for _ in range(args.rounds):
                 for k, f in impls.items():
-                    time.sleep(0.002)    # let the previous library's spinning worker threads go idle
+                    time.sleep(0.15)     # OpenBLAS and OpenMP workers spin ~0.1 s after a call: let them idle
+                    f()                  # warm this library's threads and caches, then time the next call
                     t0 = time.perf_counter()
                     f()
                     times[k].append(time.perf_counter() - t0)

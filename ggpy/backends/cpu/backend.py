@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
+from contextlib import nullcontext
 
 import numba
 
@@ -10,6 +10,7 @@ from ...errors import AllocationError, UnsupportedOpError
 from ..base import Backend
 from . import kernels  # noqa: F401 - registers every kernel module
 from .buffer import HostBufferType
+from .kernels.blas import single_threaded_blas
 from .registry import KERNELS, BoundNode
 
 
@@ -96,7 +97,7 @@ class CPUBackend(Backend):
         """Run every node of a planned graph, in order."""
         runs, uses_blas = self._program(graph)
         self._set_threads()
-        with single_threaded_blas(uses_blas):
+        with single_threaded_blas() if uses_blas else nullcontext():
             for node, run in runs:
                 run()
 
@@ -106,18 +107,3 @@ class CPUBackend(Backend):
     def __repr__(self) -> str:
         return f"CPUBackend(n_threads={self.n_threads})"
 
-
-_blas = {"controller": None}
-
-
-@contextmanager
-def single_threaded_blas(active: bool = True):
-    """BLAS limited to one thread inside the block (kernels call it from ggpy's own workers), restored after."""
-    if not active:
-        yield
-        return
-    if _blas["controller"] is None:
-        from threadpoolctl import ThreadpoolController
-        _blas["controller"] = ThreadpoolController()
-    with _blas["controller"].limit(limits=1, user_api="blas"):
-        yield

@@ -4,6 +4,8 @@ The Fortran sgemm comes from SciPy's `cython_blas` (the BLAS numpy and SciPy shi
 to kernels as an integer and called through an intrinsic, which keeps the kernels cacheable on disk (a
 ctypes function baked into the code would not be).
 """
+from contextlib import contextmanager
+
 import numpy as np
 from llvmlite import ir
 from numba import types
@@ -40,3 +42,42 @@ def sgemm(fn, work, trans_a, trans_b, m, n, k, a_ptr, lda, b_ptr, ldb, c_ptr, ld
     f[0], f[1] = 1.0, 0.0
     p = work.ctypes.data
     _call_sgemm(fn, p + 24, p + 28, p, p + 4, p + 8, p + 32, a_ptr, p + 12, b_ptr, p + 16, p + 36, c_ptr, p + 20)
+
+
+def _scipy_blas_controller():
+    """threadpoolctl's handle on the BLAS SciPy ships, or None when SciPy shares numpy's (e.g. conda)."""
+    import os
+
+    import scipy
+    from threadpoolctl import ThreadpoolController
+    root = os.path.dirname(scipy.__file__)       # .../scipy; wheels keep their BLAS in .../scipy.libs
+    controller = ThreadpoolController().select(user_api="blas")
+    own = [lib.filepath for lib in controller.lib_controllers if lib.filepath.startswith(root)]
+    return controller.select(filepath=own) if own else None
+
+
+_state = {"checked": False, "own": None, "shared": None}
+
+
+@contextmanager
+def single_threaded_blas():
+    """sgemm called from ggpy's workers must not start threads of its own.
+
+    SciPy's own BLAS (wheels) is set to one thread and left so (checked on every entry, one cheap call):
+    restoring it would wake its threads, which then spin and fight ggpy's workers. When SciPy shares
+    numpy's BLAS, that library is limited for the duration of the block only, so numpy keeps its threads.
+    """
+    if not _state["checked"]:
+        from threadpoolctl import ThreadpoolController
+        _state["own"] = _scipy_blas_controller()
+        if _state["own"] is None:
+            _state["shared"] = ThreadpoolController().select(user_api="blas")
+        _state["checked"] = True
+    own = _state["own"]
+    if own is not None:
+        if any(lib.num_threads != 1 for lib in own.lib_controllers):
+            own.limit(limits=1)
+        yield
+        return
+    with _state["shared"].limit(limits=1):
+        yield

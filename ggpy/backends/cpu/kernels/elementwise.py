@@ -11,7 +11,8 @@ import numpy as np
 from numba import prange
 
 from ..registry import BoundNode, register
-from .common import block, flat, kernel, launch, parallel_kernel, row_index, scalar
+from .common import (STREAM_MIN_BYTES, block, flat, kernel, launch, parallel_kernel, row_index, scalar,
+                     stream_store)
 from .fp16 import load, store
 from .mathfn import fast_erf, fast_exp, fast_sigmoid, fast_tanh
 
@@ -195,6 +196,23 @@ def binary_flat(op, d, a, b, ith, nth):
         d[i] = store(f(load(a[i]), load(b[i])), dt)
 
 
+@kernel
+def binary_flat_stream(op, d, a, b, ith, nth):
+    """binary_flat for large outputs, with non-temporal stores (scalar ones: the loop is memory-bound)."""
+    f = BINARY_FUNCS[op]
+    dt = d.dtype
+    i0, i1 = block(d.size, ith, nth)
+    d, a, b = d[i0:i1], a[i0:i1], b[i0:i1]
+    for i in range(d.size):
+        stream_store(d, i, store(f(load(a[i]), load(b[i])), dt))
+
+
+@parallel_kernel
+def binary_flat_stream_par(op, d, a, b, nth):
+    for ith in prange(nth):
+        binary_flat_stream(op, d, a, b, ith, nth)
+
+
 @parallel_kernel
 def binary_rows_par(op, d, a, b, nth):
     for ith in prange(nth):
@@ -250,8 +268,16 @@ def bind_binary(b: BoundNode):
     op = BINARY_CODES[b.node.op]
     d, x, y = b.dst, b.srcs[0], b.srcs[1]
     if x.shape == y.shape == d.shape and all(flat(t) is not None for t in (d, x, y)):
+        if d.nbytes >= STREAM_MIN_BYTES and not _aliases(d, x, y):
+            return launch(binary_flat_stream, binary_flat_stream_par, (op, flat(d), flat(x), flat(y)),
+                          b.threads_for(d.size), constants=(0,))
         return launch(binary_flat, binary_flat_par, (op, flat(d), flat(x), flat(y)), b.threads_for(d.size), constants=(0,))
     return launch(binary_rows, binary_rows_par, (op, d, x, y), b.threads_for(d.size), constants=(0,))
+
+
+def _aliases(d, *srcs) -> bool:
+    """True when the output shares memory with a source (in-place: its lines are in cache already)."""
+    return any(np.shares_memory(d, s) for s in srcs)
 
 
 def _unary_params(node):

@@ -13,6 +13,7 @@ import ggpy
 from ggpy.alloc.dynamic import DynamicAllocator, align_up
 from ggpy.alloc.plan import Block, Plan
 from ggpy.backends.cpu import HostBufferType
+from temp_backend import TempBackend
 
 RTOL = 2e-5
 
@@ -51,30 +52,6 @@ def position(graph, t):
 
 def disjoint(t, u):
     return t.buffer is not u.buffer or t.offset + t.nbytes <= u.offset or u.offset + u.nbytes <= t.offset
-
-
-class TempBackend(ggpy.CPUBackend):
-    """A CPU backend that asks for scratch on every node (at least what the real kernel needs) and, right
-    before each kernel runs, scribbles 0xFF (NaN) over its temp block: a live tensor placed in it shows."""
-
-    def __init__(self, size_of, buffer_type=None):
-        super().__init__(n_threads=2, buffer_type=buffer_type)
-        self.size_of = size_of
-
-    def temp_size(self, node) -> int:
-        return max(super().temp_size(node), int(self.size_of(node)))
-
-    def _bind(self, node):
-        run = super()._bind(node)
-        if run is None or node.temp is None:
-            return run
-        buf, off, size = node.temp
-        scratch = buf.data[off:off + size]
-
-        def scribble_then_run():
-            scratch.fill(0xFF)
-            run()
-        return scribble_then_run
 
 
 # -- the README flow ---------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 import ggpy
 from ggpy.alloc.dynamic import DynamicAllocator, align_up
 from ggpy.backends.cpu import HostBufferType
+from temp_backend import TempBackend
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 MAX_BOUND = 64.0
@@ -308,29 +309,6 @@ def assert_close_to_reference(prog, ts, outs, vals):
         bound = max(1.0, prog.bounds[k])
         np.testing.assert_allclose(got.astype(np.float64), r, rtol=1e-3, atol=2e-4 * bound,
                                    err_msg=f"output {k} ({prog.steps[k][0]})")
-
-
-class TempBackend(ggpy.CPUBackend):
-    """Asks for scratch on every node and scribbles NaN bytes over it right before the node runs."""
-
-    def __init__(self, size_of, buffer_type=None):
-        super().__init__(n_threads=2, buffer_type=buffer_type)
-        self.size_of = size_of
-
-    def temp_size(self, node) -> int:
-        return max(super().temp_size(node), int(self.size_of(node)))
-
-    def _bind(self, node):
-        run = super()._bind(node)
-        if run is None or node.temp is None:
-            return run
-        buf, off, size = node.temp
-        scratch = buf.data[off:off + size]
-
-        def scribble_then_run():
-            scratch.fill(0xFF)
-            run()
-        return scribble_then_run
 
 
 @pytest.fixture(scope="module")

@@ -43,6 +43,19 @@ def _unravel(i, shape):
     return i // (ne2 * ne1 * ne0), (i // (ne1 * ne0)) % ne2, (i // ne0) % ne1, i % ne0
 
 
+@scalar
+def _next_row(i1, i2, i3, ne1, ne2):
+    """(i1, i2, i3) of the row after row (i3, i2, i1) in ne order."""
+    i1 += 1
+    if i1 == ne1:
+        i1 = 0
+        i2 += 1
+        if i2 == ne2:
+            i2 = 0
+            i3 += 1
+    return i1, i2, i3
+
+
 @kernel
 def copy_nd(d, a, ith, nth):
     """Element i of `a` to element i of `d`, both taken in ne order (i0 fastest); shapes may differ, sizes match.
@@ -68,22 +81,10 @@ def copy_nd(d, a, ith, nth):
         d0 += n
         if a0 == na0:
             a0 = 0
-            a1 += 1
-            if a1 == na1:
-                a1 = 0
-                a2 += 1
-                if a2 == na2:
-                    a2 = 0
-                    a3 += 1
+            a1, a2, a3 = _next_row(a1, a2, a3, na1, na2)
         if d0 == nd0:
             d0 = 0
-            d1 += 1
-            if d1 == nd1:
-                d1 = 0
-                d2 += 1
-                if d2 == nd2:
-                    d2 = 0
-                    d3 += 1
+            d1, d2, d3 = _next_row(d1, d2, d3, nd1, nd2)
 
 
 @parallel_kernel

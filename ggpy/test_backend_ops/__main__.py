@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from ..backends import make_backend
+from ..errors import GGPYError
 from .cases import all_cases
 from .harness import perf_case, run_case
 
@@ -19,7 +20,11 @@ def main(argv=None) -> int:
     parser.add_argument("-p", "--params", default=None, help="only cases whose parameters contain this text")
     args = parser.parse_args(argv)
 
-    backend = make_backend(args.backend, n_threads=args.threads)
+    try:
+        backend = make_backend(args.backend, n_threads=args.threads)
+    except GGPYError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     cases = [c for c in all_cases() if (not args.op or c.op in args.op) and (not args.params or args.params in c.params)]
     if args.mode == "test":
         cases = [c for c in cases if "perf" not in c.tags]

@@ -3,7 +3,7 @@
 Build a graph with op constructors (shapes in ggml `ne` order), plan its memory with a GraphAllocator,
 evaluate it on a backend.
 """
-from .alloc import GraphAllocator, Plan
+from .alloc import GraphAllocator, Plan, alloc_ctx_tensors
 from .backends.cpu import CPUBackend
 from .errors import (AllocationError, CudaError, GGPYError, ModelFileError, OutOfMemoryError, RowIndexError,
                      ShapeError,
@@ -15,6 +15,6 @@ from .types import F16, F32, I32, GGType
 
 __version__ = "0.1.0"
 
-__all__ = ["Context", "Graph", "Tensor", "GraphAllocator", "Plan", "CPUBackend", "F32", "F16", "I32", "GGType",
+__all__ = ["Context", "Graph", "Tensor", "GraphAllocator", "Plan", "alloc_ctx_tensors", "CPUBackend", "F32", "F16", "I32", "GGType",
            "GGPYError", "ShapeError", "TypeMismatchError", "UnsupportedOpError", "OutOfMemoryError",
            "AllocationError", "ModelFileError", "CudaError", "RowIndexError"] + list(_ops_all)

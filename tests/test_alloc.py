@@ -856,3 +856,29 @@ def test_guard_bytes_catch_out_of_bounds_writes():
     t.buffer.data[t.offset + t.nbytes] ^= 0xFF
     with pytest.raises(ggpy.AllocationError, match="first"):
         alloc.check_guards(graph)
+
+
+def test_weights_in_their_own_buffer_survive_replanning():
+    rng = np.random.default_rng(11)
+    wctx = ggpy.Context()
+    w = wctx.new_tensor(ggpy.F32, (8, 6)).set_name("w")
+    bias = wctx.new_tensor(ggpy.F16, (6,)).set_name("bias")
+    weights_buffer = ggpy.alloc_ctx_tensors(wctx, ggpy.CPUBackend(n_threads=2))
+    wv, bv = rng.standard_normal((6, 8)), rng.standard_normal(6).astype(np.float16)
+    w.set(wv)
+    bias.set(bv)
+    backend = ggpy.CPUBackend(n_threads=2)
+    alloc = ggpy.GraphAllocator(backend, check=True)
+    for n in (3, 5, 2):                       # every shape change re-plans the activations
+        ctx = ggpy.Context()
+        x = ctx.new_tensor(ggpy.F32, (8, n))
+        y = ggpy.add(ggpy.mul_mat(w, x), bias)
+        graph = ggpy.Graph().build_forward_expand(y)
+        alloc.alloc_graph(graph)
+        assert w.buffer is weights_buffer and bias.buffer is weights_buffer
+        assert all(t.buffer is not weights_buffer for t in graph.nodes)
+        xv = rng.standard_normal((n, 8))
+        x.set(xv)
+        backend.compute(graph)
+        np.testing.assert_allclose(y.numpy(), xv @ wv.T + bv.astype(np.float64), rtol=1e-5, atol=1e-5)
+    assert alloc.n_plans == 3

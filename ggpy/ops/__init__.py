@@ -2,6 +2,8 @@
 
 They never compute. Names, argument order and result shapes follow ggml.
 """
+from .conv import *  # noqa: F401,F403 - im2col, conv_1d, conv_2d
+from .conv_dw import *  # noqa: F401,F403 - conv_2d_dw, conv_transpose_2d
 from .elementwise import (UNARY_OPS, abs, add, clamp, div, elu, exp, gelu, gelu_erf, gelu_quick, hardsigmoid,
                           hardswish, leaky_relu, log, mul, neg, relu, scale, scale_bias, sgn, sigmoid, silu, sqr,
                           sqrt, step, sub, tanh, unary)
@@ -9,6 +11,7 @@ from .layout import (add_rel_pos, concat, cont, cont_1d, cont_2d, cont_3d, cont_
                      get_rows, pad, pad_ext, repeat, win_part, win_unpart)
 from .matmul import mul_mat
 from .norm import group_norm, norm, rms_norm
+from .pool import *  # noqa: F401,F403 - pool_2d, upscale, interpolate
 from .reduce import argmax, mean, sum, sum_rows
 from .softmax import diag_mask_inf, soft_max, soft_max_ext
 from .view import (permute, reshape, reshape_1d, reshape_2d, reshape_3d, reshape_4d, transpose, view_1d, view_2d,

@@ -244,3 +244,6 @@ def _add_rel_pos(node, s):
     scores = a.reshape(b, pw.shape[1], pw.shape[2], k, k).copy()   # (B, QH, QW, KH, KW)
     scores += ph[..., :, None] + pw[..., None, :]
     return scores.reshape(a.shape)
+
+
+from . import references_conv, references_conv_dw, references_pool  # noqa: E402,F401 - register theirs too

@@ -14,17 +14,34 @@ from .kernels.blas import single_threaded_blas
 from .registry import KERNELS, BoundNode
 
 
+DEFAULT_SCRATCH_BUDGET = 16 << 20
+
+
 class CPUBackend(Backend):
-    """Evaluates planned graphs on the host. `n_threads` defaults to the number of cores."""
+    """Evaluates planned graphs on the host. `n_threads` defaults to the number of cores.
+
+    force: {op: implementation} runs every node of `op` with that implementation instead of the one the
+    backend would choose (for tests and measurements). scratch_budget: the most temp bytes a kernel that
+    can tile its scratch (im2col) plans for one node.
+    """
 
     name = "cpu"
 
-    def __init__(self, n_threads: int | None = None, buffer_type: HostBufferType | None = None):
+    def __init__(self, n_threads: int | None = None, buffer_type: HostBufferType | None = None,
+                 force: dict | None = None, scratch_budget: int = DEFAULT_SCRATCH_BUDGET):
         super().__init__(buffer_type or HostBufferType())
         n_threads = os.cpu_count() or 1 if n_threads is None else int(n_threads)
         if n_threads < 1:
             raise ValueError(f"CPUBackend: n_threads must be >= 1, got {n_threads}")
         self.n_threads = n_threads
+        self.force = dict(force or {})
+        for op, impl in self.force.items():
+            entry = KERNELS.get(op)
+            if entry is None or impl not in entry.impls:
+                known = ", ".join(entry.impls) if entry is not None and entry.impls else "none"
+                raise UnsupportedOpError(f"CPUBackend: cannot force {op!r} to run as {impl!r}; its "
+                                         f"implementations: {known}")
+        self.scratch_budget = int(scratch_budget)
 
     # -- what runs where ---------------------------------------------------------------------------
     def _kernel(self, node):
@@ -36,15 +53,27 @@ class CPUBackend(Backend):
     def supports_op(self, node) -> bool:
         return self._kernel(node) is not None
 
+    def impl_for(self, node) -> str | None:
+        """The implementation that runs `node`: forced, else the kernel's choice (None: only one)."""
+        entry = self._kernel(node)
+        if entry is None or not entry.impls:
+            return None
+        return self.force.get(node.op) or entry.choose(node, self)
+
     def temp_size(self, node) -> int:
         entry = self._kernel(node)
-        return int(entry.temp_size(node)) if entry is not None and entry.temp_size is not None else 0
+        if entry is None or entry.temp_size is None:
+            return 0
+        return int(entry.temp_size(node, self.impl_for(node), self))
 
     def kernel_name(self, node) -> str:
         entry = self._kernel(node)
         if entry is None:
             return "unsupported"
-        return entry.name(node) if entry.name is not None else node.op
+        impl = self.impl_for(node)
+        if entry.name is not None:
+            return entry.name(node, impl)
+        return impl or node.op
 
     # -- evaluation --------------------------------------------------------------------------------
     def _bind(self, node):
@@ -62,7 +91,8 @@ class CPUBackend(Backend):
             buf, offset, size = node.temp
             temp = buf.data[offset:offset + size]
         bound = BoundNode(node, node.buffer.kernel_view(node),
-                          [s.buffer.kernel_view(s) if s is not None else None for s in node.src], temp, self.n_threads)
+                          [s.buffer.kernel_view(s) if s is not None else None for s in node.src], temp, self.n_threads,
+                          self.impl_for(node), self)
         return entry.bind(bound)
 
     def check_supported_node(self, node):

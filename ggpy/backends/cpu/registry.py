@@ -22,6 +22,8 @@ class BoundNode:
     srcs: list                 # one array per source (None for a missing optional source)
     temp: np.ndarray | None    # uint8 scratch of temp_size(node) bytes, or None
     n_threads: int             # the backend's thread count
+    impl: str | None = None    # which implementation runs the node (ops with several), see CPUKernel
+    backend: object = None     # the CPUBackend (its options, e.g. scratch_budget)
 
     def threads_for(self, work: int, min_per_thread: int = MIN_ELEMENTS_PER_THREAD) -> int:
         """How many workers to split `work` elements over: 1 for small work, as ggml does."""
@@ -30,21 +32,26 @@ class BoundNode:
 
 @dataclass
 class CPUKernel:
+    """How the CPU runs some ops. An op with several implementations lists them in `impls`; `choose`
+    picks one per node (shape heuristics) unless the backend was told to force one."""
+
     ops: tuple
-    bind: Callable                           # bind(BoundNode) -> callable()
-    temp_size: Callable | None = None        # temp_size(node) -> bytes
+    bind: Callable                           # bind(BoundNode) -> callable() (or None: nothing to do)
+    temp_size: Callable | None = None        # temp_size(node, impl, backend) -> scratch bytes
     supports: Callable | None = None         # supports(node) -> bool
-    name: Callable | None = None             # name(node) -> kernel name for plan dumps
+    name: Callable | None = None             # name(node, impl) -> kernel name for plan dumps
     blas: bool = False                       # calls BLAS from its workers (BLAS must then be single-threaded)
+    impls: tuple = ()                        # names of the alternative implementations, if any
+    choose: Callable | None = None           # choose(node, backend) -> one of impls
 
 
 KERNELS: dict[str, CPUKernel] = {}
 
 
-def register(*ops, temp_size=None, supports=None, name=None, blas=False):
+def register(*ops, temp_size=None, supports=None, name=None, blas=False, impls=(), choose=None):
     """Decorator: `bind(b: BoundNode) -> callable` runs ops `ops` on the CPU."""
     def deco(bind):
-        entry = CPUKernel(ops, bind, temp_size, supports, name, blas)
+        entry = CPUKernel(ops, bind, temp_size, supports, name, blas, tuple(impls), choose)
         for op in ops:
             KERNELS[op] = entry
         return bind

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import importlib
 
-FAMILIES = ("elementwise", "matmul", "reduce", "norm", "softmax", "layout")
+FAMILIES = ("elementwise", "matmul", "reduce", "norm", "softmax", "layout", "conv", "conv_dw", "pool")
 
 
 def all_cases():

@@ -92,12 +92,12 @@ def _aligned(n: int) -> int:
     return (n + 63) // 64 * 64
 
 
-def mul_mat_temp_size(node) -> int:
+def mul_mat_temp_size(node, impl=None, backend=None) -> int:
     """Bytes for contiguous F32 copies of the operands BLAS cannot read in place."""
     return sum(_aligned(t.nelements * 4) for t, conv in zip(node.src[:2], _converted(node)) if conv)
 
 
-def _kernel_name(node) -> str:
+def _kernel_name(node, impl=None) -> str:
     conv = _converted(node)
     return "blas_sgemm" + ("+to_f32" if any(conv) else "")
 

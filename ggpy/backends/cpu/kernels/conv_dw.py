@@ -1,0 +1,1 @@
+"""conv_dw kernels (being written)."""

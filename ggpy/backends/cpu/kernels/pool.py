@@ -1,0 +1,1 @@
+"""pool kernels (being written)."""

@@ -1,0 +1,2 @@
+"""conv ops (being written)."""
+__all__ = []

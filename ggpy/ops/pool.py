@@ -1,0 +1,2 @@
+"""pool ops (being written)."""
+__all__ = []

@@ -1,0 +1,1 @@
+"""float64 references for conv ops (being written)."""

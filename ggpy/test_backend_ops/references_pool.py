@@ -1,0 +1,1 @@
+"""float64 references for pool ops (being written)."""

@@ -1,1 +1,228 @@
-"""conv_dw kernels (being written)."""
+"""Depthwise 2D convolution and 2D transposed convolution.
+
+conv_2d_dw has two implementations: "direct" (WHCN: whole output rows accumulated tap by tap; CWHN: the
+contiguous channels are the vectorised inner loop) and "im2col" (per-channel patches in the temp block,
+then one dot product per output pixel: ggml's im2col path, kept for comparison).
+Arrays are numpy views of shape (ne3, ne2, ne1, ne0); F16 arrives as uint16 bits.
+"""
+import numpy as np
+from numba import prange
+
+from ..registry import BoundNode, register
+from .common import block, kernel, launch, parallel_kernel, row_index, scalar, specialize
+from .fp16 import load
+
+_ZERO = np.float32(0.0)
+
+
+@scalar
+def _axpy(d, x, w):
+    """d += w * x over d.size elements (x of any element type)."""
+    for i in range(d.size):
+        d[i] += w * load(x[i])
+
+
+@scalar
+def _tap_range(n_out, n_in, offset, stride):
+    """Outputs [o0, o1) whose input o * stride + offset lies in [0, n_in)."""
+    o0 = max(0, (stride - 1 - offset) // stride)
+    o1 = min(n_out, (n_in - 1 - offset) // stride + 1)
+    return o0, max(o0, o1)
+
+
+@kernel
+def dw_whcn(d, a, b, s0, s1, p0, p1, d0, d1, ith, nth):
+    """d (N, C, OH, OW) = b (N, C, H, W) convolved per channel with a (C, 1, KH, KW), row by row."""
+    nc, oh, ow = d.shape[1], d.shape[2], d.shape[3]
+    h, w = b.shape[2], b.shape[3]
+    kh, kw = a.shape[2], a.shape[3]
+    r0, r1 = block(d.shape[0] * nc * oh, ith, nth)
+    for r in range(r0, r1):
+        n, c, oy = row_index(r, nc, oh)
+        drow = d[n, c, oy]
+        drow[:] = _ZERO
+        for ky in range(kh):
+            iy = oy * s1 + ky * d1 - p1
+            if iy < 0 or iy >= h:
+                continue
+            brow = b[n, c, iy]
+            for kx in range(kw):
+                x0, x1 = _tap_range(ow, w, kx * d0 - p0, s0)
+                if x1 == x0:
+                    continue
+                ix0 = x0 * s0 + kx * d0 - p0
+                wt = load(a[c, 0, ky, kx])
+                if s0 == 1:
+                    _axpy(drow[x0:x1], brow[ix0:ix0 + x1 - x0], wt)
+                else:
+                    _axpy(drow[x0:x1], brow[ix0:ix0 + (x1 - x0 - 1) * s0 + 1:s0], wt)
+
+
+@parallel_kernel
+def dw_whcn_par(d, a, b, s0, s1, p0, p1, d0, d1, nth):
+    for ith in prange(nth):
+        dw_whcn(d, a, b, s0, s1, p0, p1, d0, d1, ith, nth)
+
+
+@kernel
+def dw_taps(wt, a):
+    """wt (KH, KW, C) F32 = a (C, 1, KH, KW): each tap's weights contiguous over channels."""
+    for c in range(a.shape[0]):
+        for ky in range(a.shape[2]):
+            for kx in range(a.shape[3]):
+                wt[ky, kx, c] = load(a[c, 0, ky, kx])
+
+
+@kernel
+def dw_cwhn(d, wt, b, s0, s1, p0, p1, d0, d1, ith, nth):
+    """d (N, OH, OW, C) = b (N, H, W, C) convolved per channel with wt (KH, KW, C); channels innermost."""
+    oh, ow = d.shape[1], d.shape[2]
+    h, w = b.shape[1], b.shape[2]
+    kh, kw = wt.shape[0], wt.shape[1]
+    r0, r1 = block(d.shape[0] * oh, ith, nth)
+    for r in range(r0, r1):
+        n, oy = r // oh, r % oh
+        for ox in range(ow):
+            dv = d[n, oy, ox]
+            dv[:] = _ZERO
+            for ky in range(kh):
+                iy = oy * s1 + ky * d1 - p1
+                if iy < 0 or iy >= h:
+                    continue
+                for kx in range(kw):
+                    ix = ox * s0 + kx * d0 - p0
+                    if ix < 0 or ix >= w:
+                        continue
+                    bv = b[n, iy, ix]
+                    wv = wt[ky, kx]
+                    for c in range(dv.size):
+                        dv[c] += wv[c] * load(bv[c])
+
+
+@parallel_kernel
+def dw_cwhn_par(d, wt, b, s0, s1, p0, p1, d0, d1, nth):
+    for ith in prange(nth):
+        dw_cwhn(d, wt, b, s0, s1, p0, p1, d0, d1, ith, nth)
+
+
+@kernel
+def dw_im2col(d, a, b, patches, s0, s1, p0, p1, d0, d1, ith, nth):
+    """d (N, C, OH, OW) from b (N, C, H, W) and a (C, 1, KH, KW): for each channel and tile of output pixels,
+    worker ith gathers patches[ith] (tile, KH*KW), then takes one dot product per pixel."""
+    nc, oh, ow = d.shape[1], d.shape[2], d.shape[3]
+    h, w = b.shape[2], b.shape[3]
+    kh, kw = a.shape[2], a.shape[3]
+    tile = patches.shape[1]
+    npix = oh * ow
+    ntiles = (npix + tile - 1) // tile
+    mine = patches[ith]
+    wv = np.empty(kh * kw, np.float32)
+    r0, r1 = block(d.shape[0] * nc * ntiles, ith, nth)
+    for r in range(r0, r1):
+        n, c, t = row_index(r, nc, ntiles)
+        for ky in range(kh):
+            for kx in range(kw):
+                wv[ky * kw + kx] = load(a[c, 0, ky, kx])
+        first = t * tile
+        count = min(tile, npix - first)
+        for j in range(count):
+            oy, ox = (first + j) // ow, (first + j) % ow
+            row = mine[j]
+            for ky in range(kh):
+                iy = oy * s1 + ky * d1 - p1
+                for kx in range(kw):
+                    ix = ox * s0 + kx * d0 - p0
+                    inside = iy >= 0 and iy < h and ix >= 0 and ix < w
+                    row[ky * kw + kx] = load(b[n, c, iy, ix]) if inside else _ZERO
+        for j in range(count):
+            row = mine[j]
+            acc = _ZERO
+            for q in range(wv.size):
+                acc += row[q] * wv[q]
+            d[n, c, (first + j) // ow, (first + j) % ow] = acc
+
+
+@parallel_kernel
+def dw_im2col_par(d, a, b, patches, s0, s1, p0, p1, d0, d1, nth):
+    for ith in prange(nth):
+        dw_im2col(d, a, b, patches, s0, s1, p0, p1, d0, d1, ith, nth)
+
+
+def _im2col_tile(node, backend) -> int:
+    """Output pixels per patch tile: each of the backend's workers holds one tile within its scratch budget."""
+    taps = node.src[0].ne[0] * node.src[0].ne[1]
+    return max(1, min(node.ne[0] * node.ne[1], backend.scratch_budget // (backend.n_threads * taps * 4)))
+
+
+def _dw_temp_size(node, impl, backend) -> int:
+    a = node.src[0]
+    if impl == "im2col":
+        return backend.n_threads * _im2col_tile(node, backend) * a.ne[0] * a.ne[1] * 4
+    return a.nelements * 4 if node.op_params["cwhn"] else 0
+
+
+def _dw_name(node, impl) -> str:
+    return f"conv_2d_dw_{impl}" + ("_cwhn" if node.op_params["cwhn"] and impl == "direct" else "")
+
+
+@register("conv_2d_dw", temp_size=_dw_temp_size, name=_dw_name, impls=("direct", "im2col"),
+          choose=lambda node, backend: "direct")
+def bind_conv_2d_dw(b: BoundNode):
+    p = b.node.op_params
+    d, a, x = b.dst, b.srcs[0], b.srcs[1]
+    if d.size == 0:
+        return None
+    params = (p["s0"], p["s1"], p["p0"], p["p1"], p["d0"], p["d1"])
+    taps = a.shape[2] * a.shape[3]
+    nth = b.threads_for(d.size * taps)
+    if b.impl == "im2col":
+        tile = _im2col_tile(b.node, b.backend)
+        patches = b.temp[:b.n_threads * tile * taps * 4].view(np.float32).reshape(b.n_threads, tile, taps)
+        return launch(dw_im2col, dw_im2col_par, (d, a, x, patches) + params, nth)
+    if not p["cwhn"]:
+        return launch(dw_whcn, dw_whcn_par, (d, a, x) + params, nth)
+    wt = b.temp[:a.size * 4].view(np.float32).reshape(a.shape[2], a.shape[3], a.shape[0])
+    prepare = specialize(dw_taps, wt, a)
+    run = launch(dw_cwhn, dw_cwhn_par, (d.transpose(0, 2, 3, 1), wt, x.transpose(0, 2, 3, 1)) + params, nth)
+
+    def run_cwhn():
+        prepare(wt, a)
+        run()
+    return run_cwhn
+
+
+@kernel
+def conv_transpose_2d_rows(d, a, b, stride, ith, nth):
+    """d (N, Cout, OH, OW) = b (N, Cin, H, W) transposed-convolved with a (Cin, Cout, KH, KW), row by row:
+    output row oy gathers input rows iy with iy * stride + ky = oy, each spread over columns ix * stride + kx."""
+    nco, oh = d.shape[1], d.shape[2]
+    nci, h, w = b.shape[1], b.shape[2], b.shape[3]
+    kh, kw = a.shape[2], a.shape[3]
+    r0, r1 = block(d.shape[0] * nco * oh, ith, nth)
+    for r in range(r0, r1):
+        n, co, oy = row_index(r, nco, oh)
+        drow = d[n, co, oy]
+        drow[:] = _ZERO
+        for ky in range(kh):
+            iy = (oy - ky) // stride
+            if (oy - ky) % stride != 0 or iy < 0 or iy >= h:
+                continue
+            for ci in range(nci):
+                brow = b[n, ci, iy]
+                for kx in range(kw):
+                    _axpy(drow[kx:kx + stride * (w - 1) + 1:stride], brow, load(a[ci, co, ky, kx]))
+
+
+@parallel_kernel
+def conv_transpose_2d_par(d, a, b, stride, nth):
+    for ith in prange(nth):
+        conv_transpose_2d_rows(d, a, b, stride, ith, nth)
+
+
+@register("conv_transpose_2d")
+def bind_conv_transpose_2d(b: BoundNode):
+    d, a, x = b.dst, b.srcs[0], b.srcs[1]
+    if d.size == 0:
+        return None
+    return launch(conv_transpose_2d_rows, conv_transpose_2d_par, (d, a, x, b.node.op_params["stride"]),
+                  b.threads_for(d.size * x.shape[1]))

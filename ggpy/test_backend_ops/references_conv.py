@@ -1,1 +1,60 @@
-"""float64 references for conv ops (being written)."""
+"""float64 references for im2col, conv_1d and conv_2d, computed directly from the definitions (padding by
+numpy, then one strided window slice per kernel tap); they share nothing with the kernels' im2col."""
+from __future__ import annotations
+
+import numpy as np
+
+from .references import reference
+
+
+def _windows(x, n_k, s, p, d, axis, n_out):
+    """For each kernel tap k: x (zero padded by p on both sides of `axis`) at k * d + s * o, o < n_out."""
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (p, p)
+    xp = np.pad(x, pad)
+    out = []
+    for k in range(n_k):
+        idx = [slice(None)] * x.ndim
+        idx[axis] = slice(k * d, k * d + s * (n_out - 1) + 1, s)
+        out.append(xp[tuple(idx)])
+    return out
+
+
+def _conv2d(w, x, s0, s1, p0, p1, d0, d1, oh, ow):
+    """w (OC, IC, KH, KW), x (N, IC, IH, IW) -> (N, OC, OH, OW)."""
+    out = np.zeros((x.shape[0], w.shape[0], oh, ow))
+    for kh, rows in enumerate(_windows(x, w.shape[2], s1, p1, d1, 2, oh)):
+        for kw, win in enumerate(_windows(rows, w.shape[3], s0, p0, d0, 3, ow)):
+            out += np.einsum("oc,nchw->nohw", w[:, :, kh, kw], win)
+    return out
+
+
+@reference("conv_2d")
+def _conv_2d(node, s):
+    p = node.op_params
+    return _conv2d(s[0], s[1], p["s0"], p["s1"], p["p0"], p["p1"], p["d0"], p["d1"], node.ne[1], node.ne[0])
+
+
+@reference("conv_1d")
+def _conv_1d(node, s):
+    p = node.op_params
+    w = s[0][0][:, :, None, :]           # (OC, IC, 1, K)
+    x = s[1][0][:, :, None, :]           # (N, IC, 1, L)
+    out = _conv2d(w, x, p["s0"], 1, p["p0"], 0, p["d0"], 1, 1, node.ne[0])
+    return out[None, :, :, 0, :]
+
+
+@reference("im2col")
+def _im2col(node, s):
+    p = node.op_params
+    a = node.src[0]
+    x = s[1] if p["is_2D"] else s[1][0][:, :, None, :]
+    kh_n, kw_n = (a.ne[1], a.ne[0]) if p["is_2D"] else (1, a.ne[0])
+    oh, ow = (node.ne[2], node.ne[1]) if p["is_2D"] else (1, node.ne[1])
+    n_n, ic_n = x.shape[0], x.shape[1]
+    out = np.zeros((n_n, oh, ow, ic_n, kh_n, kw_n))
+    for kh, rows in enumerate(_windows(x, kh_n, p["s1"], p["p1"], p["d1"], 2, oh)):
+        for kw, win in enumerate(_windows(rows, kw_n, p["s0"], p["p0"], p["d0"], 3, ow)):
+            out[:, :, :, :, kh, kw] = win.transpose(0, 2, 3, 1)
+    out = out.reshape(n_n, oh, ow, -1)
+    return out if p["is_2D"] else out.reshape(1, n_n, ow, -1)

@@ -1,5 +1,85 @@
-"""Cases for conv ops (being written)."""
+"""Cases for im2col, conv_1d and conv_2d: odd sizes, strides 1-3, padding, dilation, F32/F16 kernels,
+non-contiguous inputs, and shapes that make the CPU pick each conv_2d implementation."""
+from __future__ import annotations
+
+from ... import ops
+from ...types import F16, F32
+from ..harness import OpCase
+from .util import layout
+
+
+def _flops(node):
+    a = node.src[0]
+    return 2 * node.nelements * a.nelements // a.ne[-1 if node.op == "conv_2d" else 2]
+
+
+CONV_2D = [  # (W, H, Cin, Cout, N, KW, KH, s0, s1, p0, p1, d0, d1)
+    (9, 7, 3, 5, 1, 3, 3, 1, 1, 1, 1, 1, 1),
+    (13, 11, 3, 4, 2, 3, 5, 2, 1, 0, 2, 1, 1),
+    (17, 10, 8, 6, 1, 3, 3, 1, 2, 1, 0, 2, 1),
+    (12, 15, 6, 7, 2, 2, 3, 3, 3, 1, 1, 1, 2),
+    (8, 8, 16, 9, 1, 3, 3, 1, 1, 1, 1, 1, 1),
+    (5, 6, 5, 3, 1, 5, 6, 1, 1, 0, 0, 1, 1),
+    (11, 9, 7, 5, 2, 4, 2, 2, 3, 3, 1, 2, 2),
+]
+CONV_2D_1X1 = [  # (W, H, Cin, Cout, N)
+    (7, 5, 6, 4, 1),
+    (9, 3, 16, 11, 2),
+    (1, 1, 5, 3, 3),
+]
+
+
+def _conv_2d(ta, how, w, h, cin, cout, n, kw, kh, s0, s1, p0, p1, d0, d1):
+    params = f"{ta.name},b={how},in=({w},{h},{cin},{n}),k=({kw},{kh},{cout}),s=({s0},{s1}),p=({p0},{p1}),d=({d0},{d1})"
+    return OpCase("conv_2d", params,
+                  lambda ctx: ops.conv_2d(layout(ctx, ta, (kw, kh, cin, cout)), layout(ctx, F32, (w, h, cin, n), how),
+                                          s0, s1, p0, p1, d0, d1),
+                  max_nmse=5e-7, flops=_flops)
+
+
+def conv_2d_cases(one_by_one: bool):
+    """The conv_2d cases with a 1x1 kernel (stride 1, no padding) or the others."""
+    out = []
+    for ta in (F32, F16):
+        for how in ("cont", "permuted", "padded", "permuted3"):
+            if one_by_one:
+                out += [_conv_2d(ta, how, w, h, ci, co, n, 1, 1, 1, 1, 0, 0, 1, 1) for w, h, ci, co, n in CONV_2D_1X1]
+            else:
+                out += [_conv_2d(ta, how, *shape) for shape in CONV_2D]
+    return out
+
+
+def _im2col(ta, dst, is_2d, w, h, cin, n, kw, kh, s0, s1, p0, p1, d0, d1):
+    params = f"{ta.name}->{dst.name},2D={is_2d},in=({w},{h},{cin},{n}),k=({kw},{kh}),s=({s0},{s1}),p=({p0},{p1}),d=({d0},{d1})"
+    if is_2d:
+        build = lambda ctx: ops.im2col(layout(ctx, F16, (kw, kh, cin, 2)), layout(ctx, ta, (w, h, cin, n), "permuted3"),
+                                       s0, s1, p0, p1, d0, d1, True, dst)
+    else:
+        build = lambda ctx: ops.im2col(layout(ctx, F16, (kw, cin, 2)), layout(ctx, ta, (w, cin, n), "permuted"),
+                                       s0, 0, p0, 0, d0, 0, False, dst)
+    return OpCase("im2col", params, build, max_nmse=1e-9)
+
+
+def _conv_1d(ta, how, l, cin, cout, n, k, s0, p0, d0):
+    return OpCase("conv_1d", f"{ta.name},b={how},in=({l},{cin},{n}),k=({k},{cout}),s={s0},p={p0},d={d0}",
+                  lambda ctx: ops.conv_1d(layout(ctx, ta, (k, cin, cout)), layout(ctx, F32, (l, cin, n), how), s0, p0, d0),
+                  max_nmse=5e-7, flops=_flops)
 
 
 def cases():
-    return []
+    out = conv_2d_cases(False) + conv_2d_cases(True)
+    for ta in (F32, F16):
+        for dst in (F32, F16):
+            out.append(_im2col(ta, dst, True, 10, 7, 3, 2, 3, 2, 2, 1, 1, 2, 1, 2))
+            out.append(_im2col(ta, dst, False, 19, 1, 4, 2, 5, 1, 3, 1, 2, 0, 2, 1))
+        for how in ("cont", "permuted"):
+            out.append(_conv_1d(ta, how, 23, 3, 5, 2, 3, 1, 1, 1))
+            out.append(_conv_1d(ta, how, 31, 8, 6, 1, 5, 2, 3, 2))
+            out.append(_conv_1d(ta, how, 17, 6, 4, 2, 1, 1, 0, 1))
+    out.append(OpCase("conv_2d", "perf,3x3,64x64,160->160",
+                      lambda ctx: ops.conv_2d(layout(ctx, F32, (3, 3, 160, 160)), layout(ctx, F32, (64, 64, 160, 1)),
+                                              1, 1, 1, 1, 1, 1), flops=_flops, tags=("perf",)))
+    out.append(OpCase("conv_2d", "perf,1x1,64x64,320->256",
+                      lambda ctx: ops.conv_2d(layout(ctx, F32, (1, 1, 320, 256)), layout(ctx, F32, (64, 64, 320, 1))),
+                      flops=_flops, tags=("perf",)))
+    return out

@@ -1,1 +1,343 @@
-"""conv kernels (being written)."""
+"""im2col, conv_1d and conv_2d on the CPU.
+
+Arrays arrive in reversed ne order: kernel a (OC, IC, KH, KW), input b (N, IC, IH, IW) with any strides,
+output d (N, OC, OH, OW). conv_1d runs as conv_2d with KH = IH = 1. conv_2d has three implementations,
+chosen per node (or forced with CPUBackend(force={"conv_2d": impl})):
+
+im2col    each worker unfolds a chunk of its output positions into its share of the temp block (rows of
+          IC * KH * KW patch values) and multiplies it with the kernel by single-threaded BLAS sgemm; the
+          temp block is capped by backend.scratch_budget (at least one output row), so big images are
+          done in several tiles.
+gemm_1x1  1x1 kernel, stride 1, no padding: sgemm reads the input in place as (H * W, IC) per image.
+direct    sliding-window sums, no scratch: for few input channels (an RGB stem), where a GEMM has
+          too short an inner dimension to pay off.
+An F16 kernel (or an input BLAS cannot read) is first widened to contiguous F32 in the temp block.
+"""
+import numpy as np
+from numba import prange
+
+from ....errors import UnsupportedOpError
+from ..registry import BoundNode, register
+from .blas import SGEMM_ADDRESS, sgemm
+from .common import block, kernel, launch, parallel_kernel, row_index, scalar
+from .fp16 import load, store
+from .matmul import to_f32_par, to_f32_rows
+
+DIRECT_MAX_CHANNELS = 4
+
+
+@scalar
+def fill_patch(row, b, n, oh, ow, kh_n, kw_n, s0, s1, p0, p1, d0, d1):
+    """row[ic * KH * KW + kh * KW + kw] = b[n, ic, oh * s1 + kh * d1 - p1, ow * s0 + kw * d0 - p0] (0 outside)."""
+    ic_n, ih_n, iw_n = b.shape[1], b.shape[2], b.shape[3]
+    zero = store(np.float32(0.0), row.dtype)
+    i = 0
+    for ic in range(ic_n):
+        for kh in range(kh_n):
+            iy = oh * s1 + kh * d1 - p1
+            for kw in range(kw_n):
+                ix = ow * s0 + kw * d0 - p0
+                if 0 <= iy < ih_n and 0 <= ix < iw_n:
+                    row[i] = store(load(b[n, ic, iy, ix]), row.dtype)
+                else:
+                    row[i] = zero
+                i += 1
+
+
+@kernel
+def im2col_rows(d, b, kh_n, kw_n, s0, s1, p0, p1, d0, d1, ith, nth):
+    """d (N, OH, OW, IC * KH * KW) = the patches of b (N, IC, IH, IW); rows split over workers."""
+    n_n, oh_n, ow_n = d.shape[0], d.shape[1], d.shape[2]
+    r0, r1 = block(n_n * oh_n * ow_n, ith, nth)
+    for r in range(r0, r1):
+        n, oh, ow = row_index(r, oh_n, ow_n)
+        fill_patch(d[n, oh, ow], b, n, oh, ow, kh_n, kw_n, s0, s1, p0, p1, d0, d1)
+
+
+@parallel_kernel
+def im2col_par(d, b, kh_n, kw_n, s0, s1, p0, p1, d0, d1, nth):
+    for ith in prange(nth):
+        im2col_rows(d, b, kh_n, kw_n, s0, s1, p0, p1, d0, d1, ith, nth)
+
+
+@kernel
+def conv_im2col_rows(fn, d, a, b, cols, chunk, s0, s1, p0, p1, d0, d1, ith, nth):
+    """Worker ith's output positions, `chunk` at a time: unfold them into its part of `cols` (float32,
+    chunk * K per worker), then d[n, :, positions] = a (OC, K) @ cols^T by sgemm. a is contiguous F32."""
+    n_n, oc_n, oh_n, ow_n = d.shape
+    kh_n, kw_n = a.shape[2], a.shape[3]
+    k = a.shape[1] * kh_n * kw_n
+    plane = oh_n * ow_n
+    mine = cols[ith * chunk * k:(ith + 1) * chunk * k]
+    work = np.empty(10, np.int32)
+    q0, q1 = block(n_n * plane, ith, nth)
+    q = q0
+    while q < q1:
+        n = q // plane
+        pos = q - n * plane
+        m = min(q1 - q, chunk, plane - pos)
+        for j in range(m):
+            fill_patch(mine[j * k:(j + 1) * k], b, n, (pos + j) // ow_n, (pos + j) % ow_n, kh_n, kw_n,
+                       s0, s1, p0, p1, d0, d1)
+        sgemm(fn, work, True, False, m, oc_n, k, mine.ctypes.data, k, a.ctypes.data, k,
+              d[n].ctypes.data + pos * 4, plane)
+        q += m
+
+
+@parallel_kernel
+def conv_im2col_par(fn, d, a, b, cols, chunk, s0, s1, p0, p1, d0, d1, nth):
+    for ith in prange(nth):
+        conv_im2col_rows(fn, d, a, b, cols, chunk, s0, s1, p0, p1, d0, d1, ith, nth)
+
+
+@kernel
+def conv_1x1_rows(fn, d, a, b, trans_x, ldx, step, nsplit, ith, nth):
+    """d[n] (OC, P) = a (OC, IC) @ x_n (IC, P), x_n = image n of b read in place: position p, channel c at
+    byte p * step + c * ldx * 4 (trans_x False) or p * ldx * 4 + c * 4 (trans_x True); P = H * W.
+    Tasks (image, block of positions) ith, ith + nth, ... of N * nsplit."""
+    n_n, oc_n, oh_n, ow_n = d.shape
+    ic_n = a.shape[1]
+    plane = oh_n * ow_n
+    work = np.empty(10, np.int32)
+    for t in range(ith, n_n * nsplit, nth):
+        n = t // nsplit
+        p0, p1 = block(plane, t % nsplit, nsplit)
+        if p1 > p0:
+            sgemm(fn, work, trans_x, False, p1 - p0, oc_n, ic_n, b[n].ctypes.data + p0 * step, ldx,
+                  a.ctypes.data, ic_n, d[n].ctypes.data + p0 * 4, plane)
+
+
+@parallel_kernel
+def conv_1x1_par(fn, d, a, b, trans_x, ldx, step, nsplit, nth):
+    for ith in prange(nth):
+        conv_1x1_rows(fn, d, a, b, trans_x, ldx, step, nsplit, ith, nth)
+
+
+@kernel
+def conv_direct_rows(d, a, b, s0, s1, p0, p1, d0, d1, ith, nth):
+    """d[n, oc, oh, :] = sum over ic, kh, kw of a[oc, ic, kh, kw] * (shifted, strided row of b); output rows
+    (n, oc, oh) split over workers."""
+    n_n, oc_n, oh_n, ow_n = d.shape
+    ic_n, kh_n, kw_n = a.shape[1], a.shape[2], a.shape[3]
+    ih_n, iw_n = b.shape[2], b.shape[3]
+    r0, r1 = block(n_n * oc_n * oh_n, ith, nth)
+    for r in range(r0, r1):
+        n, oc, oh = row_index(r, oc_n, oh_n)
+        drow = d[n, oc, oh]
+        drow[:] = 0.0
+        for ic in range(ic_n):
+            for kh in range(kh_n):
+                iy = oh * s1 + kh * d1 - p1
+                if iy < 0 or iy >= ih_n:
+                    continue
+                brow = b[n, ic, iy]
+                for kw in range(kw_n):
+                    w = load(a[oc, ic, kh, kw])
+                    off = kw * d0 - p0
+                    lo = max(0, (s0 - 1 - off) // s0)
+                    hi = min(ow_n, (iw_n - 1 - off) // s0 + 1)
+                    if hi <= lo:
+                        continue
+                    dv = drow[lo:hi]
+                    start = lo * s0 + off
+                    for j in range(hi - lo):
+                        dv[j] += w * load(brow[start + j * s0])
+
+
+@parallel_kernel
+def conv_direct_par(d, a, b, s0, s1, p0, p1, d0, d1, nth):
+    for ith in prange(nth):
+        conv_direct_rows(d, a, b, s0, s1, p0, p1, d0, d1, ith, nth)
+
+
+# -- shapes as the kernels see them -------------------------------------------------------------------------
+def _as_2d(node, arrays):
+    """(d, a, b) as 4-d conv_2d arrays: conv_1d's (1, N, OC, OL), (1, OC, IC, K), (1, N, IC, L) get a unit
+    height axis."""
+    if node.op == "conv_2d":
+        return arrays
+    out = []
+    for arr in arrays:
+        _, x, y, z = arr.shape
+        out.append(np.lib.stride_tricks.as_strided(arr, (x, y, 1, z), (arr.strides[1], arr.strides[2],
+                                                                        arr.strides[3] * z, arr.strides[3])))
+    return out
+
+
+def _geometry(node):
+    """(N, OC, OH, OW, IC, KH, KW) of a conv_1d/conv_2d node."""
+    a = node.src[0]
+    if node.op == "conv_2d":
+        return node.ne[3], node.ne[2], node.ne[1], node.ne[0], a.ne[2], a.ne[1], a.ne[0]
+    return node.ne[2], node.ne[1], 1, node.ne[0], a.ne[1], 1, a.ne[0]
+
+
+def _params(node):
+    p = node.op_params
+    return p["s0"], p["s1"], p["p0"], p["p1"], p["d0"], p["d1"]
+
+
+def _aligned(n: int) -> int:
+    return (n + 63) // 64 * 64
+
+
+def _is_1x1(node) -> bool:
+    _, _, _, _, _, kh, kw = _geometry(node)
+    return kh == 1 and kw == 1 and _params(node) == (1, 1, 0, 0, 1, 1)
+
+
+def _b_layout(node):
+    """How sgemm reads image n of the input in place, as (trans_x, ldx, step bytes per position), or None:
+    positions (h, w) must collapse to one stride, and positions or channels must be unit stride."""
+    b = node.src[1]
+    if b.type.size != 4:
+        return None
+    if node.op == "conv_2d":
+        (w, h, c, _), (sw, sh, sc, _) = b.ne, b.nb
+    else:
+        (w, c, _, _), (sw, sc, _, _) = b.ne, b.nb
+        h, sh = 1, sw * w
+    if not (h == 1 or w == 1 or sh == w * sw):
+        return None
+    step = sw if w > 1 else sh
+    plane = w * h
+    if (plane == 1 or step == 4) and (c == 1 or sc >= 4 * plane) and sc % 4 == 0:
+        return False, max(sc // 4, plane, 1), step
+    if (c == 1 or sc == 4) and (plane == 1 or step >= 4 * c) and step % 4 == 0:
+        return True, max(step // 4, c, 1), step
+    return None
+
+
+def _im2col_bytes(node) -> int:
+    n, _, oh, ow, ic, kh, kw = _geometry(node)
+    return n * oh * ow * ic * kh * kw * 4
+
+
+def _cols_bytes(node, budget: int) -> int:
+    """Bytes of the im2col matrix a node plans for: all of it, or what fits in `budget`, at least one row."""
+    _, _, _, ow, ic, kh, kw = _geometry(node)
+    return min(_im2col_bytes(node), max(budget, ow * ic * kh * kw * 4))
+
+
+def _kernel_f32_bytes(node) -> int:
+    a = node.src[0]
+    return _aligned(a.nelements * 4) if a.type.size != 4 else 0
+
+
+def _check_impl(node, impl):
+    if impl == "gemm_1x1" and not _is_1x1(node):
+        raise UnsupportedOpError(f"cpu: {node.op} '{node.name}' (kernel ne={node.src[0].ne}, params "
+                                 f"{node.op_params}) cannot run as gemm_1x1: it needs a 1x1 kernel, stride 1, "
+                                 "no padding and dilation 1")
+
+
+def conv_temp_size(node, impl, backend) -> int:
+    """im2col: the F32 kernel (F16 kernels) and the capped im2col matrix; gemm_1x1: the F32 kernel and, when
+    sgemm cannot read the input in place, a contiguous F32 copy of it; direct: none."""
+    _check_impl(node, impl)
+    if impl == "direct":
+        return 0
+    if impl == "gemm_1x1":
+        copy = _aligned(node.src[1].nelements * 4) if _b_layout(node) is None else 0
+        return _kernel_f32_bytes(node) + copy
+    wide = _kernel_f32_bytes(node)
+    return wide + _cols_bytes(node, backend.scratch_budget - wide)
+
+
+def conv_choose(node, backend) -> str:
+    """gemm_1x1 for pointwise convolutions, direct for few input channels, else im2col."""
+    if _is_1x1(node):
+        return "gemm_1x1"
+    if _geometry(node)[4] <= DIRECT_MAX_CHANNELS:
+        return "direct"
+    return "im2col"
+
+
+def conv_name(node, impl) -> str:
+    """e.g. conv2d_im2col(tiles=3): tiles at the default scratch budget (the name cannot see the backend)."""
+    from ..backend import DEFAULT_SCRATCH_BUDGET      # backend.py imports the kernels
+    prefix = "conv1d_" if node.op == "conv_1d" else "conv2d_"
+    if impl != "im2col":
+        return prefix + impl
+    full = _im2col_bytes(node)
+    tiles = -(-full // _cols_bytes(node, DEFAULT_SCRATCH_BUDGET - _kernel_f32_bytes(node)))
+    return prefix + f"im2col(tiles={tiles})"
+
+
+def _widen(b: BoundNode, arr, temp_offset):
+    """(contiguous F32 copy of arr in the temp block, the launch that fills it, next temp offset)."""
+    wide = b.temp[temp_offset:temp_offset + arr.size * 4].view(np.float32).reshape(arr.shape)
+    return wide, launch(to_f32_rows, to_f32_par, (wide, arr), b.threads_for(arr.size)), \
+        temp_offset + _aligned(arr.size * 4)
+
+
+def _then(prepare, run):
+    if not prepare:
+        return run
+
+    def run_prepared():
+        for step in prepare:
+            step()
+        run()
+    return run_prepared
+
+
+@register("conv_2d", "conv_1d", temp_size=conv_temp_size, name=conv_name, blas=True,
+          impls=("im2col", "gemm_1x1", "direct"), choose=conv_choose)
+def bind_conv(b: BoundNode):
+    node, impl = b.node, b.impl
+    _check_impl(node, impl)
+    d, a, x = _as_2d(node, [b.dst, b.srcs[0], b.srcs[1]])
+    if d.size == 0:
+        return None
+    s0, s1, p0, p1, d0, d1 = _params(node)
+    k = a.shape[1] * a.shape[2] * a.shape[3]
+    flops = 2 * d.size * k
+    nth = max(1, min(b.n_threads, flops // (1 << 18)))
+    if impl == "direct":
+        return launch(conv_direct_rows, conv_direct_par, (d, a, x, s0, s1, p0, p1, d0, d1),
+                      b.threads_for(flops // 2, 1 << 16))
+    prepare, offset = [], 0
+    if a.dtype != np.float32:
+        a, step, offset = _widen(b, a, offset)
+        prepare.append(step)
+    if impl == "gemm_1x1":
+        layout = _b_layout(node)
+        if layout is None:
+            x, step, offset = _widen(b, x, offset)
+            prepare.append(step)
+            layout = (False, x.shape[2] * x.shape[3], 4)
+        trans_x, ldx, step_bytes = layout
+        nmat = d.shape[0]
+        nsplit = max(1, -(-nth // nmat)) if nmat < nth else 1
+        return _then(prepare, launch(conv_1x1_rows, conv_1x1_par,
+                                     (SGEMM_ADDRESS, d, a, x, trans_x, ldx, step_bytes, nsplit), nth))
+    cols = b.temp[offset:].view(np.float32)
+    nth = max(1, min(nth, cols.size // k))
+    chunk = cols.size // (k * nth)
+    return _then(prepare, launch(conv_im2col_rows, conv_im2col_par,
+                                 (SGEMM_ADDRESS, d, a, x, cols, chunk, s0, s1, p0, p1, d0, d1), nth))
+
+
+def _im2col_as_2d(node, d, x):
+    """The im2col node's output as (N, OH, OW, K) and input as (N, IC, IH, IW) (1-D: unit height)."""
+    if node.op_params["is_2D"]:
+        return d, x
+    _, n, ol, k = d.shape
+    d4 = np.lib.stride_tricks.as_strided(d, (n, 1, ol, k), (d.strides[1], d.strides[1], d.strides[2], d.strides[3]))
+    _, n, ic, il = x.shape
+    x4 = np.lib.stride_tricks.as_strided(x, (n, ic, 1, il), (x.strides[1], x.strides[2], x.strides[3] * il,
+                                                             x.strides[3]))
+    return d4, x4
+
+
+@register("im2col")
+def bind_im2col(b: BoundNode):
+    node = b.node
+    d, x = _im2col_as_2d(node, b.dst, b.srcs[1])
+    a = node.src[0]
+    kh, kw = (a.ne[1], a.ne[0]) if node.op_params["is_2D"] else (1, a.ne[0])
+    s0, s1, p0, p1, d0, d1 = _params(node)
+    if d.size == 0:
+        return None
+    return launch(im2col_rows, im2col_par, (d, x, kh, kw, s0, s1, p0, p1, d0, d1), b.threads_for(d.size))

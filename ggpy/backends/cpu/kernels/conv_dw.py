@@ -75,27 +75,29 @@ def dw_taps(wt, a):
 
 @kernel
 def dw_cwhn(d, wt, b, s0, s1, p0, p1, d0, d1, ith, nth):
-    """d (N, OH, OW, C) = b (N, H, W, C) convolved per channel with wt (KH, KW, C); channels innermost."""
-    oh, ow = d.shape[1], d.shape[2]
+    """d (N, OH, OW, C) = b (N, H, W, C) convolved per channel with wt (KH, KW, C); channels innermost.
+    Each output row (OW, C) is accumulated tap by tap over the pixels the tap reaches."""
+    oh, ow, nc = d.shape[1], d.shape[2], d.shape[3]
     h, w = b.shape[1], b.shape[2]
     kh, kw = wt.shape[0], wt.shape[1]
     r0, r1 = block(d.shape[0] * oh, ith, nth)
     for r in range(r0, r1):
         n, oy = r // oh, r % oh
-        for ox in range(ow):
-            dv = d[n, oy, ox]
-            dv[:] = _ZERO
-            for ky in range(kh):
-                iy = oy * s1 + ky * d1 - p1
-                if iy < 0 or iy >= h:
-                    continue
-                for kx in range(kw):
-                    ix = ox * s0 + kx * d0 - p0
-                    if ix < 0 or ix >= w:
-                        continue
-                    bv = b[n, iy, ix]
-                    wv = wt[ky, kx]
-                    for c in range(dv.size):
+        drow = d[n, oy]
+        drow[:] = _ZERO
+        for ky in range(kh):
+            iy = oy * s1 + ky * d1 - p1
+            if iy < 0 or iy >= h:
+                continue
+            brow = b[n, iy]
+            for kx in range(kw):
+                x0, x1 = _tap_range(ow, w, kx * d0 - p0, s0)
+                ix0 = x0 * s0 + kx * d0 - p0
+                wv = wt[ky, kx]
+                for j in range(x1 - x0):
+                    dv = drow[x0 + j]
+                    bv = brow[ix0 + j * s0]
+                    for c in range(nc):
                         dv[c] += wv[c] * load(bv[c])
 
 

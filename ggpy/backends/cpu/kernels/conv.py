@@ -31,17 +31,21 @@ def fill_patch(row, b, n, oh, ow, kh_n, kw_n, s0, s1, p0, p1, d0, d1):
     """row[ic * KH * KW + kh * KW + kw] = b[n, ic, oh * s1 + kh * d1 - p1, ow * s0 + kw * d0 - p0] (0 outside)."""
     ic_n, ih_n, iw_n = b.shape[1], b.shape[2], b.shape[3]
     zero = store(np.float32(0.0), row.dtype)
-    i = 0
+    x0 = ow * s0 - p0
+    kw_lo = min(kw_n, max(0, (d0 - 1 - x0) // d0))
+    kw_hi = max(kw_lo, min(kw_n, (iw_n - 1 - x0) // d0 + 1))
     for ic in range(ic_n):
         for kh in range(kh_n):
             iy = oh * s1 + kh * d1 - p1
-            for kw in range(kw_n):
-                ix = ow * s0 + kw * d0 - p0
-                if 0 <= iy < ih_n and 0 <= ix < iw_n:
-                    row[i] = store(load(b[n, ic, iy, ix]), row.dtype)
-                else:
-                    row[i] = zero
-                i += 1
+            out = row[(ic * kh_n + kh) * kw_n:(ic * kh_n + kh + 1) * kw_n]
+            if iy < 0 or iy >= ih_n:
+                out[:] = zero
+                continue
+            out[:kw_lo] = zero
+            out[kw_hi:] = zero
+            src = b[n, ic, iy]
+            for kw in range(kw_lo, kw_hi):
+                out[kw] = store(load(src[x0 + kw * d0]), row.dtype)
 
 
 @kernel

@@ -68,13 +68,14 @@ def test_big_image_scratch_stays_under_budget():
 
 def test_default_choice_and_names():
     backend = ggpy.CPUBackend(n_threads=2)
-    for ne_a, ne_b, params, name in [((3, 3, 3, 8), (16, 16, 3, 1), {}, "conv2d_direct"),
+    for ne_a, ne_b, params, name in [((2, 2, 1, 8), (16, 16, 1, 1), {}, "conv2d_direct"),
+                                     ((3, 3, 3, 8), (16, 16, 3, 1), {}, "conv2d_im2col(tiles=1)"),
                                      ((1, 1, 16, 8), (16, 16, 16, 1), {}, "conv2d_gemm_1x1"),
                                      ((3, 3, 16, 8), (16, 16, 16, 1), {"p0": 1}, "conv2d_im2col(tiles=1)")]:
         graph, plan, out = _plan(backend, ne_a, ne_b, **params)
         assert backend.kernel_name(out) == name
         assert name in plan.report()
-    assert backend.temp_size(_plan(backend, (3, 3, 3, 8), (16, 16, 3, 1))[2]) == 0
+    assert backend.temp_size(_plan(backend, (2, 2, 1, 8), (16, 16, 1, 1))[2]) == 0
 
 
 def test_gemm_1x1_refuses_other_kernels():

@@ -21,8 +21,10 @@ def test_kernel_larger_than_padded_input(ctx):
         ops.conv_2d(a, b, p0=1, d1=4)
 
 
-@pytest.mark.parametrize("params, what", [({"s0": 0}, "stride s0=0"), ({"s1": -1}, "stride s1=-1"),
-                                          ({"d0": 0}, "dilation d0=0"), ({"p1": -1}, "padding p1=-1"),
+@pytest.mark.parametrize("params, what", [({"s0": 0}, "stride s0 must be an int >= 1, got 0"),
+                                          ({"s1": -1}, "stride s1 must be an int >= 1, got -1"),
+                                          ({"d0": 0}, "dilation d0 must be an int >= 1, got 0"),
+                                          ({"p1": -1}, "padding p1 must be an int >= 0, got -1"),
                                           ({"s0": 1.5}, "s0 must be an int")])
 def test_bad_parameters(ctx, params, what):
     a = ctx.new_tensor(ggpy.F32, (3, 3, 2, 4))
@@ -58,6 +60,6 @@ def test_conv_1d_shapes(ctx):
         ops.conv_1d(a, ctx.new_tensor(ggpy.F32, (3, 2, 1)))
     with pytest.raises(ShapeError, match="conv_1d: 'b' .* must be 3-d"):
         ops.conv_1d(a, ctx.new_tensor(ggpy.F32, (9, 2, 1, 2)))
-    with pytest.raises(ShapeError, match="conv_1d: stride s0=0"):
+    with pytest.raises(ShapeError, match="conv_1d: stride s0 must be an int >= 1, got 0"):
         ops.conv_1d(a, ctx.new_tensor(ggpy.F32, (9, 2, 1)), s0=0)
     assert ops.conv_1d(a, ctx.new_tensor(ggpy.F32, (9, 2, 5)), 2, 1, 2).ne == (3, 3, 5, 1)

@@ -34,6 +34,17 @@ def can_repeat(small: Tensor, big: Tensor) -> bool:
     return all(s > 0 and b % s == 0 for s, b in zip(small.ne, big.ne)) or big.nelements == 0
 
 
+def check_int(op: str, name: str, value, minimum: int, context: str = "") -> int:
+    """`value` as an int, or a ShapeError saying the op, the argument, what was given and the minimum."""
+    try:
+        ok = not isinstance(value, bool) and int(value) == value and value >= minimum
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ShapeError(f"{op}: {name} must be an int >= {minimum}, got {value!r}" + (f" ({context})" if context else ""))
+    return int(value)
+
+
 def check_contiguous(op: str, t: Tensor, what: str = "a"):
     if not t.is_contiguous():
         raise ShapeError(f"{op}: '{what}' must be contiguous (ne={t.ne}, nb={t.nb}); use ggpy.cont() first")

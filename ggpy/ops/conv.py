@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..errors import ShapeError
 from ..types import F16, F32
-from ._common import check_float, check_tensor, new_node
+from ._common import check_float, check_int, check_tensor, new_node
 
 __all__ = ["im2col", "conv_1d", "conv_2d"]
 
@@ -19,16 +19,9 @@ def conv_out_size(n: int, k: int, s: int, p: int, d: int) -> int:
 
 def _check_params(op: str, **params) -> dict:
     """Strides and dilations >= 1, paddings >= 0, all ints; returns them as ints."""
-    out = {}
-    for name, v in params.items():
-        if isinstance(v, bool) or int(v) != v:
-            raise ShapeError(f"{op}: {name} must be an int, got {v!r}")
-        low = 0 if name[0] == "p" else 1
-        if v < low:
-            what = "padding" if low == 0 else ("stride" if name[0] == "s" else "dilation")
-            raise ShapeError(f"{op}: {what} {name}={v} must be >= {low}")
-        out[name] = int(v)
-    return out
+    kinds = {"s": "stride", "p": "padding", "d": "dilation"}
+    return {name: check_int(op, f"{kinds[name[0]]} {name}", v, 0 if name[0] == "p" else 1)
+            for name, v in params.items()}
 
 
 def _out_size(op: str, axis: str, n: int, k: int, s: int, p: int, d: int) -> int:

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 from ..errors import ShapeError
 from ..types import F32
-from ._common import check_float, new_node
+from ._common import check_float, check_int, new_node
 
 __all__ = ["conv_2d_dw", "conv_transpose_2d"]
-
-
-def _check_ints(op: str, shapes: str, minimum: int, **values):
-    for name, v in values.items():
-        if int(v) != v or v < minimum:
-            raise ShapeError(f"{op}: {name} must be an int >= {minimum}, got {v!r} ({shapes})")
 
 
 def is_contiguous_channels(t) -> bool:
@@ -31,8 +25,8 @@ def conv_2d_dw(a, b, s0=1, s1=1, p0=0, p1=0, d0=1, d1=1):
     op = "conv_2d_dw"
     check_float(op, a, b)
     shapes = f"a ne={a.ne}, b ne={b.ne}"
-    _check_ints(op, shapes, 1, s0=s0, s1=s1, d0=d0, d1=d1)
-    _check_ints(op, shapes, 0, p0=p0, p1=p1)
+    for name, v in dict(s0=s0, s1=s1, d0=d0, d1=d1, p0=p0, p1=p1).items():
+        check_int(op, name, v, 0 if name[0] == "p" else 1, shapes)
     kw, kh, one, c = a.ne
     if one != 1 or c != b.ne[2] or kw < 1 or kh < 1:
         raise ShapeError(f"{op}: {shapes}; expected a.ne = (KW, KH, 1, C) with C = b.ne[2] = {b.ne[2]}")
@@ -58,7 +52,7 @@ def conv_transpose_2d(a, b, stride: int):
     op = "conv_transpose_2d"
     check_float(op, a, b)
     shapes = f"a ne={a.ne}, b ne={b.ne}"
-    _check_ints(op, shapes, 1, stride=stride)
+    check_int(op, "stride", stride, 1, shapes)
     if a.ne[3] != b.ne[2] or a.ne[0] < 1 or a.ne[1] < 1:
         raise ShapeError(f"{op}: {shapes}; expected a.ne = (KW, KH, Cout, Cin) with KW, KH >= 1 and "
                          f"Cin = b.ne[2] = {b.ne[2]}")

@@ -3,18 +3,12 @@ from __future__ import annotations
 
 from ..errors import ShapeError
 from ..types import F32
-from ._common import check_float, new_node
+from ._common import check_float, check_int, new_node
 
 __all__ = ["pool_2d", "upscale", "interpolate"]
 
 POOL_OPS = ("max", "avg")
 MODES = ("nearest", "bilinear")
-
-
-def _int(op: str, what: str, v, low: int, a) -> int:
-    if isinstance(v, bool) or int(v) != v or v < low:
-        raise ShapeError(f"{op}: {what} must be an int >= {low}, got {v!r} (a ne={a.ne})")
-    return int(v)
 
 
 def pool_2d(a, op, k0: int, k1: int, s0: int, s1: int, p0: int = 0, p1: int = 0):
@@ -28,9 +22,9 @@ def pool_2d(a, op, k0: int, k1: int, s0: int, s1: int, p0: int = 0, p1: int = 0)
     check_float("pool_2d", a)
     if op not in POOL_OPS:
         raise ShapeError(f"pool_2d: op must be one of {POOL_OPS}, got {op!r} (a ne={a.ne})")
-    k0, k1 = _int("pool_2d", "k0", k0, 1, a), _int("pool_2d", "k1", k1, 1, a)
-    s0, s1 = _int("pool_2d", "s0", s0, 1, a), _int("pool_2d", "s1", s1, 1, a)
-    p0, p1 = _int("pool_2d", "p0", p0, 0, a), _int("pool_2d", "p1", p1, 0, a)
+    where = f"a ne={a.ne}"
+    k0, k1, s0, s1 = (check_int("pool_2d", n, v, 1, where) for n, v in (("k0", k0), ("k1", k1), ("s0", s0), ("s1", s1)))
+    p0, p1 = (check_int("pool_2d", n, v, 0, where) for n, v in (("p0", p0), ("p1", p1)))
     w, h = a.ne[0] + 2 * p0, a.ne[1] + 2 * p1
     if k0 > w or k1 > h:
         raise ShapeError(f"pool_2d: kernel {k0}x{k1} is larger than the padded input {w}x{h} "
@@ -52,7 +46,7 @@ def interpolate(a, ne0: int, ne1: int, ne2: int, ne3: int, mode: str = "nearest"
         raise ShapeError(f"interpolate: mode must be one of {MODES}, got {mode!r} (a ne={a.ne})")
     if align_corners and mode != "bilinear":
         raise ShapeError(f"interpolate: align_corners needs mode 'bilinear', got mode {mode!r} (a ne={a.ne})")
-    ne = tuple(_int("interpolate", f"ne{i}", n, 1, a) for i, n in enumerate((ne0, ne1, ne2, ne3)))
+    ne = tuple(check_int("interpolate", f"ne{i}", n, 1, f"a ne={a.ne}") for i, n in enumerate((ne0, ne1, ne2, ne3)))
     return new_node("upscale", a.type, ne, [a], {"mode": mode, "align_corners": bool(align_corners)})
 
 
@@ -60,5 +54,5 @@ def upscale(a, scale_factor: int, mode: str = "nearest", align_corners: bool = F
     """`a` with dims 0 and 1 multiplied by the int `scale_factor`, as ggml_upscale: a.ne = (W, H, C, N) ->
     ne = (W * f, H * f, C, N), a's type. `mode` and `align_corners` as for interpolate."""
     check_float("upscale", a)
-    f = _int("upscale", "scale_factor", scale_factor, 1, a)
+    f = check_int("upscale", "scale_factor", scale_factor, 1, f"a ne={a.ne}")
     return interpolate(a, a.ne[0] * f, a.ne[1] * f, a.ne[2], a.ne[3], mode, align_corners)

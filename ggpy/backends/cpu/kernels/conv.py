@@ -6,9 +6,9 @@ chosen per node (or forced with CPUBackend(force={"conv_2d": impl})):
 
 im2col    each worker unfolds a chunk (at most IM2COL_CHUNK) of its output positions into its share of the
           temp block (IC * KH * KW rows of positions, filled by runs of output rows) and multiplies it with
-          the kernel by single-threaded BLAS sgemm (no transposed operand); the
-          temp block is capped by backend.scratch_budget (at least one output row), so big images are
-          done in several tiles.
+          the kernel by single-threaded BLAS sgemm (no transposed operand). The temp block holds what the
+          workers unfold at once (n_threads chunks), capped by backend.scratch_budget (at least one
+          position), so scratch stays small however large the image.
 gemm_1x1  1x1 kernel, stride 1, no padding: sgemm reads the input in place as (H * W, IC) per image.
 direct    sliding-window sums, no scratch: chosen only when a patch has at most DIRECT_MAX_PATCH values
           (IC * KH * KW), too few for a GEMM; measured 3-4x slower than im2col on a 3x3 RGB stem.
@@ -262,10 +262,12 @@ def _im2col_bytes(node) -> int:
     return n * oh * ow * ic * kh * kw * 4
 
 
-def _cols_bytes(node, budget: int) -> int:
-    """Bytes of the im2col matrix a node plans for: all of it, or what fits in `budget`, at least one row."""
-    _, _, _, ow, ic, kh, kw = _geometry(node)
-    return min(_im2col_bytes(node), max(budget, ow * ic * kh * kw * 4))
+def _cols_bytes(node, budget: int, n_threads: int) -> int:
+    """Bytes of the im2col matrix a node plans for: what its workers unfold at once (n_threads chunks of
+    IM2COL_CHUNK positions), never more than the whole matrix, capped by `budget` (at least one position)."""
+    _, _, _, _, ic, kh, kw = _geometry(node)
+    k_bytes = ic * kh * kw * 4
+    return min(_im2col_bytes(node), max(min(budget, n_threads * IM2COL_CHUNK * k_bytes), k_bytes))
 
 
 def _kernel_f32_bytes(node) -> int:
@@ -290,7 +292,7 @@ def conv_temp_size(node, impl, backend) -> int:
         copy = _aligned(node.src[1].nelements * 4) if _b_layout(node) is None else 0
         return _kernel_f32_bytes(node) + copy
     wide = _kernel_f32_bytes(node)
-    return wide + _cols_bytes(node, backend.scratch_budget - wide)
+    return wide + _cols_bytes(node, backend.scratch_budget - wide, backend.n_threads)
 
 
 def conv_choose(node, backend) -> str:
@@ -304,14 +306,8 @@ def conv_choose(node, backend) -> str:
 
 
 def conv_name(node, impl) -> str:
-    """e.g. conv2d_im2col(tiles=3): tiles at the default scratch budget (the name cannot see the backend)."""
-    from ..backend import DEFAULT_SCRATCH_BUDGET      # backend.py imports the kernels
-    prefix = "conv1d_" if node.op == "conv_1d" else "conv2d_"
-    if impl != "im2col":
-        return prefix + impl
-    full = _im2col_bytes(node)
-    tiles = -(-full // _cols_bytes(node, DEFAULT_SCRATCH_BUDGET - _kernel_f32_bytes(node)))
-    return prefix + f"im2col(tiles={tiles})"
+    """e.g. conv2d_im2col, conv1d_gemm_1x1."""
+    return ("conv1d_" if node.op == "conv_1d" else "conv2d_") + impl
 
 
 def _widen(b: BoundNode, arr, temp_offset):

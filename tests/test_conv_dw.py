@@ -221,5 +221,7 @@ def test_kernel_names():
     _, b = _cwhn_input(ctx, 8, 8, 4)
     assert backend.kernel_name(ggpy.conv_2d_dw(a, b)) == "conv_2d_dw_direct_cwhn"
     assert backend.kernel_name(ggpy.conv_2d_dw(a, _leaf(ctx, (8, 8, 4, 1)))) == "conv_2d_dw_direct"
+    _, b3 = _cwhn_input(ctx, 8, 8, 3)         # too few channels for the channel-vectorised kernel
+    assert backend.kernel_name(ggpy.conv_2d_dw(_leaf(ctx, (3, 3, 1, 3)), b3)) == "conv_2d_dw_direct"
     forced = ggpy.CPUBackend(n_threads=2, force={"conv_2d_dw": "im2col"})
     assert forced.kernel_name(ggpy.conv_2d_dw(a, b)) == "conv_2d_dw_im2col"

@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..registry import BoundNode, register
-from .common import block, kernel, parallel_kernel, row_index
+from .common import block, kernel, launch, parallel_kernel, row_index
 from .fp16 import load, store
 from .reduce import row_sum
 
@@ -74,9 +74,7 @@ def bind_norm(b: BoundNode):
     serial, par = (norm_rows, norm_par) if b.node.op == "norm" else (rms_norm_rows, rms_norm_par)
     args = (b.dst, b.srcs[0], b.node.op_params["eps"])
     nth = b.threads_for(b.dst.size)
-    if nth == 1:
-        return lambda: serial(*args, 0, 1)
-    return lambda: par(*args, nth)
+    return launch(serial, par, args, nth)
 
 
 @kernel
@@ -124,6 +122,4 @@ def bind_group_norm(b: BoundNode):
     args = (d, b.srcs[0], per, p["eps"])
     units = d.shape[0] * ((d.shape[1] + per - 1) // per)
     nth = min(units, b.threads_for(d.size))
-    if nth == 1:
-        return lambda: group_norm_groups(*args, 0, 1)
-    return lambda: group_norm_par(*args, nth)
+    return launch(group_norm_groups, group_norm_par, args, nth)

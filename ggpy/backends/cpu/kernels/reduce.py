@@ -7,7 +7,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..registry import BoundNode, register
-from .common import block, kernel, parallel_kernel, row_index
+from .common import block, kernel, launch, parallel_kernel, row_index
 from .fp16 import load, store
 
 
@@ -78,9 +78,7 @@ def bind_sum_rows(b: BoundNode):
     d, x = b.dst, b.srcs[0]
     args = (d, x, float(x.shape[-1]) if b.node.op == "mean" else 1.0)
     nth = b.threads_for(x.size)
-    if nth == 1:
-        return lambda: sum_rows_rows(*args, 0, 1)
-    return lambda: sum_rows_par(*args, nth)
+    return launch(sum_rows_rows, sum_rows_par, args, nth)
 
 
 @kernel
@@ -111,6 +109,4 @@ def argmax_par(d, a, nth):
 def bind_argmax(b: BoundNode):
     d, x = b.dst, b.srcs[0]
     nth = b.threads_for(x.size)
-    if nth == 1:
-        return lambda: argmax_rows(d, x, 0, 1)
-    return lambda: argmax_par(d, x, nth)
+    return launch(argmax_rows, argmax_par, (d, x), nth)

@@ -12,7 +12,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from ..registry import BoundNode, register
-from .common import block, kernel, parallel_kernel, row_index
+from .common import block, kernel, launch, parallel_kernel, row_index
 from .fp16 import load, store
 from .mathfn import fast_exp
 
@@ -96,9 +96,7 @@ def bind_soft_max(b: BoundNode):
     slopes = alibi_slopes(d.shape[1], p["max_bias"])
     args = (d, x, m, slopes, np.float32(p["scale"]))
     nth = b.threads_for(d.size)
-    if nth == 1:
-        return lambda: soft_max_rows(*args, 0, 1)
-    return lambda: soft_max_par(*args, nth)
+    return launch(soft_max_rows, soft_max_par, args, nth)
 
 
 @kernel
@@ -131,6 +129,4 @@ def bind_diag_mask_inf(b: BoundNode):
     inplace = d.__array_interface__["data"][0] == x.__array_interface__["data"][0] and d.strides == x.strides
     args = (d, x, b.node.op_params["n_past"], not inplace)
     nth = b.threads_for(d.size)
-    if nth == 1:
-        return lambda: diag_mask_rows(*args, 0, 1)
-    return lambda: diag_mask_par(*args, nth)
+    return launch(diag_mask_rows, diag_mask_par, args, nth)

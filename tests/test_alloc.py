@@ -34,6 +34,16 @@ def mm64(a, b):
     return np.asarray(b, np.float64) @ np.asarray(a, np.float64).T
 
 
+def set_chain_inputs(rng, x, ws, x_shape, w_shape):
+    """Fresh random values for a chain's input x and weights ws; returns them as (xv, [wv, ...])."""
+    xv = rand(rng, x_shape)
+    wv = [rand(rng, w_shape) for _ in ws]
+    x.set(xv)
+    for w, v in zip(ws, wv):
+        w.set(v)
+    return xv, wv
+
+
 def close(got, ref, rtol=RTOL):
     ref = np.asarray(ref, dtype=np.float64)
     np.testing.assert_allclose(got.astype(np.float64), ref, rtol=rtol, atol=rtol * max(1.0, np.abs(ref).max()))
@@ -116,11 +126,7 @@ def test_intermediates_reuse_memory_after_their_last_use(placement_checker):
     leaf_bytes = sum(align_up(t.nbytes, 64) for t in graph.leafs)
     assert plan.peak_bytes == leaf_bytes + 2 * align_up(hs[0].nbytes, 64)
 
-    xv = rand(rng, (4, 8))
-    wv = [rand(rng, (8, 8)) for _ in ws]
-    x.set(xv)
-    for w, v in zip(ws, wv):
-        w.set(v)
+    xv, wv = set_chain_inputs(rng, x, ws, (4, 8), (8, 8))
     backend.compute(graph)
     ref = xv.astype(np.float64)
     for v in wv:
@@ -338,11 +344,7 @@ def test_outputs_are_never_freed(placement_checker):
         assert disjoint(h, hs[1])
     assert hs[4].offset == hs[2].offset               # the others still reuse memory
     assert position(graph, hs[1]) not in plan.released
-    xv = rand(rng, (4, 8))
-    wv = [rand(rng, (8, 8)) for _ in ws]
-    x.set(xv)
-    for w, v in zip(ws, wv):
-        w.set(v)
+    xv, wv = set_chain_inputs(rng, x, ws, (4, 8), (8, 8))
     backend.compute(graph)
     refs = []
     ref = xv.astype(np.float64)
@@ -416,11 +418,7 @@ def test_no_reuse_gives_every_tensor_its_own_bytes(placement_checker):
     assert plan.no_reuse_bytes - temp_bytes <= plan.peak_bytes <= plan.no_reuse_bytes   # temps aside: equal
     assert not plan.released
     rng = np.random.default_rng(11)
-    xv = rand(rng, (4, 8))
-    wv = [rand(rng, (8, 8)) for _ in ws]
-    x.set(xv)
-    for w, v in zip(ws, wv):
-        w.set(v)
+    xv, wv = set_chain_inputs(rng, x, ws, (4, 8), (8, 8))
     backend.compute(graph)
     ref = xv.astype(np.float64)
     for v, h in zip(wv, hs):
@@ -481,11 +479,7 @@ def test_plan_split_over_several_buffers_when_max_size_is_small(placement_checke
     assert all(b.size <= max_size for b in alloc.buffers)
     assert sum(plan.chunk_sizes) == plan.peak_bytes
     assert len({id(t.buffer) for t in graph.leafs + graph.nodes}) >= 5
-    xv = rand(rng, (8, 16))
-    wv = [rand(rng, (16, 16)) for _ in ws]
-    x.set(xv)
-    for w, v in zip(ws, wv):
-        w.set(v)
+    xv, wv = set_chain_inputs(rng, x, ws, (8, 16), (16, 16))
     backend.compute(graph)
     ref = xv.astype(np.float64)
     for v in wv:

@@ -23,7 +23,6 @@ F16 = GGType("f16", np.dtype(np.float16), 2)
 I32 = GGType("i32", np.dtype(np.int32), 4)
 
 ALL_TYPES = (F32, F16, I32)
-FLOAT_TYPES = (F32, F16)
 
 
 def type_of(value) -> GGType:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 from contextlib import nullcontext
 
 import numba
@@ -130,6 +131,18 @@ class CPUBackend(Backend):
         with single_threaded_blas() if uses_blas else nullcontext():
             for node, run in runs:
                 run()
+
+    def profile(self, graph) -> list:
+        """Run a planned graph like compute() and return [(node, seconds)] in evaluation order."""
+        runs, uses_blas = self._program(graph)
+        self._set_threads()
+        times = []
+        with single_threaded_blas() if uses_blas else nullcontext():
+            for node, run in runs:
+                t0 = time.perf_counter()
+                run()
+                times.append((node, time.perf_counter() - t0))
+        return times
 
     def synchronize(self):
         pass

@@ -180,6 +180,10 @@ def binary_rows(op, d, a, b, ith, nth):
         if nb0 == ne0:
             for i0 in range(ne0):
                 drow[i0] = store(f(load(arow[i0]), load(brow[i0])), dt)
+        elif nb0 == 1:
+            v = load(brow[0])
+            for i0 in range(ne0):
+                drow[i0] = store(f(load(arow[i0]), v), dt)
         else:
             for i0 in range(ne0):
                 drow[i0] = store(f(load(arow[i0]), load(brow[i0 % nb0])), dt)
@@ -211,6 +215,37 @@ def binary_flat_stream(op, d, a, b, ith, nth):
 def binary_flat_stream_par(op, d, a, b, nth):
     for ith in prange(nth):
         binary_flat_stream(op, d, a, b, ith, nth)
+
+
+@kernel
+def binary_rows_inplace(op, d, b, ith, nth):
+    """d = d (op) b row by row, b broadcast (one array read and written: the loop vectorises, which LLVM's
+    overlap check would refuse for d and a aliasing)."""
+    f = BINARY_FUNCS[op]
+    ne3, ne2, ne1, ne0 = d.shape
+    nb3, nb2, nb1, nb0 = b.shape
+    dt = d.dtype
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i3, i2, i1 = row_index(r, ne2, ne1)
+        drow = d[i3, i2, i1]
+        brow = b[i3 % nb3, i2 % nb2, i1 % nb1]
+        if nb0 == ne0:
+            for i0 in range(ne0):
+                drow[i0] = store(f(load(drow[i0]), load(brow[i0])), dt)
+        elif nb0 == 1:
+            v = load(brow[0])
+            for i0 in range(ne0):
+                drow[i0] = store(f(load(drow[i0]), v), dt)
+        else:
+            for i0 in range(ne0):
+                drow[i0] = store(f(load(drow[i0]), load(brow[i0 % nb0])), dt)
+
+
+@parallel_kernel
+def binary_rows_inplace_par(op, d, b, nth):
+    for ith in prange(nth):
+        binary_rows_inplace(op, d, b, ith, nth)
 
 
 @parallel_kernel
@@ -251,6 +286,23 @@ def unary_flat(op, p0, p1, d, a, ith, nth):
         d[i] = store(f(load(a[i]), p0, p1), dt)
 
 
+@kernel
+def unary_flat_inplace(op, p0, p1, d, ith, nth):
+    """d = f(d) on a flat contiguous array (in place: one array, so the loop vectorises)."""
+    f = UNARY_FUNCS[op]
+    dt = d.dtype
+    i0, i1 = block(d.size, ith, nth)
+    d = d[i0:i1]
+    for i in range(d.size):
+        d[i] = store(f(load(d[i]), p0, p1), dt)
+
+
+@parallel_kernel
+def unary_flat_inplace_par(op, p0, p1, d, nth):
+    for ith in prange(nth):
+        unary_flat_inplace(op, p0, p1, d, ith, nth)
+
+
 @parallel_kernel
 def unary_rows_par(op, p0, p1, d, a, nth):
     for ith in prange(nth):
@@ -267,12 +319,20 @@ def unary_flat_par(op, p0, p1, d, a, nth):
 def bind_binary(b: BoundNode):
     op = BINARY_CODES[b.node.op]
     d, x, y = b.dst, b.srcs[0], b.srcs[1]
+    if _same_memory(d, x) and not np.shares_memory(d, y):
+        return launch(binary_rows_inplace, binary_rows_inplace_par, (op, d, y), b.threads_for(d.size), constants=(0,))
     if x.shape == y.shape == d.shape and all(flat(t) is not None for t in (d, x, y)):
         if d.nbytes >= STREAM_MIN_BYTES and not _aliases(d, x, y):
             return launch(binary_flat_stream, binary_flat_stream_par, (op, flat(d), flat(x), flat(y)),
                           b.threads_for(d.size), constants=(0,))
         return launch(binary_flat, binary_flat_par, (op, flat(d), flat(x), flat(y)), b.threads_for(d.size), constants=(0,))
     return launch(binary_rows, binary_rows_par, (op, d, x, y), b.threads_for(d.size), constants=(0,))
+
+
+def _same_memory(d, a) -> bool:
+    """True when a is exactly d's memory (same start, shape and strides): an in-place node."""
+    return (d.ctypes.data == a.ctypes.data and d.shape == a.shape and d.strides == a.strides
+            and d.dtype == a.dtype)
 
 
 def _aliases(d, *srcs) -> bool:
@@ -296,6 +356,9 @@ def bind_unary(b: BoundNode):
     op = UNARY_CODES[b.node.op]
     p0, p1 = (np.float32(p) for p in _unary_params(b.node))
     d, x = b.dst, b.srcs[0]
+    if flat(d) is not None and _same_memory(d, x):
+        return launch(unary_flat_inplace, unary_flat_inplace_par, (op, p0, p1, flat(d)), b.threads_for(d.size),
+                      constants=(0,))
     if flat(d) is not None and flat(x) is not None:
         return launch(unary_flat, unary_flat_par, (op, p0, p1, flat(d), flat(x)), b.threads_for(d.size), constants=(0,))
     return launch(unary_rows, unary_rows_par, (op, p0, p1, d, x), b.threads_for(d.size), constants=(0,))

@@ -7,10 +7,11 @@ import ggpy
 from ggpy import ops
 from ggpy.errors import UnsupportedOpError
 from ggpy.test_backend_ops import run_case
-from ggpy.test_backend_ops.cases.conv import conv_2d_cases, cases
+from ggpy.test_backend_ops.cases.conv import cases, conv_2d_cases, winograd_cases
 
 GENERAL = conv_2d_cases(False)
 ONE_BY_ONE = conv_2d_cases(True)
+WINOGRAD = winograd_cases()
 CONV_1D = [c for c in cases() if c.op == "conv_1d"]
 
 
@@ -28,6 +29,18 @@ def test_general_impls(case, impl):
 @pytest.mark.parametrize("case", ONE_BY_ONE, ids=lambda c: c.id)
 def test_gemm_1x1(case):
     _check(case, ggpy.CPUBackend(n_threads=2, force={"conv_2d": "gemm_1x1"}))
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+@pytest.mark.parametrize("case", WINOGRAD, ids=lambda c: c.id)
+def test_winograd(case, n_threads):
+    _check(case, ggpy.CPUBackend(n_threads=n_threads, force={"conv_2d": "winograd"}))
+
+
+@pytest.mark.parametrize("case", WINOGRAD[::4], ids=lambda c: c.id)
+def test_winograd_tiny_budget(case):
+    """A budget below the transformed kernel: one tile per worker at a time, still correct."""
+    _check(case, ggpy.CPUBackend(n_threads=2, force={"conv_2d": "winograd"}, scratch_budget=64))
 
 
 @pytest.mark.parametrize("impl", ["im2col", "direct"])
@@ -84,24 +97,51 @@ def test_gemm_1x1_refuses_other_kernels():
         _plan(backend, (3, 3, 4, 4), (8, 8, 4, 1))
 
 
+@pytest.mark.parametrize("ne_a, params", [((3, 3, 4, 4), {"s0": 2}), ((3, 3, 4, 4), {"d1": 2}),
+                                          ((5, 3, 4, 4), {}), ((1, 1, 4, 4), {})])
+def test_winograd_refuses_other_kernels(ne_a, params):
+    backend = ggpy.CPUBackend(n_threads=2, force={"conv_2d": "winograd"})
+    with pytest.raises(UnsupportedOpError, match="winograd"):
+        _plan(backend, ne_a, (8, 8, 4, 1), **params)
+
+
+def test_winograd_scratch():
+    """The temp block holds the transformed kernel (16 x Cin x Cout floats) and stays under the budget."""
+    budget = 4 << 20
+    backend = ggpy.CPUBackend(n_threads=2, force={"conv_2d": "winograd"}, scratch_budget=budget)
+    graph, plan, out = _plan(backend, (3, 3, 160, 160), (64, 64, 160, 1), p0=1, p1=1)
+    assert 16 * 160 * 160 * 4 < out.temp[2] <= budget
+    assert "conv2d_winograd" in plan.report()
+
+
 def test_matches_torch():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(0)
     w = rng.standard_normal((12, 10, 3, 5)).astype(np.float32)     # (OC, IC, KH, KW)
     x = rng.standard_normal((2, 10, 21, 17)).astype(np.float32)    # (N, IC, H, W)
     for impl in ("im2col", "direct"):
-        backend = ggpy.CPUBackend(n_threads=2, force={"conv_2d": impl})
-        ctx = ggpy.Context()
-        a = ctx.new_tensor(ggpy.F32, (5, 3, 10, 12)).set_input()
-        b = ctx.new_tensor(ggpy.F32, (17, 21, 10, 2)).set_input()
-        out = ops.conv_2d(a, b, 2, 1, 2, 1, 1, 2)
-        graph = ggpy.Graph()
-        graph.build_forward_expand(out)
-        ggpy.GraphAllocator(backend).alloc_graph(graph)
-        a.set(w)
-        b.set(x)
-        backend.compute(graph)
-        want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=(1, 2), padding=(1, 2),
-                                          dilation=(2, 1)).numpy()
-        got = out.numpy().reshape(want.shape)
+        got, want = _conv_vs_torch(torch, impl, w, x, (2, 1, 2, 1, 1, 2))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    w3 = rng.standard_normal((12, 10, 3, 3)).astype(np.float32)
+    got, want = _conv_vs_torch(torch, "winograd", w3, x, (1, 1, 1, 2, 1, 1))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _conv_vs_torch(torch, impl, w, x, params):
+    """ggpy's conv_2d forced to `impl` and torch's conv2d of kernel w (OC, IC, KH, KW), input x (N, IC, H, W);
+    params (s0, s1, p0, p1, d0, d1)."""
+    s0, s1, p0, p1, d0, d1 = params
+    backend = ggpy.CPUBackend(n_threads=2, force={"conv_2d": impl})
+    ctx = ggpy.Context()
+    a = ctx.new_tensor(ggpy.F32, tuple(reversed(w.shape))).set_input()
+    b = ctx.new_tensor(ggpy.F32, tuple(reversed(x.shape))).set_input()
+    out = ops.conv_2d(a, b, *params)
+    graph = ggpy.Graph()
+    graph.build_forward_expand(out)
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    a.set(w)
+    b.set(x)
+    backend.compute(graph)
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=(s1, s0), padding=(p1, p0),
+                                      dilation=(d1, d0)).numpy()
+    return out.numpy().reshape(want.shape), want

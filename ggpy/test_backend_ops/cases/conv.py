@@ -23,6 +23,14 @@ CONV_2D = [  # (W, H, Cin, Cout, N, KW, KH, s0, s1, p0, p1, d0, d1)
     (11, 9, 7, 5, 2, 4, 2, 2, 3, 3, 1, 2, 2),
     (10, 9, 1, 4, 2, 2, 2, 1, 2, 1, 0, 1, 1),
 ]
+WINOGRAD = [  # 3x3, stride 1, dilation 1: (W, H, Cin, Cout, N, p0, p1); odd sizes, paddings 0-2, Cin != Cout
+    (9, 7, 3, 5, 1, 1, 1),
+    (8, 8, 16, 9, 2, 1, 1),
+    (13, 6, 5, 7, 1, 0, 0),
+    (7, 11, 6, 4, 2, 2, 1),
+    (3, 3, 4, 6, 1, 0, 2),
+    (20, 19, 24, 17, 1, 1, 0),
+]
 CONV_2D_1X1 = [  # (W, H, Cin, Cout, N)
     (7, 5, 6, 4, 1),
     (9, 3, 16, 11, 2),
@@ -50,6 +58,13 @@ def conv_2d_cases(one_by_one: bool):
     return out
 
 
+def winograd_cases():
+    """3x3 stride-1 conv_2d cases every implementation can run, Winograd's among them."""
+    return [_conv_2d(ta, how, w, h, ci, co, n, 3, 3, 1, 1, p0, p1, 1, 1)
+            for ta in (F32, F16) for how in ("cont", "permuted", "padded", "permuted3")
+            for w, h, ci, co, n, p0, p1 in WINOGRAD]
+
+
 def _im2col(ta, dst, is_2d, w, h, cin, n, kw, kh, s0, s1, p0, p1, d0, d1):
     params = f"{ta.name}->{dst.name},2D={is_2d},in=({w},{h},{cin},{n}),k=({kw},{kh}),s=({s0},{s1}),p=({p0},{p1}),d=({d0},{d1})"
     if is_2d:
@@ -68,7 +83,7 @@ def _conv_1d(ta, how, l, cin, cout, n, k, s0, p0, d0):
 
 
 def cases():
-    out = conv_2d_cases(False) + conv_2d_cases(True)
+    out = conv_2d_cases(False) + conv_2d_cases(True) + winograd_cases()
     for ta in (F32, F16):
         for dst in (F32, F16):
             out.append(_im2col(ta, dst, True, 10, 7, 3, 2, 3, 2, 2, 1, 1, 2, 1, 2))

@@ -1,7 +1,7 @@
 """im2col, conv_1d and conv_2d on the CPU.
 
 Arrays arrive in reversed ne order: kernel a (OC, IC, KH, KW), input b (N, IC, IH, IW) with any strides,
-output d (N, OC, OH, OW). conv_1d runs as conv_2d with KH = IH = 1. conv_2d has three implementations,
+output d (N, OC, OH, OW). conv_1d runs as conv_2d with KH = IH = 1. conv_2d has four implementations,
 chosen per node (or forced with CPUBackend(force={"conv_2d": impl})):
 
 im2col    each worker unfolds a chunk (at most IM2COL_CHUNK) of its output positions into its share of the
@@ -10,6 +10,7 @@ im2col    each worker unfolds a chunk (at most IM2COL_CHUNK) of its output posit
           workers unfold at once (n_threads chunks), capped by backend.scratch_budget (at least one
           position), so scratch stays small however large the image.
 gemm_1x1  1x1 kernel, stride 1, no padding: sgemm reads the input in place as (H * W, IC) per image.
+winograd  3x3 kernel, stride 1, dilation 1: Winograd F(2x2, 3x3), see conv_winograd.py.
 direct    sliding-window sums, no scratch: chosen only when a patch has at most DIRECT_MAX_PATCH values
           (IC * KH * KW), too few for a GEMM; measured 3-4x slower than im2col on a 3x3 RGB stem.
 An F16 kernel (or an input BLAS cannot read) is first widened to contiguous F32 in the temp block.
@@ -19,6 +20,7 @@ from numba import prange
 
 from ....errors import UnsupportedOpError
 from ..registry import BoundNode, register
+from . import conv_winograd
 from .blas import SGEMM_ADDRESS, sgemm
 from .common import block, kernel, launch, parallel_kernel, row_index, scalar
 from .fp16 import load, store
@@ -276,18 +278,22 @@ def _kernel_f32_bytes(node) -> int:
 
 
 def _check_impl(node, impl):
-    if impl == "gemm_1x1" and not _is_1x1(node):
+    needs = {"gemm_1x1": (_is_1x1, "a 1x1 kernel, stride 1, no padding and dilation 1"),
+             "winograd": (conv_winograd.fits, "conv_2d with a 3x3 kernel, stride 1 and dilation 1")}.get(impl)
+    if needs is not None and not needs[0](node):
         raise UnsupportedOpError(f"cpu: {node.op} '{node.name}' (kernel ne={node.src[0].ne}, params "
-                                 f"{node.op_params}) cannot run as gemm_1x1: it needs a 1x1 kernel, stride 1, "
-                                 "no padding and dilation 1")
+                                 f"{node.op_params}) cannot run as {impl}: it needs {needs[1]}")
 
 
 def conv_temp_size(node, impl, backend) -> int:
     """im2col: the F32 kernel (F16 kernels) and the capped im2col matrix; gemm_1x1: the F32 kernel and, when
-    sgemm cannot read the input in place, a contiguous F32 copy of it; direct: none."""
+    sgemm cannot read the input in place, a contiguous F32 copy of it; winograd: the transformed kernel and the
+    workers' tiles (conv_winograd.temp_size); direct: none."""
     _check_impl(node, impl)
     if impl == "direct":
         return 0
+    if impl == "winograd":
+        return conv_winograd.temp_size(node, backend.scratch_budget, backend.n_threads)
     if impl == "gemm_1x1":
         copy = _aligned(node.src[1].nelements * 4) if _b_layout(node) is None else 0
         return _kernel_f32_bytes(node) + copy
@@ -329,7 +335,7 @@ def _then(prepare, run):
 
 
 @register("conv_2d", "conv_1d", temp_size=conv_temp_size, name=conv_name, blas=True,
-          impls=("im2col", "gemm_1x1", "direct"), choose=conv_choose)
+          impls=("im2col", "gemm_1x1", "winograd", "direct"), choose=conv_choose)
 def bind_conv(b: BoundNode):
     node, impl = b.node, b.impl
     _check_impl(node, impl)
@@ -343,6 +349,8 @@ def bind_conv(b: BoundNode):
     if impl == "direct":
         return launch(conv_direct_rows, conv_direct_par, (d, a, x, s0, s1, p0, p1, d0, d1),
                       b.threads_for(flops // 2, 1 << 16))
+    if impl == "winograd":
+        return conv_winograd.bind(b, d, a, x, nth)
     prepare, offset = [], 0
     if a.dtype != np.float32:
         a, step, offset = _widen(b, a, offset)

@@ -6,12 +6,15 @@ import time
 from contextlib import nullcontext
 
 import numba
+import numpy as np
 
 from ...errors import AllocationError, UnsupportedOpError
 from ..base import Backend
 from . import kernels  # noqa: F401 - registers every kernel module
 from .buffer import HostBufferType
+from .fusion import find_fusions
 from .kernels.blas import single_threaded_blas
+from .kernels.matmul import bind_mul_mat_epilogue
 from .registry import KERNELS, BoundNode
 
 
@@ -23,13 +26,13 @@ class CPUBackend(Backend):
 
     force: {op: implementation} runs every node of `op` with that implementation instead of the one the
     backend would choose (for tests and measurements). scratch_budget: the most temp bytes a kernel that
-    can tile its scratch (im2col) plans for one node.
+    can tile its scratch (im2col) plans for one node. fuse: run the patterns of fusion.py as one kernel.
     """
 
     name = "cpu"
 
     def __init__(self, n_threads: int | None = None, buffer_type: HostBufferType | None = None,
-                 force: dict | None = None, scratch_budget: int = DEFAULT_SCRATCH_BUDGET):
+                 force: dict | None = None, scratch_budget: int = DEFAULT_SCRATCH_BUDGET, fuse: bool = True):
         super().__init__(buffer_type or HostBufferType())
         n_threads = os.cpu_count() or 1 if n_threads is None else int(n_threads)
         if n_threads < 1:
@@ -43,6 +46,7 @@ class CPUBackend(Backend):
                 raise UnsupportedOpError(f"CPUBackend: cannot force {op!r} to run as {impl!r}; its "
                                          f"implementations: {known}")
         self.scratch_budget = int(scratch_budget)
+        self.fuse = bool(fuse)
 
     # -- what runs where ---------------------------------------------------------------------------
     def _kernel(self, node):
@@ -77,6 +81,25 @@ class CPUBackend(Backend):
         return impl or node.op
 
     # -- evaluation --------------------------------------------------------------------------------
+    def _bound_node(self, node, dst_node=None) -> BoundNode:
+        """Views of the node's memory (the output's from `dst_node` when a fused kernel writes there)."""
+        temp = None
+        if node.temp is not None:
+            buf, offset, size = node.temp
+            temp = buf.data[offset:offset + size]
+        dst_node = dst_node or node
+        return BoundNode(node, dst_node.buffer.kernel_view(dst_node),
+                         [s.buffer.kernel_view(s) if s is not None else None for s in node.src], temp, self.n_threads,
+                         self.impl_for(node), self)
+
+    def _bind_fused(self, fused):
+        """The fused kernel of a MatmulEpilogue, or None when its output overlaps the head's sources."""
+        bound = self._bound_node(fused.head, fused.last)
+        if any(s is not None and np.may_share_memory(bound.dst, s) for s in bound.srcs):
+            return None
+        bias = fused.bias.buffer.kernel_view(fused.bias).reshape(-1)
+        return bind_mul_mat_epilogue(bound, bias, fused.act)
+
     def _bind(self, node):
         entry = self._kernel(node)
         if entry is None:
@@ -87,14 +110,7 @@ class CPUBackend(Backend):
         for s in node.src:
             if s is not None and s.buffer is None:
                 raise AllocationError(f"cpu: source '{s.name}' of node '{node.name}' has no memory")
-        temp = None
-        if node.temp is not None:
-            buf, offset, size = node.temp
-            temp = buf.data[offset:offset + size]
-        bound = BoundNode(node, node.buffer.kernel_view(node),
-                          [s.buffer.kernel_view(s) if s is not None else None for s in node.src], temp, self.n_threads,
-                          self.impl_for(node), self)
-        return entry.bind(bound)
+        return entry.bind(self._bound_node(node))
 
     def check_supported_node(self, node):
         srcs = ", ".join(f"{s.type.name}{list(s.ne)}" for s in node.src if s is not None)
@@ -102,8 +118,8 @@ class CPUBackend(Backend):
                                  f"(sources: {srcs})")
 
     def program(self, graph) -> list:
-        """The bound kernels of `graph` in order as (node, call) pairs, made once per plan and reused on
-        every compute."""
+        """The bound kernels of `graph` in order as (node, call, kernel name) triples, made once per plan and
+        reused on every compute. A fused kernel appears once, under its first node."""
         return self._program(graph)[0]
 
     def _program(self, graph) -> tuple:
@@ -112,12 +128,21 @@ class CPUBackend(Backend):
         cached = graph.backend_cache.get(self)
         if cached is not None and cached[0] == key:
             return cached[1]
-        runs = []
+        runs, skipped = [], set()
+        fusions = find_fusions(graph) if self.fuse else {}
         for node in graph.nodes:
+            if id(node) in skipped:
+                continue
+            fused = fusions.get(id(node))
+            run = self._bind_fused(fused) if fused is not None else None
+            if run is not None:
+                skipped.update(id(n) for n in fused.skipped)
+                runs.append((node, run, fused.name))
+                continue
             run = self._bind(node)
             if run is not None:
-                runs.append((node, run))
-        uses_blas = any(self._kernel(node).blas for node, _ in runs)
+                runs.append((node, run, self.kernel_name(node)))
+        uses_blas = any(self._kernel(node).blas for node, _, _ in runs)
         graph.backend_cache[self] = (key, (runs, uses_blas))
         return runs, uses_blas
 
@@ -129,19 +154,19 @@ class CPUBackend(Backend):
         runs, uses_blas = self._program(graph)
         self._set_threads()
         with single_threaded_blas() if uses_blas else nullcontext():
-            for node, run in runs:
+            for _, run, _ in runs:
                 run()
 
     def profile(self, graph) -> list:
-        """Run a planned graph like compute() and return [(node, seconds)] in evaluation order."""
+        """Run a planned graph like compute() and return [(node, kernel name, seconds)] in evaluation order."""
         runs, uses_blas = self._program(graph)
         self._set_threads()
         times = []
         with single_threaded_blas() if uses_blas else nullcontext():
-            for node, run in runs:
+            for node, run, name in runs:
                 t0 = time.perf_counter()
                 run()
-                times.append((node, time.perf_counter() - t0))
+                times.append((node, name, time.perf_counter() - t0))
         return times
 
     def synchronize(self):

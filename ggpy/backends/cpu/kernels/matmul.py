@@ -10,8 +10,12 @@ from numba import prange
 
 from ..registry import BoundNode, register
 from .blas import SGEMM_ADDRESS, sgemm
-from .common import block, kernel, launch, parallel_kernel, row_index
+from .common import block, kernel, launch, parallel_kernel, row_index, scalar
+from .elementwise import UNARY_CODES, UNARY_FUNCS
 from .fp16 import load
+
+EPILOGUE_ROWS = 256
+"""Output rows a fused mul_mat multiplies per sgemm call before applying its epilogue to them (in cache)."""
 
 
 @kernel
@@ -49,6 +53,46 @@ def mul_mat_rows(fn, d, a, x, trans_a, lda, trans_x, ldx, nsplit, ith, nth):
         if n1 > n0:
             sgemm(fn, work, trans_a, trans_x, m, n1 - n0, k, a[i3 // r3, i2 // r2].ctypes.data, lda,
                   x[i3, i2].ctypes.data + n0 * x.strides[2], ldx, d[i3, i2].ctypes.data + n0 * d.strides[2], ldd)
+
+
+@scalar
+def _no_act(v, p0, p1):
+    return v
+
+
+EPILOGUE_FUNCS = (_no_act,) + UNARY_FUNCS
+
+
+@kernel
+def mul_mat_epilogue_rows(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, nsplit, ith, nth):
+    """mul_mat_rows, then d[row] = act(d[row] + bias) on each block of EPILOGUE_ROWS rows while it is in cache.
+    act: 0 for none, else 1 + a UNARY_CODES code (compiled in)."""
+    f = EPILOGUE_FUNCS[act]
+    zero = np.float32(0.0)
+    d3, d2, n, m = d.shape
+    k = a.shape[3]
+    r3 = d3 // a.shape[0]
+    r2 = d2 // a.shape[1]
+    ldd = d.strides[2] // 4
+    work = np.empty(10, np.int32)
+    for t in range(ith, d3 * d2 * nsplit, nth):
+        i3 = t // (d2 * nsplit)
+        i2 = (t // nsplit) % d2
+        n0, n1 = block(n, t % nsplit, nsplit)
+        for c0 in range(n0, n1, EPILOGUE_ROWS):
+            c1 = min(n1, c0 + EPILOGUE_ROWS)
+            sgemm(fn, work, trans_a, trans_x, m, c1 - c0, k, a[i3 // r3, i2 // r2].ctypes.data, lda,
+                  x[i3, i2].ctypes.data + c0 * x.strides[2], ldx, d[i3, i2].ctypes.data + c0 * d.strides[2], ldd)
+            for r in range(c0, c1):
+                row = d[i3, i2, r]
+                for j in range(m):
+                    row[j] = f(row[j] + bias[j], zero, zero)
+
+
+@parallel_kernel
+def mul_mat_epilogue_par(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, nsplit, nth):
+    for ith in prange(nth):
+        mul_mat_epilogue_rows(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, nsplit, ith, nth)
 
 
 @parallel_kernel
@@ -104,6 +148,12 @@ def _kernel_name(node, impl=None) -> str:
 
 @register("mul_mat", temp_size=mul_mat_temp_size, name=_kernel_name, blas=True)
 def bind_mul_mat(b: BoundNode):
+    return bind_mul_mat_epilogue(b)
+
+
+def bind_mul_mat_epilogue(b: BoundNode, bias: np.ndarray | None = None, act: str | None = None):
+    """mul_mat into b.dst, optionally followed by d = act(d + bias) (bias float32 (M,), act a unary op name)
+    applied per block of rows by the same workers: a fused `add(mul_mat(a, x), bias)` [+ activation]."""
     d = b.dst
     operands, prepare, offset = [], [], 0
     for arr, conv in zip(b.srcs[:2], _converted(b.node)):
@@ -113,7 +163,8 @@ def bind_mul_mat(b: BoundNode):
             prepare.append(launch(to_f32_rows, to_f32_par, (wide, arr), b.threads_for(arr.size)))
             arr = wide
         operands.append(arr)
-    a, x = operands
+    a, x = _merge_batches(d, *operands)
+    d = d.reshape(x.shape[:3] + (d.shape[3],))
     trans_a, lda = _blas_layout(a, True)
     trans_x, ldx = _blas_layout(x, False)
     nmat = d.shape[0] * d.shape[1]
@@ -122,8 +173,13 @@ def bind_mul_mat(b: BoundNode):
     nsplit = max(1, -(-nth // nmat)) if nmat < nth else 1
     if d.size == 0:
         return None
-    run = launch(mul_mat_rows, mul_mat_par,
-                 (SGEMM_ADDRESS, d, a, x, trans_a, lda, trans_x, ldx, nsplit), nth)
+    if bias is None and act is None:
+        run = launch(mul_mat_rows, mul_mat_par, (SGEMM_ADDRESS, d, a, x, trans_a, lda, trans_x, ldx, nsplit), nth)
+    else:
+        bias = np.zeros(d.shape[3], np.float32) if bias is None else bias
+        code = 0 if act is None else 1 + UNARY_CODES[act]
+        run = launch(mul_mat_epilogue_rows, mul_mat_epilogue_par,
+                     (SGEMM_ADDRESS, code, d, a, x, trans_a, lda, trans_x, ldx, bias, nsplit), nth, constants=(1,))
     if not prepare:
         return run
 
@@ -132,3 +188,15 @@ def bind_mul_mat(b: BoundNode):
             step()
         run()
     return run_converted
+
+
+def _merge_batches(d, a, x):
+    """One matrix a applied to a batch of row-contiguous, evenly strided x matrices (and contiguous d) is
+    one GEMM over all their rows: return (a, x) with x seen as (1, 1, B * N, K) when that holds."""
+    b3, b2, n, k = x.shape
+    if a.shape[0] * a.shape[1] != 1 or b3 * b2 == 1 or not d.flags.c_contiguous:
+        return a, x
+    s3, s2, s1, s0 = x.strides
+    if s0 != 4 or s2 != n * s1 or (b3 > 1 and s3 != b2 * s2):
+        return a, x
+    return a, np.lib.stride_tricks.as_strided(x, (1, 1, b3 * b2 * n, k), (0, 0, s1, s0))

@@ -1,0 +1,78 @@
+"""CPU fusion of mul_mat -> add(bias) [-> activation]: same results as float64 numpy, fused or not."""
+import math
+
+import numpy as np
+import pytest
+
+import ggpy
+from ggpy.backends.cpu.fusion import find_fusions
+
+ERF = np.vectorize(math.erf)
+ACTS = {None: lambda u: u, "gelu_erf": lambda u: 0.5 * u * (1 + ERF(u / np.sqrt(2))),
+        "relu": lambda u: np.maximum(u, 0), "silu": lambda u: u / (1 + np.exp(-u))}
+
+
+def _run(build, fuse, rng, n_threads=2):
+    ctx = ggpy.Context()
+    inputs, out = build(ctx)
+    graph = ggpy.Graph().build_forward_expand(out)
+    backend = ggpy.CPUBackend(n_threads=n_threads, fuse=fuse)
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    values = [rng.standard_normal(tuple(reversed(t.ne))).astype(np.float32) for t in inputs]
+    for t, v in zip(inputs, values):
+        t.set(v)
+    backend.compute(graph)
+    names = [name for _, _, name in backend.program(graph)]
+    return out.numpy(), [v.squeeze() for v in values], names, graph
+
+
+@pytest.mark.parametrize("act", list(ACTS))
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("wtype", [ggpy.F32, ggpy.F16])
+def test_matmul_bias_act(act, batch, wtype):
+    k, m, n = 37, 29, 300
+
+    def build(ctx):
+        w = ctx.new_tensor(wtype, (k, m)).set_input()
+        x = ctx.new_tensor(ggpy.F32, (k, n, batch)).set_input()
+        b = ctx.new_tensor(ggpy.F32, (m,)).set_input()
+        y = ggpy.add(ggpy.mul_mat(w, x), b)
+        return [w, x, b], getattr(ggpy, act)(y) if act else y
+    rng = np.random.default_rng(3)
+    out, (w, x, b), names, _ = _run(build, True, rng)
+    if wtype == ggpy.F16:
+        w = w.astype(np.float16)
+    ref = ACTS[act](x.astype(np.float64) @ w.astype(np.float64).T + b)
+    np.testing.assert_allclose(out.reshape(ref.shape), ref, rtol=2e-5, atol=2e-5)
+    assert names[0] == "blas_sgemm+bias" + (f"+{act}" if act else "") and len(names) == 1
+
+
+def test_not_fused_when_intermediate_is_read_twice():
+    def build(ctx):
+        w = ctx.new_tensor(ggpy.F32, (16, 8)).set_input()
+        x = ctx.new_tensor(ggpy.F32, (16, 40)).set_input()
+        b = ctx.new_tensor(ggpy.F32, (8,)).set_input()
+        y = ggpy.add(ggpy.mul_mat(w, x), b)
+        return [w, x, b], ggpy.mul(ggpy.gelu_erf(y), y)
+    rng = np.random.default_rng(4)
+    out, (w, x, b), names, graph = _run(build, True, rng)
+    y = x.astype(np.float64) @ w.T + b
+    np.testing.assert_allclose(out, ACTS["gelu_erf"](y) * y, rtol=2e-5, atol=2e-5)
+    assert names[:2] == ["blas_sgemm+bias", "gelu_erf"]
+    assert len(find_fusions(graph)) == 1
+
+
+def test_chain_fused_equals_unfused():
+    """A stack of linear layers whose buffers get reused: fused and unfused runs agree bit for bit."""
+    def build(ctx):
+        x = ctx.new_tensor(ggpy.F32, (24, 700)).set_input()
+        ts, h = [x], x
+        for i in range(4):
+            w = ctx.new_tensor(ggpy.F32, (24, 24)).set_input()
+            b = ctx.new_tensor(ggpy.F32, (24,)).set_input()
+            ts += [w, b]
+            h = ggpy.gelu_erf(ggpy.add(ggpy.mul_mat(w, h), b))
+        return ts, h
+    fused = _run(build, True, np.random.default_rng(5))[0]
+    plain = _run(build, False, np.random.default_rng(5))[0]
+    np.testing.assert_array_equal(fused, plain)

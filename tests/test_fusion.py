@@ -76,3 +76,16 @@ def test_chain_fused_equals_unfused():
     fused = _run(build, True, np.random.default_rng(5))[0]
     plain = _run(build, False, np.random.default_rng(5))[0]
     np.testing.assert_array_equal(fused, plain)
+
+
+def test_bias_computed_after_the_matmul_is_not_fused():
+    def build(ctx):
+        w = ctx.new_tensor(ggpy.F32, (16, 8)).set_input()
+        x = ctx.new_tensor(ggpy.F32, (16, 40)).set_input()
+        b = ctx.new_tensor(ggpy.F32, (8,)).set_input()
+        mm = ggpy.mul_mat(w, x)
+        return [w, x, b], ggpy.add(mm, ggpy.sigmoid(b))     # sigmoid(b) comes after mm in graph order
+    out, (w, x, b), names, graph = _run(build, True, np.random.default_rng(6))
+    np.testing.assert_allclose(out, x.astype(np.float64) @ w.T + 1 / (1 + np.exp(-b.astype(np.float64))),
+                               rtol=2e-5, atol=2e-5)
+    assert find_fusions(graph) == {}

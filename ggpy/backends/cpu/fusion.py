@@ -73,6 +73,7 @@ def _only_user(node, users):
 def find_fusions(graph) -> dict:
     """{id(head): MatmulEpilogue} for every fusable pattern of `graph`."""
     users = _consumers(graph)
+    position = {id(n): i for i, n in enumerate(graph.nodes)}
     fusions = {}
     for node in graph.nodes:
         if node.op != "mul_mat":
@@ -80,8 +81,9 @@ def find_fusions(graph) -> dict:
         add = _only_user(node, users)
         if add is None or add.op != "add" or add.src[0] is not node or add.ne != node.ne or add.type != F32:
             continue
-        if not _is_bias_for(add.src[1], node):
-            continue
+        bias = add.src[1]
+        if not _is_bias_for(bias, node) or position.get(id(bias), -1) > position[id(node)]:
+            continue            # the fused kernel runs at the head's turn: the bias must be ready by then
         fused = MatmulEpilogue(node, add)
         act = _only_user(add, users)
         if act is not None and act.op in EPILOGUE_ACTS and act.src[0] is add and act.type == F32:

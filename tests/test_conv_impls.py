@@ -84,7 +84,10 @@ def test_default_choice_and_names():
     for ne_a, ne_b, params, name in [((2, 2, 1, 8), (16, 16, 1, 1), {}, "conv2d_direct"),
                                      ((3, 3, 3, 8), (16, 16, 3, 1), {}, "conv2d_im2col"),
                                      ((1, 1, 16, 8), (16, 16, 16, 1), {}, "conv2d_gemm_1x1"),
-                                     ((3, 3, 16, 8), (16, 16, 16, 1), {"p0": 1}, "conv2d_im2col")]:
+                                     ((3, 3, 16, 8), (16, 16, 16, 1), {"p0": 1}, "conv2d_im2col"),
+                                     ((3, 3, 32, 24), (32, 32, 32, 1), {"p0": 1, "p1": 1}, "conv2d_winograd"),
+                                     ((3, 3, 32, 24), (8, 8, 32, 1), {"p0": 1, "p1": 1}, "conv2d_im2col"),
+                                     ((3, 3, 32, 24), (32, 32, 32, 1), {"s0": 2}, "conv2d_im2col")]:
         graph, plan, out = _plan(backend, ne_a, ne_b, **params)
         assert backend.kernel_name(out) == name
         assert name in plan.report()

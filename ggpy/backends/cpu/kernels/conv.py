@@ -302,12 +302,15 @@ def conv_temp_size(node, impl, backend) -> int:
 
 
 def conv_choose(node, backend) -> str:
-    """gemm_1x1 for pointwise convolutions, direct for tiny patches, else im2col."""
+    """gemm_1x1 for pointwise convolutions, direct for tiny patches, winograd for 3x3 stride-1 convolutions
+    with enough channels and tiles to keep its 16 products busy, else im2col."""
     if _is_1x1(node):
         return "gemm_1x1"
     _, _, _, _, ic, kh, kw = _geometry(node)
     if ic * kh * kw <= DIRECT_MAX_PATCH:
         return "direct"
+    if conv_winograd.worth_it(node):
+        return "winograd"
     return "im2col"
 
 

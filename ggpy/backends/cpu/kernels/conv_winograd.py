@@ -22,7 +22,11 @@ from .common import block, kernel, launch, parallel_kernel, scalar
 from .fp16 import load
 
 WINOGRAD_CHUNK = 96
-"""Most tiles a worker transforms and multiplies at a time (V and M of a chunk stay in its L2 cache)."""
+"""Most tiles a worker transforms and multiplies at a time (measured: 64-96 as fast as 256, 32 slower)."""
+MIN_CHANNELS = 16
+MIN_TILES = 64
+"""choose() picks winograd from MIN_CHANNELS input and output channels and MIN_TILES output tiles (below,
+sgemm's products are too small for the saved multiplications to pay for the transforms)."""
 
 
 def fits(node) -> bool:
@@ -30,6 +34,13 @@ def fits(node) -> bool:
     a, p = node.src[0], node.op_params
     return (node.op == "conv_2d" and a.ne[0] == 3 and a.ne[1] == 3
             and (p["s0"], p["s1"], p["d0"], p["d1"]) == (1, 1, 1, 1))
+
+
+def worth_it(node) -> bool:
+    """Whether winograd should beat im2col on `node` (measured on 3x3 convolutions of 16-256 channels)."""
+    th, tw = _tiles(node)
+    a = node.src[0]
+    return fits(node) and min(a.ne[2], a.ne[3]) >= MIN_CHANNELS and node.ne[3] * th * tw >= MIN_TILES
 
 
 def _tiles(node):
@@ -68,29 +79,37 @@ def temp_size(node, budget: int, n_threads: int) -> int:
     return u + max(work, _worker_floats(1, ic, oc) * 4)
 
 
-@scalar
-def g_gt(g0, g1, g2):
-    """(g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2): one row or column of G g G^T."""
-    h = np.float32(0.5) * (g0 + g2)
-    hb = np.float32(0.5) * g1
-    return g0, h + hb, h - hb, g2
-
-
 @kernel
 def weights_rows(u, a, ith, nth):
-    """u (16, OC, IC) float32 = G g G^T for each kernel g = a[oc, ic] (OC, IC, 3, 3); oc split over workers."""
+    """u (16, OC, IC) float32 = G g G^T for each kernel g = a[oc, ic] (OC, IC, 3, 3); oc split over workers.
+    Each loop runs over ic and writes one row: first G g (4 x 3 rows of IC values), then (G g) G^T."""
     ic_n = a.shape[1]
+    gg = np.empty((12, ic_n), np.float32)
+    half = np.float32(0.5)
     o0, o1 = block(a.shape[0], ith, nth)
     for oc in range(o0, o1):
         k = a[oc]
-        for ic in range(ic_n):
-            r00, r10, r20, r30 = g_gt(load(k[ic, 0, 0]), load(k[ic, 1, 0]), load(k[ic, 2, 0]))
-            r01, r11, r21, r31 = g_gt(load(k[ic, 0, 1]), load(k[ic, 1, 1]), load(k[ic, 2, 1]))
-            r02, r12, r22, r32 = g_gt(load(k[ic, 0, 2]), load(k[ic, 1, 2]), load(k[ic, 2, 2]))
-            u[0, oc, ic], u[1, oc, ic], u[2, oc, ic], u[3, oc, ic] = g_gt(r00, r01, r02)
-            u[4, oc, ic], u[5, oc, ic], u[6, oc, ic], u[7, oc, ic] = g_gt(r10, r11, r12)
-            u[8, oc, ic], u[9, oc, ic], u[10, oc, ic], u[11, oc, ic] = g_gt(r20, r21, r22)
-            u[12, oc, ic], u[13, oc, ic], u[14, oc, ic], u[15, oc, ic] = g_gt(r30, r31, r32)
+        for c in range(3):      # rows of G g: g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2 (column c)
+            r0, r1, r2, r3 = gg[c], gg[3 + c], gg[6 + c], gg[9 + c]
+            for i in range(ic_n):
+                r0[i] = load(k[i, 0, c])
+            for i in range(ic_n):
+                r3[i] = load(k[i, 2, c])
+            for i in range(ic_n):
+                r1[i] = half * (r0[i] + load(k[i, 1, c]) + r3[i])
+            for i in range(ic_n):
+                r2[i] = half * (r0[i] - load(k[i, 1, c]) + r3[i])
+        for r in range(4):      # the same combinations of each row's columns
+            c0, c1, c2 = gg[3 * r], gg[3 * r + 1], gg[3 * r + 2]
+            u0, u1, u2, u3 = u[4 * r, oc], u[4 * r + 1, oc], u[4 * r + 2, oc], u[4 * r + 3, oc]
+            for i in range(ic_n):
+                u0[i] = c0[i]
+            for i in range(ic_n):
+                u1[i] = half * (c0[i] + c1[i] + c2[i])
+            for i in range(ic_n):
+                u2[i] = half * (c0[i] - c1[i] + c2[i])
+            for i in range(ic_n):
+                u3[i] = c2[i]
 
 
 @parallel_kernel
@@ -100,30 +119,11 @@ def weights_par(u, a, nth):
 
 
 @scalar
-def split_row(even, odd, src, x_lo, iw_n):
-    """even[q] = src[x_lo + 2 q], odd[q] = src[x_lo + 2 q + 1] for q < len(even), 0 outside [0, iw_n)."""
-    w = len(even)
-    lo = min(w, max(0, (1 - x_lo) // 2))            # first q with both columns inside
-    hi = max(lo, min(w, (iw_n - x_lo - 1) // 2))      # past the last such q
-    for q in range(lo, hi):
-        even[q] = load(src[x_lo + 2 * q])
-        odd[q] = load(src[x_lo + 2 * q + 1])
-    for q in range(lo):
-        x = x_lo + 2 * q
-        even[q] = load(src[x]) if x >= 0 else 0.0
-        odd[q] = load(src[x + 1]) if x + 1 >= 0 else 0.0
-    for q in range(hi, w):
-        x = x_lo + 2 * q
-        even[q] = load(src[x]) if 0 <= x < iw_n else 0.0
-        odd[q] = load(src[x + 1]) if 0 <= x + 1 < iw_n else 0.0
-
-
-@scalar
 def input_tiles(v, rows, b, n, t0, m, tw, p0, p1):
     """v[xi, ic, j] = (B^T x B)[xi] of the 4x4 window of tile t0 + j (j < m) of image n, channel ic; tiles
-    handled by runs along a tile row, through `rows` (>= 8 (m + 1) floats: the even and odd columns of 4
-    zero-padded input rows). Each loop writes one row of v, so that it vectorises."""
-    ic_n, ih_n = b.shape[1], b.shape[2]
+    handled by runs along a tile row, through `rows` (>= 8 (2 m + 2) floats: 4 zero-padded input rows, then
+    the rows of B^T x). Each loop writes one array, so that it vectorises."""
+    ic_n, ih_n, iw_n = b.shape[1], b.shape[2], b.shape[3]
     for ic in range(ic_n):
         j = 0
         t = t0
@@ -131,39 +131,51 @@ def input_tiles(v, rows, b, n, t0, m, tw, p0, p1):
             ty = t // tw
             tx0 = t - ty * tw
             cnt = min(m - j, tw - tx0)
-            w = cnt + 1
+            width = 2 * cnt + 2
+            x_lo = 2 * tx0 - p0
+            a0 = min(max(0, -x_lo), width)
+            a1 = max(a0, min(width, iw_n - x_lo))
             for r in range(4):
-                even, odd = rows[2 * r * w:(2 * r + 1) * w], rows[(2 * r + 1) * w:(2 * r + 2) * w]
+                row = rows[r * width:(r + 1) * width]
                 iy = 2 * ty + r - p1
                 if iy < 0 or iy >= ih_n:
-                    even[:] = 0.0
-                    odd[:] = 0.0
-                else:
-                    split_row(even, odd, b[n, ic, iy], 2 * tx0 - p0, b.shape[3])
-            for k in range(4):      # row k of B^T x combines rows (ra, rb): d0 - d2, d1 + d2, d2 - d1, d1 - d3
+                    row[:] = 0.0
+                    continue
+                row[:a0] = 0.0
+                row[a1:] = 0.0
+                src = b[n, ic, iy, x_lo + a0:x_lo + a1]
+                dst = row[a0:a1]
+                for x in range(a1 - a0):
+                    dst[x] = load(src[x])
+            for k in range(4):      # row k of B^T x: x0 - x2, x1 + x2, x2 - x1, x1 - x3 of rows (xa, xb)
                 ra, rb, sg = (0, 2, -1.0) if k == 0 else (1, 2, 1.0) if k == 1 else (2, 1, -1.0) if k == 2 \
                     else (1, 3, -1.0)
-                ea, oa = rows[2 * ra * w:(2 * ra + 1) * w], rows[(2 * ra + 1) * w:(2 * ra + 2) * w]
-                eb, ob = rows[2 * rb * w:(2 * rb + 1) * w], rows[(2 * rb + 1) * w:(2 * rb + 2) * w]
+                xa, xb = rows[ra * width:(ra + 1) * width], rows[rb * width:(rb + 1) * width]
+                sk = rows[(4 + k) * width:(5 + k) * width]
                 sgn = np.float32(sg)
+                for x in range(width):
+                    sk[x] = xa[x] + sgn * xb[x]
+            for k in range(4):      # (B^T x) B: the same combinations of each tile's columns 2 q .. 2 q + 3
+                sk = rows[(4 + k) * width:(5 + k) * width]
                 v0, v1 = v[4 * k, ic, j:j + cnt], v[4 * k + 1, ic, j:j + cnt]
                 v2, v3 = v[4 * k + 2, ic, j:j + cnt], v[4 * k + 3, ic, j:j + cnt]
-                for q in range(cnt):    # columns (c0, c1, c2, c3) = (e[q], o[q], e[q + 1], o[q + 1])
-                    v0[q] = (ea[q] + sgn * eb[q]) - (ea[q + 1] + sgn * eb[q + 1])
                 for q in range(cnt):
-                    v1[q] = (oa[q] + sgn * ob[q]) + (ea[q + 1] + sgn * eb[q + 1])
+                    v0[q] = sk[2 * q] - sk[2 * q + 2]
                 for q in range(cnt):
-                    v2[q] = (ea[q + 1] + sgn * eb[q + 1]) - (oa[q] + sgn * ob[q])
+                    v1[q] = sk[2 * q + 1] + sk[2 * q + 2]
                 for q in range(cnt):
-                    v3[q] = (oa[q] + sgn * ob[q]) - (oa[q + 1] + sgn * ob[q + 1])
+                    v2[q] = sk[2 * q + 2] - sk[2 * q + 1]
+                for q in range(cnt):
+                    v3[q] = sk[2 * q + 1] - sk[2 * q + 3]
             j += cnt
             t += cnt
 
 
 @scalar
-def output_tiles(d, mm, n, t0, m, tw):
+def output_tiles(d, mm, rows, n, t0, m, tw):
     """d[n, oc, 2 ty + r, 2 tx + c] = (A^T M A)[r, c] of tile t0 + j (j < m), M[xi] = mm[xi, oc, j]; rows and
-    columns past the output's edge are not written."""
+    columns past the output's edge are not written. `rows` (>= 8 m floats) holds the rows of A^T M; each loop
+    writes one array, so that it vectorises."""
     oc_n, oh_n, ow_n = d.shape[1], d.shape[2], d.shape[3]
     for oc in range(oc_n):
         j = 0
@@ -172,37 +184,24 @@ def output_tiles(d, mm, n, t0, m, tw):
             ty = t // tw
             tx0 = t - ty * tw
             cnt = min(m - j, tw - tx0)
-            y0 = d[n, oc, 2 * ty]
-            y1 = d[n, oc, min(2 * ty + 1, oh_n - 1)]
-            full = min(cnt, ow_n // 2 - tx0)      # tiles with both output columns inside
-            for q in range(cnt):
-                i = j + q
-                t00 = mm[0, oc, i] + mm[4, oc, i] + mm[8, oc, i]
-                t01 = mm[1, oc, i] + mm[5, oc, i] + mm[9, oc, i]
-                t02 = mm[2, oc, i] + mm[6, oc, i] + mm[10, oc, i]
-                t03 = mm[3, oc, i] + mm[7, oc, i] + mm[11, oc, i]
-                t10 = mm[4, oc, i] - mm[8, oc, i] - mm[12, oc, i]
-                t11 = mm[5, oc, i] - mm[9, oc, i] - mm[13, oc, i]
-                t12 = mm[6, oc, i] - mm[10, oc, i] - mm[14, oc, i]
-                t13 = mm[7, oc, i] - mm[11, oc, i] - mm[15, oc, i]
-                x = 2 * (tx0 + q)
-                if q < full:
-                    y0[x], y0[x + 1] = t00 + t01 + t02, t01 - t02 - t03
-                    y1[x], y1[x + 1] = t10 + t11 + t12, t11 - t12 - t13
-                else:
-                    y0[x] = t00 + t01 + t02
-                    y1[x] = t10 + t11 + t12
-            if 2 * ty + 1 >= oh_n:     # the bottom tile row hangs over: rewrite the last row with row 0
+            for c in range(4):        # A^T M: rows m0 + m1 + m2 and m1 - m2 - m3, column c
+                m0, m1 = mm[c, oc, j:j + cnt], mm[4 + c, oc, j:j + cnt]
+                m2, m3 = mm[8 + c, oc, j:j + cnt], mm[12 + c, oc, j:j + cnt]
+                r0, r1 = rows[c * cnt:(c + 1) * cnt], rows[(4 + c) * cnt:(5 + c) * cnt]
                 for q in range(cnt):
-                    i = j + q
-                    x = 2 * (tx0 + q)
-                    t00 = mm[0, oc, i] + mm[4, oc, i] + mm[8, oc, i]
-                    t01 = mm[1, oc, i] + mm[5, oc, i] + mm[9, oc, i]
-                    t02 = mm[2, oc, i] + mm[6, oc, i] + mm[10, oc, i]
-                    t03 = mm[3, oc, i] + mm[7, oc, i] + mm[11, oc, i]
-                    y0[x] = t00 + t01 + t02
-                    if q < full:
-                        y0[x + 1] = t01 - t02 - t03
+                    r0[q] = m0[q] + m1[q] + m2[q]
+                for q in range(cnt):
+                    r1[q] = m1[q] - m2[q] - m3[q]
+            full = max(0, min(cnt, ow_n // 2 - tx0))      # tiles with both output columns inside
+            for r in range(min(2, oh_n - 2 * ty)):        # (A^T M) A: columns c0 + c1 + c2 and c1 - c2 - c3
+                c0, c1 = rows[4 * r * cnt:(4 * r + 1) * cnt], rows[(4 * r + 1) * cnt:(4 * r + 2) * cnt]
+                c2, c3 = rows[(4 * r + 2) * cnt:(4 * r + 3) * cnt], rows[(4 * r + 3) * cnt:(4 * r + 4) * cnt]
+                y = d[n, oc, 2 * ty + r, 2 * tx0:]
+                for q in range(full):
+                    y[2 * q] = c0[q] + c1[q] + c2[q]
+                    y[2 * q + 1] = c1[q] - c2[q] - c3[q]
+                if full < cnt:
+                    y[2 * full] = c0[full] + c1[full] + c2[full]
             j += cnt
             t += cnt
 
@@ -230,7 +229,7 @@ def winograd_rows(fn, d, u, b, scratch, chunk, tw, p0, p1, ith, nth):
         for xi in range(16):
             sgemm(fn, work, False, False, m, oc_n, ic_n, v[xi].ctypes.data, m, u[xi].ctypes.data, ic_n,
                   mm[xi].ctypes.data, m)
-        output_tiles(d, mm, n, t0, m, tw)
+        output_tiles(d, mm, rows, n, t0, m, tw)
         q += m
 
 

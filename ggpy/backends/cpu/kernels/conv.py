@@ -14,6 +14,8 @@ winograd  3x3 kernel, stride 1, dilation 1: Winograd F(2x2, 3x3), see conv_winog
 direct    sliding-window sums, no scratch: chosen only when a patch has at most DIRECT_MAX_PATCH values
           (IC * KH * KW), too few for a GEMM; measured 3-4x slower than im2col on a 3x3 RGB stem.
 An F16 kernel (or an input BLAS cannot read) is first widened to contiguous F32 in the temp block.
+The im2col op writes each position's patch in order, compiled per kernel size (KH, KW as literals, so the
+runs of KW values unroll).
 """
 import numpy as np
 from numba import prange
@@ -30,44 +32,6 @@ DIRECT_MAX_PATCH = 4
 IM2COL_CHUNK = 512
 """Most output positions an im2col worker unfolds and multiplies at a time: sgemm measured 10-40% faster
 with ~256-1024 positions per call than with thousands (the unfolded block stays in cache)."""
-
-
-@scalar
-def fill_patch(row, b, n, oh, ow, kh_n, kw_n, s0, s1, p0, p1, d0, d1):
-    """row[ic * KH * KW + kh * KW + kw] = b[n, ic, oh * s1 + kh * d1 - p1, ow * s0 + kw * d0 - p0] (0 outside)."""
-    ic_n, ih_n, iw_n = b.shape[1], b.shape[2], b.shape[3]
-    zero = store(np.float32(0.0), row.dtype)
-    x0 = ow * s0 - p0
-    kw_lo = min(kw_n, max(0, (d0 - 1 - x0) // d0))
-    kw_hi = max(kw_lo, min(kw_n, (iw_n - 1 - x0) // d0 + 1))
-    for ic in range(ic_n):
-        for kh in range(kh_n):
-            iy = oh * s1 + kh * d1 - p1
-            out = row[(ic * kh_n + kh) * kw_n:(ic * kh_n + kh + 1) * kw_n]
-            if iy < 0 or iy >= ih_n:
-                out[:] = zero
-                continue
-            out[:kw_lo] = zero
-            out[kw_hi:] = zero
-            src = b[n, ic, iy]
-            for kw in range(kw_lo, kw_hi):
-                out[kw] = store(load(src[x0 + kw * d0]), row.dtype)
-
-
-@kernel
-def im2col_rows(d, b, kh_n, kw_n, s0, s1, p0, p1, d0, d1, ith, nth):
-    """d (N, OH, OW, IC * KH * KW) = the patches of b (N, IC, IH, IW); rows split over workers."""
-    n_n, oh_n, ow_n = d.shape[0], d.shape[1], d.shape[2]
-    r0, r1 = block(n_n * oh_n * ow_n, ith, nth)
-    for r in range(r0, r1):
-        n, oh, ow = row_index(r, oh_n, ow_n)
-        fill_patch(d[n, oh, ow], b, n, oh, ow, kh_n, kw_n, s0, s1, p0, p1, d0, d1)
-
-
-@parallel_kernel
-def im2col_par(d, b, kh_n, kw_n, s0, s1, p0, p1, d0, d1, nth):
-    for ith in prange(nth):
-        im2col_rows(d, b, kh_n, kw_n, s0, s1, p0, p1, d0, d1, ith, nth)
 
 
 @scalar
@@ -110,6 +74,53 @@ def fill_cols(out, m, b, n, pos, ow_n, kh_n, kw_n, s0, s1, p0, p1, d0, d1):
                                 dst[t] = load(src[base + t * s0])
                     j += cnt
                     p += cnt
+
+
+@scalar
+def fill_patch(row, b, n, iy0, x0, kh_n, kw_n, d0, d1, inside):
+    """row[(ic * KH + kh) * KW + kw] = b[n, ic, iy0 + kh * d1, x0 + kw * d0] (0 outside the input); `inside`:
+    every column x0 + kw * d0 is inside, so that only rows need checking."""
+    ic_n, ih_n, iw_n = b.shape[1], b.shape[2], b.shape[3]
+    zero = store(np.float32(0.0), row.dtype)
+    for ic in range(ic_n):
+        plane = b[n, ic]
+        for kh in range(kh_n):
+            iy = iy0 + kh * d1
+            out = row[(ic * kh_n + kh) * kw_n:(ic * kh_n + kh + 1) * kw_n]
+            if iy < 0 or iy >= ih_n:
+                for kw in range(kw_n):
+                    out[kw] = zero
+            elif inside:
+                src = plane[iy]
+                for kw in range(kw_n):
+                    out[kw] = store(load(src[x0 + kw * d0]), row.dtype)
+            else:
+                src = plane[iy]
+                for kw in range(kw_n):
+                    x = x0 + kw * d0
+                    out[kw] = store(load(src[x]), row.dtype) if 0 <= x < iw_n else zero
+
+
+@kernel
+def im2col_rows(d, b, kh_n, kw_n, s0, s1, p0, p1, d0, d1, ith, nth):
+    """d (N, OH, OW, IC * KH * KW) = the patches of b (N, IC, IH, IW): worker ith's block of output rows
+    (n, oh), each position's patch written in order (runs of KW values)."""
+    n_n, oh_n, ow_n = d.shape[0], d.shape[1], d.shape[2]
+    iw_n = b.shape[3]
+    r0, r1 = block(n_n * oh_n, ith, nth)
+    for r in range(r0, r1):
+        n = r // oh_n
+        oh = r - n * oh_n
+        for ow in range(ow_n):
+            x0 = ow * s0 - p0
+            inside = x0 >= 0 and x0 + (kw_n - 1) * d0 < iw_n
+            fill_patch(d[n, oh, ow], b, n, oh * s1 - p1, x0, kh_n, kw_n, d0, d1, inside)
+
+
+@parallel_kernel
+def im2col_par(d, b, kh_n, kw_n, s0, s1, p0, p1, d0, d1, nth):
+    for ith in prange(nth):
+        im2col_rows(d, b, kh_n, kw_n, s0, s1, p0, p1, d0, d1, ith, nth)
 
 
 @kernel
@@ -397,4 +408,5 @@ def bind_im2col(b: BoundNode):
     s0, s1, p0, p1, d0, d1 = _params(node)
     if d.size == 0:
         return None
-    return launch(im2col_rows, im2col_par, (d, x, kh, kw, s0, s1, p0, p1, d0, d1), b.threads_for(d.size))
+    nth = min(b.threads_for(d.size), d.shape[0] * d.shape[1])
+    return launch(im2col_rows, im2col_par, (d, x, kh, kw, s0, s1, p0, p1, d0, d1), nth, constants=(2, 3))

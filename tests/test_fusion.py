@@ -1,4 +1,5 @@
-"""CPU fusion of mul_mat -> add(bias) [-> activation]: same results as float64 numpy, fused or not."""
+"""CPU fusion of mul_mat / conv_2d_dw -> add(bias) [-> activation]: same results as float64 numpy, fused or
+not."""
 import math
 
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 import ggpy
 from ggpy.backends.cpu.fusion import find_fusions
 
+FUSE = True
 ERF = np.vectorize(math.erf)
 ACTS = {None: lambda u: u, "gelu_erf": lambda u: 0.5 * u * (1 + ERF(u / np.sqrt(2))),
         "relu": lambda u: np.maximum(u, 0), "silu": lambda u: u / (1 + np.exp(-u))}
@@ -44,7 +46,8 @@ def test_matmul_bias_act(act, batch, wtype):
         w = w.astype(np.float16)
     ref = ACTS[act](x.astype(np.float64) @ w.astype(np.float64).T + b)
     np.testing.assert_allclose(out.reshape(ref.shape), ref, rtol=2e-5, atol=2e-5)
-    assert names[0] == "blas_sgemm+bias" + (f"+{act}" if act else "") and len(names) == 1
+    head = "blas_sgemm" + ("+to_f32" if wtype == ggpy.F16 else "")
+    assert names == [head + "+bias" + (f"+{act}" if act else "")]
 
 
 def test_not_fused_when_intermediate_is_read_twice():
@@ -59,7 +62,7 @@ def test_not_fused_when_intermediate_is_read_twice():
     y = x.astype(np.float64) @ w.T + b
     np.testing.assert_allclose(out, ACTS["gelu_erf"](y) * y, rtol=2e-5, atol=2e-5)
     assert names[:2] == ["blas_sgemm+bias", "gelu_erf"]
-    assert len(find_fusions(graph)) == 1
+    assert len(find_fusions(graph, lambda node: True)) == 1
 
 
 def test_chain_fused_equals_unfused():
@@ -88,4 +91,32 @@ def test_bias_computed_after_the_matmul_is_not_fused():
     out, (w, x, b), names, graph = _run(build, True, np.random.default_rng(6))
     np.testing.assert_allclose(out, x.astype(np.float64) @ w.T + 1 / (1 + np.exp(-b.astype(np.float64))),
                                rtol=2e-5, atol=2e-5)
-    assert find_fusions(graph) == {}
+    assert find_fusions(graph, lambda node: True) == {}
+
+
+@pytest.mark.parametrize("act", [None, "gelu_erf"])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_cwhn_bias_act(act, stride):
+    """Tokens (C, W, H) -> depthwise 3x3 in the channels-contiguous layout -> back to tokens -> + bias -> act."""
+    c, w, h = 19, 13, 11
+
+    def build(ctx):
+        k = ctx.new_tensor(ggpy.F32, (3, 3, 1, c)).set_input()
+        t = ctx.new_tensor(ggpy.F32, (c, w, h, 1)).set_input()
+        b = ctx.new_tensor(ggpy.F32, (c,)).set_input()
+        y = ggpy.conv_2d_dw(k, ggpy.permute(t, 2, 0, 1, 3), stride, stride, 1, 1, 1, 1)
+        tokens = ggpy.permute(y, 1, 2, 0, 3)
+        y = ggpy.add(ggpy.reshape_3d(tokens, tokens.ne[0], tokens.ne[1], tokens.ne[2]), b)
+        return [k, t, b], getattr(ggpy, act)(y) if act else y
+    out, (k, t, b), names, _ = _run(build, FUSE, np.random.default_rng(7))
+    x = np.pad(t.astype(np.float64), ((1, 1), (1, 1), (0, 0)))                 # (H, W, C) padded
+    oh, ow = (h - 1) // stride + 1, (w - 1) // stride + 1
+    ref = np.zeros((oh, ow, c))
+    for ky in range(3):
+        for kx in range(3):
+            ref += x[ky:ky + stride * oh:stride, kx:kx + stride * ow:stride] * k[:, ky, kx]
+    ref = ACTS[act](ref + b)
+    np.testing.assert_allclose(out.reshape(ref.shape), ref, rtol=2e-5, atol=2e-5)
+    assert names == ["conv_2d_dw_direct_cwhn+bias" + (f"+{act}" if act else "")]
+    plain = _run(build, False, np.random.default_rng(7))
+    np.testing.assert_allclose(out, plain[0], rtol=1e-6, atol=1e-6)      # the fused kernel starts from the bias

@@ -133,7 +133,7 @@ def window_attention(m, prefix: str, t, n_heads: int, window: int):
         return ggpy.view_4d(qkv, hd, n_heads, n, n_win, 3 * hd * f, qkv.nb[1], qkv.nb[2], i * hd * f)
     q = ggpy.permute(part(0), 0, 2, 1, 3)                                        # (hd, N, heads, nW)
     k = ggpy.permute(part(1), 0, 2, 1, 3)
-    v_t = ggpy.cont(ggpy.permute(part(2), 1, 2, 0, 3))                           # (N, hd, heads, nW)
+    v_t = ggpy.permute(part(2), 1, 2, 0, 3)              # (N, hd, heads, nW): sgemm reads it transposed in place
     scores = ggpy.soft_max_ext(ggpy.mul_mat(k, q), m.get(f"{prefix}.ab"), hd ** -0.5)  # (Nk, Nq, heads, nW)
     out = ggpy.mul_mat(v_t, scores)                                              # (hd, Nq, heads, nW)
     out = ggpy.cont_3d(ggpy.permute(out, 0, 2, 1, 3), c, n, n_win)               # (C, N, nW)

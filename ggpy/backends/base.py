@@ -60,6 +60,11 @@ class Backend:
         """Which implementation runs `node` (shown in plan dumps)."""
         return node.op
 
+    def fused_groups(self, graph) -> dict:
+        """{id(head): last node} for each run of nodes one fused kernel computes at the head's turn: the
+        planner keeps the head's sources and scratch until the last node has its memory."""
+        return {}
+
     def compute(self, graph):
         raise NotImplementedError
 

@@ -12,8 +12,9 @@ from ...errors import AllocationError, UnsupportedOpError
 from ..base import Backend
 from . import kernels  # noqa: F401 - registers every kernel module
 from .buffer import HostBufferType
-from .fusion import find_fusions
+from .fusion import consumers, find_fusions
 from .kernels.blas import single_threaded_blas
+from .kernels.conv_dw import bind_dw_cwhn_epilogue, fuses_epilogue
 from .kernels.matmul import bind_mul_mat_epilogue
 from .registry import KERNELS, BoundNode
 
@@ -92,13 +93,27 @@ class CPUBackend(Backend):
                          [s.buffer.kernel_view(s) if s is not None else None for s in node.src], temp, self.n_threads,
                          self.impl_for(node), self)
 
+    def fused_groups(self, graph) -> dict:
+        if not self.fuse:
+            return {}
+        return {head: fused.last for head, fused in find_fusions(graph, self._fusable_head).items()}
+
+    def _fusable_head(self, node) -> bool:
+        return node.op == "mul_mat" or (node.op == "conv_2d_dw" and fuses_epilogue(node, self.impl_for(node)))
+
     def _bind_fused(self, fused):
-        """The fused kernel of a MatmulEpilogue, or None when its output overlaps the head's sources."""
+        """The fused kernel of an Epilogue, or None when its output overlaps the head's sources or scratch
+        (the planner may give the last node memory the head no longer needs once it has run)."""
         bound = self._bound_node(fused.head, fused.last)
-        if any(s is not None and np.may_share_memory(bound.dst, s) for s in bound.srcs):
+        if any(s is not None and np.may_share_memory(bound.dst, s) for s in bound.srcs + [bound.temp]):
             return None
         bias = fused.bias.buffer.kernel_view(fused.bias).reshape(-1)
-        return bind_mul_mat_epilogue(bound, bias, fused.act)
+        if fused.head.op == "mul_mat":
+            bound.dst = bound.dst.reshape(tuple(reversed(fused.head.ne)))
+            return bind_mul_mat_epilogue(bound, bias, fused.act)
+        n, c, oh, ow = reversed(fused.head.ne)          # channels innermost in the fused output's memory
+        bound.dst = bound.dst.reshape(n, oh, ow, c).transpose(0, 3, 1, 2)
+        return bind_dw_cwhn_epilogue(bound, bias, fused.act)
 
     def _bind(self, node):
         entry = self._kernel(node)
@@ -129,15 +144,16 @@ class CPUBackend(Backend):
         if cached is not None and cached[0] == key:
             return cached[1]
         runs, skipped = [], set()
-        fusions = find_fusions(graph) if self.fuse else {}
+        fusions = find_fusions(graph, self._fusable_head) if self.fuse else {}
+        users = consumers(graph) if fusions else {}
         for node in graph.nodes:
             if id(node) in skipped:
                 continue
             fused = fusions.get(id(node))
             run = self._bind_fused(fused) if fused is not None else None
             if run is not None:
-                skipped.update(id(n) for n in fused.skipped)
-                runs.append((node, run, fused.name))
+                skipped.update(id(n) for n in fused.skipped(users))
+                runs.append((node, run, fused.name(self.kernel_name(node))))
                 continue
             run = self._bind(node)
             if run is not None:

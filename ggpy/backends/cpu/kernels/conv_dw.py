@@ -10,6 +10,7 @@ from numba import prange
 
 from ..registry import BoundNode, register
 from .common import block, kernel, launch, parallel_kernel, row_index, scalar, specialize
+from .elementwise import EPILOGUE_FUNCS, epilogue_code
 from .fp16 import load
 
 _ZERO = np.float32(0.0)
@@ -74,9 +75,11 @@ def dw_taps(wt, a):
 
 
 @kernel
-def dw_cwhn(d, wt, b, s0, s1, p0, p1, d0, d1, ith, nth):
-    """d (N, OH, OW, C) = b (N, H, W, C) convolved per channel with wt (KH, KW, C); channels innermost.
-    Each output row (OW, C) is accumulated tap by tap over the pixels the tap reaches."""
+def dw_cwhn(act, d, wt, b, bias, s0, s1, p0, p1, d0, d1, ith, nth):
+    """d (N, OH, OW, C) = act(b (N, H, W, C) convolved per channel with wt (KH, KW, C) + bias (C,));
+    channels innermost. Each output row (OW, C) starts from the bias, is accumulated tap by tap over the
+    pixels the tap reaches, then activated while in cache. act: 0 for none, else 1 + a unary op code."""
+    f = EPILOGUE_FUNCS[act]
     oh, ow, nc = d.shape[1], d.shape[2], d.shape[3]
     h, w = b.shape[1], b.shape[2]
     kh, kw = wt.shape[0], wt.shape[1]
@@ -84,7 +87,8 @@ def dw_cwhn(d, wt, b, s0, s1, p0, p1, d0, d1, ith, nth):
     for r in range(r0, r1):
         n, oy = r // oh, r % oh
         drow = d[n, oy]
-        drow[:] = _ZERO
+        for j in range(ow):
+            drow[j] = bias
         for ky in range(kh):
             iy = oy * s1 + ky * d1 - p1
             if iy < 0 or iy >= h:
@@ -99,12 +103,17 @@ def dw_cwhn(d, wt, b, s0, s1, p0, p1, d0, d1, ith, nth):
                     bv = brow[ix0 + j * s0]
                     for c in range(nc):
                         dv[c] += wv[c] * load(bv[c])
+        if act != 0:
+            for j in range(ow):
+                dv = drow[j]
+                for c in range(nc):
+                    dv[c] = f(dv[c], _ZERO, _ZERO)
 
 
 @parallel_kernel
-def dw_cwhn_par(d, wt, b, s0, s1, p0, p1, d0, d1, nth):
+def dw_cwhn_par(act, d, wt, b, bias, s0, s1, p0, p1, d0, d1, nth):
     for ith in prange(nth):
-        dw_cwhn(d, wt, b, s0, s1, p0, p1, d0, d1, ith, nth)
+        dw_cwhn(act, d, wt, b, bias, s0, s1, p0, p1, d0, d1, ith, nth)
 
 
 @kernel
@@ -192,9 +201,28 @@ def bind_conv_2d_dw(b: BoundNode):
         return launch(dw_im2col, dw_im2col_par, (d, a, x, patches) + params, nth)
     if not _uses_cwhn_kernel(b.node):
         return launch(dw_whcn, dw_whcn_par, (d, a, x) + params, nth)
+    return bind_dw_cwhn_epilogue(b)
+
+
+def fuses_epilogue(node, impl) -> bool:
+    """Whether bind_dw_cwhn_epilogue can run `node` (the direct channels-contiguous kernel)."""
+    return impl == "direct" and _uses_cwhn_kernel(node)
+
+
+def bind_dw_cwhn_epilogue(b: BoundNode, bias: np.ndarray | None = None, act: str | None = None):
+    """The direct CWHN kernel, optionally adding bias (float32 (C,)) and applying a unary op to each output
+    row before moving on: a fused `act(add(conv_2d_dw(a, x), bias))`. b.dst may be any array holding the
+    (N, C, OH, OW) result with channels innermost."""
+    p = b.node.op_params
+    d, a, x = b.dst, b.srcs[0], b.srcs[1]
+    params = (p["s0"], p["s1"], p["p0"], p["p1"], p["d0"], p["d1"])
+    nth = b.threads_for(d.size * a.shape[2] * a.shape[3])
     wt = b.temp[:a.size * 4].view(np.float32).reshape(a.shape[2], a.shape[3], a.shape[0])
+    bias = np.zeros(a.shape[0], np.float32) if bias is None else bias
+    code = epilogue_code(act)
     prepare = specialize(dw_taps, wt, a)
-    run = launch(dw_cwhn, dw_cwhn_par, (d.transpose(0, 2, 3, 1), wt, x.transpose(0, 2, 3, 1)) + params, nth)
+    run = launch(dw_cwhn, dw_cwhn_par, (code, d.transpose(0, 2, 3, 1), wt, x.transpose(0, 2, 3, 1), bias) + params,
+                 nth, constants=(0,))
 
     def run_cwhn():
         prepare(wt, a)

@@ -164,6 +164,20 @@ UNARY_FUNCS = tuple(UNARY.values())
 UNARY_CODES = {name: i for i, name in enumerate(UNARY)}
 
 
+@scalar
+def _no_act(x, p0, p1):
+    return x
+
+
+EPILOGUE_FUNCS = (_no_act,) + UNARY_FUNCS
+"""Activations fused kernels apply to their results, by epilogue_code (0: none)."""
+
+
+def epilogue_code(act: str | None) -> int:
+    """The EPILOGUE_FUNCS index of a unary op name (None: no activation)."""
+    return 0 if act is None else 1 + UNARY_CODES[act]
+
+
 @kernel
 def binary_rows(op, d, a, b, ith, nth):
     """d = a (op) b row by row; b broadcast over a (b.shape[i] divides a.shape[i])."""

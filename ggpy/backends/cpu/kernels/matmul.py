@@ -10,8 +10,8 @@ from numba import prange
 
 from ..registry import BoundNode, register
 from .blas import SGEMM_ADDRESS, sgemm
-from .common import block, kernel, launch, parallel_kernel, row_index, scalar
-from .elementwise import UNARY_CODES, UNARY_FUNCS
+from .common import block, kernel, launch, parallel_kernel, row_index
+from .elementwise import EPILOGUE_FUNCS, epilogue_code
 from .fp16 import load
 
 EPILOGUE_ROWS = 256
@@ -53,14 +53,6 @@ def mul_mat_rows(fn, d, a, x, trans_a, lda, trans_x, ldx, nsplit, ith, nth):
         if n1 > n0:
             sgemm(fn, work, trans_a, trans_x, m, n1 - n0, k, a[i3 // r3, i2 // r2].ctypes.data, lda,
                   x[i3, i2].ctypes.data + n0 * x.strides[2], ldx, d[i3, i2].ctypes.data + n0 * d.strides[2], ldd)
-
-
-@scalar
-def _no_act(v, p0, p1):
-    return v
-
-
-EPILOGUE_FUNCS = (_no_act,) + UNARY_FUNCS
 
 
 @kernel
@@ -177,7 +169,7 @@ def bind_mul_mat_epilogue(b: BoundNode, bias: np.ndarray | None = None, act: str
         run = launch(mul_mat_rows, mul_mat_par, (SGEMM_ADDRESS, d, a, x, trans_a, lda, trans_x, ldx, nsplit), nth)
     else:
         bias = np.zeros(d.shape[3], np.float32) if bias is None else bias
-        code = 0 if act is None else 1 + UNARY_CODES[act]
+        code = epilogue_code(act)
         run = launch(mul_mat_epilogue_rows, mul_mat_epilogue_par,
                      (SGEMM_ADDRESS, code, d, a, x, trans_a, lda, trans_x, ldx, bias, nsplit), nth, constants=(1,))
     if not prepare:

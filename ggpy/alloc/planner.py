@@ -4,8 +4,9 @@ node's temporary block from the same heap while that node runs.
 Rules (as ggml-alloc): leafs and inputs are placed first and never freed; views own no memory and keep
 their source alive; a node may take over a source's block in place when its op allows it, the source has
 no other consumer and no views, has the same layout, and is neither a leaf, an input nor an output;
-outputs are never freed. When the backend fuses a run of nodes into one kernel (backend.fused_groups),
-the head's scratch and the sources it releases stay reserved until the run's last node has its memory.
+outputs are never freed. When the backend computes a run of nodes with one fused kernel at the first
+one's turn (backend.fused_groups), each later node of the run takes over its predecessor's block, as in
+place: the kernel writes the run's result where it was planned while its sources and scratch were live.
 """
 from __future__ import annotations
 
@@ -52,8 +53,9 @@ def plan_graph(graph, backend, signature, *, reuse: bool = True, guard_bytes: in
                 keep.add(id(node.view_src))
 
     slots, temps, blocks, block_of = {}, {}, [], {}
-    groups = backend.fused_groups(graph) if reuse else {}
-    deferred = {}          # id(last node of a fused run) -> frees held back until that node is placed
+    fused_after = {}       # id(node of a fused run) -> the node before it in that run
+    for run in (backend.fused_groups(graph) if reuse else []):
+        fused_after.update((id(b), a) for a, b in zip(run, run[1:]))
     released = set()
     timeline = []
     live = [0]
@@ -95,7 +97,10 @@ def plan_graph(graph, backend, signature, *, reuse: bool = True, guard_bytes: in
         out_bytes = 0
         took = None
         if owned(node) and id(node) not in block_of:
-            if reuse and node.op in INPLACE_OPS:
+            prev = fused_after.get(id(node))
+            if prev is not None and id(prev) in block_of and blocks[block_of[id(prev)]].end == FOREVER:
+                took = prev
+            elif reuse and node.op in INPLACE_OPS:
                 for s in node.src:
                     if (s is not None and owned(s) and s.op is not None and not s.is_output and not s.is_input
                             and id(s) not in keep and n_children.get(id(s), 0) == 1
@@ -115,9 +120,9 @@ def plan_graph(graph, backend, signature, *, reuse: bool = True, guard_bytes: in
             live[0] += size
         timeline.append(TimelineRow(i, node.name, node.op, backend.kernel_name(node), out_bytes, temp_size,
                                     live[0], sum(heap.chunk_sizes), took is not None))
-        frees = []
         if temp_size:
-            frees.append(("temp", (len(blocks) - 1, chunk, offset, size)))
+            heap.free(chunk, offset, size)
+            live[0] -= size
         for s in node.src:
             if s is None:
                 continue
@@ -127,21 +132,9 @@ def plan_graph(graph, backend, signature, *, reuse: bool = True, guard_bytes: in
                     base = s.view_src
                     n_views[id(base)] -= 1
                     if n_views[id(base)] == 0 and n_children.get(id(base), 0) == 0:
-                        frees.append(("tensor", base))
+                        release(base, t0 + 2)
                 else:
-                    frees.append(("tensor", s))
-        last = groups.get(id(node))
-        if last is not None and last is not node:
-            deferred.setdefault(id(last), []).extend(frees)
-            continue
-        for kind, what in deferred.pop(id(node), []) + frees:
-            if kind == "temp":
-                bi, chunk_, offset_, size_ = what
-                blocks[bi].end = t0 + 2
-                heap.free(chunk_, offset_, size_)
-                live[0] -= size_
-            else:
-                release(what, t0 + 2)
+                    release(s, t0 + 2)
 
     no_reuse = sum(align_up(max(t.nbytes, 1), align) + 2 * guard for t in tensors if owned(t))
     no_reuse += sum(align_up(size, align) for _, _, size in temps.values())

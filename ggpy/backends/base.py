@@ -60,10 +60,10 @@ class Backend:
         """Which implementation runs `node` (shown in plan dumps)."""
         return node.op
 
-    def fused_groups(self, graph) -> dict:
-        """{id(head): last node} for each run of nodes one fused kernel computes at the head's turn: the
-        planner keeps the head's sources and scratch until the last node has its memory."""
-        return {}
+    def fused_groups(self, graph) -> list:
+        """The runs of nodes (lists in graph order, views left out) that one fused kernel computes at the
+        first node's turn, writing the last one's result; the planner gives each run one block."""
+        return []
 
     def compute(self, graph):
         raise NotImplementedError

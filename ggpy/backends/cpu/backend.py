@@ -10,7 +10,7 @@ import numpy as np
 
 from ...errors import AllocationError, UnsupportedOpError
 from ..base import Backend
-from . import kernels  # noqa: F401 - registers every kernel module
+from . import autotune, kernels  # noqa: F401 - kernels registers every kernel module
 from .buffer import HostBufferType
 from .fusion import consumers, find_fusions
 from .kernels.blas import single_threaded_blas
@@ -28,12 +28,14 @@ class CPUBackend(Backend):
     force: {op: implementation} runs every node of `op` with that implementation instead of the one the
     backend would choose (for tests and measurements). scratch_budget: the most temp bytes a kernel that
     can tile its scratch (im2col) plans for one node. fuse: run the patterns of fusion.py as one kernel.
+    autotune: time every implementation of a node once per shape and run the fastest (autotune.py).
     """
 
     name = "cpu"
 
     def __init__(self, n_threads: int | None = None, buffer_type: HostBufferType | None = None,
-                 force: dict | None = None, scratch_budget: int = DEFAULT_SCRATCH_BUDGET, fuse: bool = True):
+                 force: dict | None = None, scratch_budget: int = DEFAULT_SCRATCH_BUDGET, fuse: bool = True,
+                 autotune: bool = False):
         super().__init__(buffer_type or HostBufferType())
         n_threads = os.cpu_count() or 1 if n_threads is None else int(n_threads)
         if n_threads < 1:
@@ -48,6 +50,7 @@ class CPUBackend(Backend):
                                          f"implementations: {known}")
         self.scratch_budget = int(scratch_budget)
         self.fuse = bool(fuse)
+        self.autotune = bool(autotune)
 
     # -- what runs where ---------------------------------------------------------------------------
     def _kernel(self, node):
@@ -60,11 +63,13 @@ class CPUBackend(Backend):
         return self._kernel(node) is not None
 
     def impl_for(self, node) -> str | None:
-        """The implementation that runs `node`: forced, else the kernel's choice (None: only one)."""
+        """The implementation that runs `node`: forced, else measured (autotune), else the kernel's choice
+        (None: only one)."""
         entry = self._kernel(node)
         if entry is None or not entry.impls:
             return None
-        return self.force.get(node.op) or entry.choose(node, self)
+        tuned = autotune.tuned_impl(entry, node, self) if self.autotune and node.op not in self.force else None
+        return self.force.get(node.op) or tuned or entry.choose(node, self)
 
     def temp_size(self, node) -> int:
         entry = self._kernel(node)
@@ -77,9 +82,8 @@ class CPUBackend(Backend):
         if entry is None:
             return "unsupported"
         impl = self.impl_for(node)
-        if entry.name is not None:
-            return entry.name(node, impl)
-        return impl or node.op
+        name = entry.name(node, impl) if entry.name is not None else impl or node.op
+        return name + "+tuned" if self.autotune and autotune.is_tuned(node, self) else name
 
     # -- evaluation --------------------------------------------------------------------------------
     def _bound_node(self, node, dst_node=None) -> BoundNode:
@@ -93,17 +97,17 @@ class CPUBackend(Backend):
                          [s.buffer.kernel_view(s) if s is not None else None for s in node.src], temp, self.n_threads,
                          self.impl_for(node), self)
 
-    def fused_groups(self, graph) -> dict:
+    def fused_groups(self, graph) -> list:
         if not self.fuse:
-            return {}
-        return {head: fused.last for head, fused in find_fusions(graph, self._fusable_head).items()}
+            return []
+        return [f.nodes for f in find_fusions(graph, self._fusable_head).values()]
 
     def _fusable_head(self, node) -> bool:
         return node.op == "mul_mat" or (node.op == "conv_2d_dw" and fuses_epilogue(node, self.impl_for(node)))
 
     def _bind_fused(self, fused):
         """The fused kernel of an Epilogue, or None when its output overlaps the head's sources or scratch
-        (the planner may give the last node memory the head no longer needs once it has run)."""
+        (a plan made without this backend's fused_groups)."""
         bound = self._bound_node(fused.head, fused.last)
         if any(s is not None and np.may_share_memory(bound.dst, s) for s in bound.srcs + [bound.temp]):
             return None

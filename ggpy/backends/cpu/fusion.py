@@ -36,6 +36,11 @@ class Epilogue:
         return None if self.act_node is None else self.act_node.op
 
     @property
+    def nodes(self) -> list:
+        """Head, add and activation: the nodes whose memory the fused result goes through."""
+        return [self.head, self.add_node] + ([self.act_node] if self.act_node is not None else [])
+
+    @property
     def last(self) -> Tensor:
         """The node whose memory receives the fused result."""
         return self.act_node or self.add_node

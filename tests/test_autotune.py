@@ -1,0 +1,90 @@
+"""CPUBackend(autotune=True): the measured implementation is one of the candidates, results stay correct, the
+winner is cached per shape and shown in the plan report."""
+import numpy as np
+import pytest
+
+import ggpy
+from ggpy import ops
+from ggpy.backends.cpu import autotune
+from ggpy.test_backend_ops import run_case
+from ggpy.test_backend_ops.cases.conv import winograd_cases
+from ggpy.test_backend_ops.cases.util import layout
+
+
+def _graph(build):
+    ctx = ggpy.Context()
+    out = build(ctx)
+    graph = ggpy.Graph()
+    graph.build_forward_expand(out)
+    return graph, out
+
+
+def _conv(ctx, how="cont"):
+    return ops.conv_2d(layout(ctx, ggpy.F32, (3, 3, 24, 20)), layout(ctx, ggpy.F32, (19, 17, 24, 1), how),
+                       1, 1, 1, 1, 1, 1)
+
+
+@pytest.mark.parametrize("how", ["cont", "permuted"])
+def test_measures_once_then_hits(how):
+    backend = ggpy.CPUBackend(n_threads=2, autotune=True)
+    graph, out = _graph(lambda ctx: _conv(ctx, how))
+    key = autotune.shape_key(out, backend)
+    autotune.WINNERS.pop(key, None)
+    measured = autotune.STATS["measured"]
+    plan = ggpy.GraphAllocator(backend).alloc_graph(graph)
+    impl, times = autotune.WINNERS[key]
+    assert set(times) == {"im2col", "winograd", "direct"}
+    assert impl == min(times, key=times.get)
+    assert backend.impl_for(out) == impl
+    assert autotune.STATS["measured"] == measured + 1
+    assert f"conv2d_{impl}+tuned" in plan.report()
+    assert (out.temp[2] if out.temp is not None else 0) == backend.temp_size(out)
+
+    hits = autotune.STATS["hits"]
+    graph2, out2 = _graph(lambda ctx: _conv(ctx, how))
+    ggpy.GraphAllocator(backend).alloc_graph(graph2)
+    assert autotune.STATS["measured"] == measured + 1
+    assert autotune.STATS["hits"] > hits
+    assert backend.impl_for(out2) == impl
+
+
+def test_one_candidate_is_not_measured():
+    """A 5x5 conv_1d can only run as im2col or direct; a 3x3 stride-2 conv_2d not as winograd or gemm_1x1."""
+    backend = ggpy.CPUBackend(n_threads=2, autotune=True)
+    graph, out = _graph(lambda ctx: ops.conv_2d(layout(ctx, ggpy.F32, (3, 3, 8, 8)),
+                                                layout(ctx, ggpy.F32, (16, 16, 8, 1)), 2, 2, 1, 1, 1, 1))
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    assert set(autotune.WINNERS[autotune.shape_key(out, backend)][1]) == {"im2col", "direct"}
+
+
+def test_forced_op_is_not_measured():
+    backend = ggpy.CPUBackend(n_threads=2, autotune=True, force={"conv_2d": "im2col"})
+    graph, out = _graph(_conv)
+    key = autotune.shape_key(out, backend)
+    autotune.WINNERS.pop(key, None)
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    assert key not in autotune.WINNERS
+    assert backend.kernel_name(out) == "conv2d_im2col"
+
+
+@pytest.mark.parametrize("case", winograd_cases()[::5], ids=lambda c: c.id)
+def test_results_stay_correct(case):
+    result = run_case(case, ggpy.CPUBackend(n_threads=2, autotune=True))
+    assert result.ok, f"{case.id}: {result.message}"
+
+
+def test_live_buffers_untouched():
+    """Measuring runs on arrays of its own: a planned graph's input and output bytes stay as they were."""
+    graph, out = _graph(_conv)
+    ggpy.GraphAllocator(ggpy.CPUBackend(n_threads=2)).alloc_graph(graph)
+    b = out.src[1]
+    x = np.arange(np.prod(b.ne), dtype=np.float32).reshape(tuple(reversed(b.ne)))
+    b.set(x)
+    before = out.buffer.kernel_view(out).copy()
+    tuning = ggpy.CPUBackend(n_threads=2, autotune=True)
+    autotune.WINNERS.pop(autotune.shape_key(out, tuning), None)
+    measured = autotune.STATS["measured"]
+    tuning.impl_for(out)
+    assert autotune.STATS["measured"] == measured + 1
+    np.testing.assert_array_equal(b.numpy().reshape(x.shape), x)
+    np.testing.assert_array_equal(out.buffer.kernel_view(out), before)

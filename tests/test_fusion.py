@@ -120,3 +120,20 @@ def test_depthwise_cwhn_bias_act(act, stride):
     assert names == ["conv_2d_dw_direct_cwhn+bias" + (f"+{act}" if act else "")]
     plain = _run(build, False, np.random.default_rng(7))
     np.testing.assert_allclose(out, plain[0], rtol=1e-6, atol=1e-6)      # the fused kernel starts from the bias
+
+
+@pytest.mark.parametrize("act", [None, "gelu_erf"])
+def test_layer_norm_affine(act):
+    """norm -> mul(weight) -> add(bias) [-> act] as one kernel, in place over its input when planned so."""
+    def build(ctx):
+        x = ctx.new_tensor(ggpy.F32, (48, 33, 2)).set_input()
+        w = ctx.new_tensor(ggpy.F32, (48,)).set_input()
+        b = ctx.new_tensor(ggpy.F32, (48,)).set_input()
+        h = ggpy.scale(x, 2.0)                         # an intermediate the norm may take over
+        y = ggpy.add(ggpy.mul(ggpy.norm(h, 1e-5), w), b)
+        return [x, w, b], getattr(ggpy, act)(y) if act else y
+    out, (x, w, b), names, _ = _run(build, True, np.random.default_rng(8))
+    h = 2.0 * x.astype(np.float64)
+    ref = (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + 1e-5) * w + b
+    np.testing.assert_allclose(out.reshape(ref.shape), ACTS[act](ref), rtol=2e-5, atol=2e-5)
+    assert names[1] == "norm+scale+bias" + (f"+{act}" if act else "")

@@ -16,10 +16,15 @@ from .fusion import consumers, find_fusions
 from .kernels.blas import single_threaded_blas
 from .kernels.conv_dw import bind_dw_cwhn_epilogue, fuses_epilogue
 from .kernels.matmul import bind_mul_mat_epilogue
+from .kernels.norm import bind_norm_affine
 from .registry import KERNELS, BoundNode
 
 
 DEFAULT_SCRATCH_BUDGET = 16 << 20
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.ctypes.data == b.ctypes.data and a.shape == b.shape and a.strides == b.strides
 
 
 class CPUBackend(Backend):
@@ -103,15 +108,21 @@ class CPUBackend(Backend):
         return [f.nodes for f in find_fusions(graph, self._fusable_head).values()]
 
     def _fusable_head(self, node) -> bool:
-        return node.op == "mul_mat" or (node.op == "conv_2d_dw" and fuses_epilogue(node, self.impl_for(node)))
+        if node.op == "conv_2d_dw":
+            return fuses_epilogue(node, self.impl_for(node))
+        return node.op in ("mul_mat", "norm") and node.type.size == 4
 
     def _bind_fused(self, fused):
         """The fused kernel of an Epilogue, or None when its output overlaps the head's sources or scratch
-        (a plan made without this backend's fused_groups)."""
+        (a plan made without this backend's fused_groups). A norm may run in its source's memory."""
         bound = self._bound_node(fused.head, fused.last)
-        if any(s is not None and np.may_share_memory(bound.dst, s) for s in bound.srcs + [bound.temp]):
+        srcs = bound.srcs[1:] if fused.head.op == "norm" and _same_memory(bound.dst, bound.srcs[0]) else bound.srcs
+        if any(s is not None and np.may_share_memory(bound.dst, s) for s in srcs + [bound.temp]):
             return None
         bias = fused.bias.buffer.kernel_view(fused.bias).reshape(-1)
+        if fused.head.op == "norm":
+            scale = fused.scale.buffer.kernel_view(fused.scale).reshape(-1)
+            return bind_norm_affine(bound, scale, bias, fused.act)
         if fused.head.op == "mul_mat":
             bound.dst = bound.dst.reshape(tuple(reversed(fused.head.ne)))
             return bind_mul_mat_epilogue(bound, bias, fused.act)

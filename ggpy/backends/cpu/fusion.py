@@ -5,7 +5,7 @@ fused kernel that writes the pattern's last output, and the other nodes are skip
 nobody else reads are fused away.
 
 Epilogues: a head (mul_mat, or a channels-contiguous conv_2d_dw), then add(bias over ne[0]) and optionally
-an activation. The kernel applies them to each block of output rows right after computing it, while the
+an activation; or a norm followed by mul(weight) and add(bias) over ne[0] (LayerNorm's affine). The kernel applies them to each block of output rows right after computing it, while the
 rows are in cache, instead of two more passes over memory. Between a conv_2d_dw head and its add there
 may be views that keep the memory order (the permute back to the (C, W, H) token layout, reshapes).
 """
@@ -22,14 +22,20 @@ VIEW_OPS = ("view", "reshape", "permute", "transpose")
 
 @dataclass
 class Epilogue:
-    """`head`, then `add_node` (+ bias over ne[0]) and optionally `act_node` (an activation)."""
+    """`head`, then `add_node` (+ bias over ne[0]) and optionally `act_node` (an activation); for a norm head,
+    `scale_node` (x weight over ne[0]) comes between the head and the add."""
     head: Tensor
     add_node: Tensor
     act_node: Tensor | None = None
+    scale_node: Tensor | None = None
 
     @property
     def bias(self) -> Tensor:
         return self.add_node.src[1]
+
+    @property
+    def scale(self) -> Tensor | None:
+        return None if self.scale_node is None else self.scale_node.src[1]
 
     @property
     def act(self) -> str | None:
@@ -37,13 +43,13 @@ class Epilogue:
 
     @property
     def nodes(self) -> list:
-        """Head, add and activation: the nodes whose memory the fused result goes through."""
-        return [self.head, self.add_node] + ([self.act_node] if self.act_node is not None else [])
+        """The nodes whose memory the fused result goes through, in order (views left out)."""
+        return [n for n in (self.head, self.scale_node, self.add_node, self.act_node) if n is not None]
 
     @property
     def last(self) -> Tensor:
         """The node whose memory receives the fused result."""
-        return self.act_node or self.add_node
+        return self.nodes[-1]
 
     def skipped(self, users: dict) -> list:
         """The nodes after the head that the fused kernel computes (views in between included)."""
@@ -54,7 +60,8 @@ class Epilogue:
         return chain + ([self.act_node] if self.act_node is not None else [])
 
     def name(self, head_kernel: str) -> str:
-        return f"{head_kernel}+bias" + (f"+{self.act}" if self.act else "")
+        return (head_kernel + ("+scale" if self.scale_node is not None else "") + "+bias"
+                + (f"+{self.act}" if self.act else ""))
 
 
 def consumers(graph) -> dict:
@@ -90,14 +97,19 @@ def _same_order_view(view, head) -> bool:
                              and view.nelements == head.nelements))
 
 
-def _add_after(head, users, keep_order: bool):
-    """The add reading head directly (or, with keep_order, through same-order views), or None."""
+def _is_row_vector(v, node) -> bool:
+    """A contiguous F32 vector ne = (node.ne[0],) broadcast over every row of node."""
+    return v.type == F32 and v.ne == (node.ne[0], 1, 1, 1) and v.nb[0] == 4
+
+
+def _add_after(head, users, keep_order: bool, op: str = "add"):
+    """The `op` node reading head directly (or, with keep_order, through same-order views), or None."""
     node = head
     while True:
         user = _only_user(node, users)
         if user is None:
             return None
-        if user.op == "add":
+        if user.op == op:
             return user if user.src[0] is node and (node is head or keep_order) else None
         if not keep_order or user.op not in VIEW_OPS:
             return None
@@ -106,27 +118,33 @@ def _add_after(head, users, keep_order: bool):
 
 def find_fusions(graph, fusable_head) -> dict:
     """{id(head): Epilogue} for every fusable pattern of `graph`. fusable_head(node) says whether the
-    backend has an epilogue kernel for the node (mul_mat; conv_2d_dw when it runs channels-contiguous)."""
+    backend has an epilogue kernel for the node (mul_mat; conv_2d_dw when it runs channels-contiguous; norm)."""
     users = consumers(graph)
     position = {id(n): i for i, n in enumerate(graph.nodes)}
+
+    def ready(v) -> bool:       # the fused kernel runs at the head's turn: operands must be ready by then
+        return position.get(id(v), -1) < position[id(node)]
+
     fusions = {}
     for node in graph.nodes:
-        if node.op not in ("mul_mat", "conv_2d_dw") or not fusable_head(node):
+        if node.op not in ("mul_mat", "conv_2d_dw", "norm") or not fusable_head(node):
             continue
+        scale = None
+        if node.op == "norm":
+            scale = _add_after(node, users, keep_order=False, op="mul")
+            if scale is None or not _is_row_vector(scale.src[1], node) or not ready(scale.src[1]):
+                continue
         channels_first = node.op == "conv_2d_dw"
-        add = _add_after(node, users, keep_order=channels_first)
+        add = _add_after(scale or node, users, keep_order=channels_first)
         if add is None or add.type != F32 or add.nelements != node.nelements:
             continue
         if channels_first and not (_same_order_view(add.src[0], node) and add.ne[0] == node.ne[2]):
             continue
         if not channels_first and add.ne != node.ne:
             continue
-        bias = add.src[1]
-        if not (bias.type == F32 and bias.ne == (add.ne[0], 1, 1, 1) and bias.nb[0] == 4):
+        if not _is_row_vector(add.src[1], add) or not ready(add.src[1]):
             continue
-        if position.get(id(bias), -1) > position[id(node)]:
-            continue            # the fused kernel runs at the head's turn: the bias must be ready by then
-        fused = Epilogue(node, add)
+        fused = Epilogue(node, add, scale_node=scale)
         act = _only_user(add, users)
         if act is not None and act.op in EPILOGUE_ACTS and act.src[0] is add and act.type == F32:
             fused.act_node = act

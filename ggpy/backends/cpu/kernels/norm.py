@@ -12,6 +12,7 @@ from numba import njit, prange
 
 from ..registry import BoundNode, register
 from .common import block, kernel, launch, parallel_kernel, row_index
+from .elementwise import EPILOGUE_FUNCS, epilogue_code
 from .fp16 import load, store
 from .reduce import row_sum
 
@@ -40,6 +41,37 @@ def norm_rows(d, a, eps, ith, nth):
         drow = d[i3, i2, i1]
         for i0 in range(ne0):
             drow[i0] = store(np.float32((load(arow[i0]) - mean) * inv), dt)
+
+
+@kernel
+def norm_affine_rows(act, d, a, w, bias, eps, ith, nth):
+    """d = act((a - mean) / sqrt(var + eps) * w + bias) along ne[0] (w, bias float32 (ne0,)): a fused
+    LayerNorm. act: an EPILOGUE_FUNCS code (0: none). d is float32."""
+    f = EPILOGUE_FUNCS[act]
+    zero = np.float32(0.0)
+    ne3, ne2, ne1, ne0 = d.shape
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i3, i2, i1 = row_index(r, ne2, ne1)
+        arow = a[i3, i2, i1]
+        mean = row_sum(arow) / ne0
+        inv = 1.0 / math.sqrt(row_sum_sq(arow, mean) / ne0 + eps)
+        m32, inv32 = np.float32(mean), np.float32(inv)
+        drow = d[i3, i2, i1]
+        for i0 in range(ne0):
+            drow[i0] = f((load(arow[i0]) - m32) * inv32 * w[i0] + bias[i0], zero, zero)
+
+
+@parallel_kernel
+def norm_affine_par(act, d, a, w, bias, eps, nth):
+    for ith in prange(nth):
+        norm_affine_rows(act, d, a, w, bias, eps, ith, nth)
+
+
+def bind_norm_affine(b: BoundNode, w: np.ndarray, bias: np.ndarray, act: str | None = None):
+    """A fused `act(add(mul(norm(a), w), bias))` into b.dst (float32, a's shape; may be a's memory)."""
+    args = (epilogue_code(act), b.dst, b.srcs[0], w, bias, b.node.op_params["eps"])
+    return launch(norm_affine_rows, norm_affine_par, args, b.threads_for(b.dst.size), constants=(0,))
 
 
 @kernel

@@ -1,10 +1,11 @@
 """Convolution benchmark: ggpy's CPU implementations side by side with PyTorch and ggml's figures.
 
-    python benchmarks/conv_cpu.py [-t 1 2] [--rounds N]
+    python benchmarks/conv_cpu.py [-t 1 2] [--rounds N] [-k NAME_PART]
 
-For each case every ggpy implementation is forced in turn (CPUBackend(force=...)) and timed round-robin
-with PyTorch's conv2d (channels_last for the CWHN layout); the table also shows the figures the real ggml
-library measured on this machine type (../shared/ANCHORS.md) and the scratch each plan reserved.
+For each case every ggpy implementation is forced in turn (CPUBackend(force=...)), and "chosen" runs what
+the backend picks by itself; all are timed round-robin with PyTorch's conv2d (channels_last for the CWHN
+layout); the table also shows the figures the real ggml library measured on this machine type
+(../shared/ANCHORS.md) and the scratch each plan reserved.
 """
 import argparse
 import time
@@ -26,19 +27,24 @@ CASES = [
     ("dw 3x3 1024x1024x3 WHCN", "conv_2d_dw", ("im2col", "direct"), (1024, 1024, 3), 3, 3, 1, 1, "whcn",
      {"im2col": 150, "direct": 32}),
     ("dw 3x3 1024x1024x3 CWHN", "conv_2d_dw", ("direct",), (1024, 1024, 3), 3, 3, 1, 1, "cwhn", {"direct": 69}),
-    ("conv 3x3 64x64 160->160", "conv_2d", ("im2col", "direct"), (64, 64, 160), 160, 3, 1, 1, "whcn",
-     {"im2col": 32.8, "direct": 42.3}),
-    ("conv 1x1 64x64 320->256", "conv_2d", ("gemm_1x1", "im2col"), (64, 64, 320), 256, 1, 1, 0, "whcn",
+    ("conv 3x3 64x64 160->160", "conv_2d", ("im2col", "winograd", "direct", "chosen"), (64, 64, 160), 160, 3, 1,
+     1, "whcn", {"im2col": 32.8, "direct": 42.3}),
+    ("neck 3x3 64x64 256->256", "conv_2d", ("im2col", "winograd", "chosen"), (64, 64, 256), 256, 3, 1, 1, "whcn",
+     {}),
+    ("conv 1x1 64x64 320->256", "conv_2d", ("gemm_1x1", "im2col", "chosen"), (64, 64, 320), 256, 1, 1, 0, "whcn",
      {"im2col": 11.9}),
-    ("stem 3x3 s2 1024x1024 3->32", "conv_2d", ("direct", "im2col"), (1024, 1024, 3), 32, 3, 2, 1, "whcn", {}),
-    ("conv 3x3 s2 512x512 32->64", "conv_2d", ("im2col", "direct"), (512, 512, 32), 64, 3, 2, 1, "whcn", {}),
+    ("stem 3x3 s2 1024x1024 3->32", "conv_2d", ("direct", "im2col", "chosen"), (1024, 1024, 3), 32, 3, 2, 1,
+     "whcn", {}),
+    ("conv 3x3 s2 512x512 32->64", "conv_2d", ("im2col", "direct", "chosen"), (512, 512, 32), 64, 3, 2, 1, "whcn",
+     {}),
 ]
 
 
 def build(op, impl, shape, cout, k, stride, pad, layout, threads, rng):
-    """A planned one-node graph (input and kernel set) and the plan, with `impl` forced."""
+    """A planned one-node graph (input and kernel set) and the plan, with `impl` forced ("chosen": the
+    backend's own choice)."""
     w, h, cin = shape
-    backend = ggpy.CPUBackend(n_threads=threads, force={op: impl})
+    backend = ggpy.CPUBackend(n_threads=threads, force=None if impl == "chosen" else {op: impl})
     ctx = ggpy.Context()
     if layout == "cwhn":
         stored = ctx.new_tensor(ggpy.F32, (cin, w, h, 1))
@@ -72,6 +78,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-t", "--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("-k", "--only", default="", help="run only the cases whose name contains this")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     print(f"rounds={args.rounds}" + (f" torch {torch.__version__}" if torch else " (torch not installed)"))
@@ -81,6 +88,8 @@ def main():
         if torch is not None:
             torch.set_num_threads(threads)
         for name, op, impls, shape, cout, k, stride, pad, layout, ggml_ms in CASES:
+            if args.only not in name:
+                continue
             runs, info = {}, {}
             for impl in impls:
                 run, temp, kname, xv, kv = build(op, impl, shape, cout, k, stride, pad, layout, threads, rng)
@@ -90,7 +99,7 @@ def main():
             times = {key: [] for key in runs}
             for _ in range(args.rounds):
                 for key, f in runs.items():
-                    time.sleep(0.05)
+                    time.sleep(0.15)      # BLAS and OpenMP threads of the previous library spin ~0.1 s
                     f()
                     t0 = time.perf_counter()
                     f()

@@ -153,26 +153,29 @@ def conv_im2col_par(fn, d, a, b, cols, chunk, s0, s1, p0, p1, d0, d1, nth):
 
 
 @kernel
-def conv_1x1_rows(fn, d, a, b, trans_x, ldx, step, nsplit, ith, nth):
+def conv_1x1_rows(fn, d, a, b, trans_x, ldx, step, ith, nth):
     """d[n] (OC, P) = a (OC, IC) @ x_n (IC, P), x_n = image n of b read in place: position p, channel c at
     byte p * step + c * ldx * 4 (trans_x False) or p * ldx * 4 + c * 4 (trans_x True); P = H * W.
-    Tasks (image, block of positions) ith, ith + nth, ... of N * nsplit."""
+    Worker ith takes an equal block of the N * P positions, one sgemm per image it touches."""
     n_n, oc_n, oh_n, ow_n = d.shape
     ic_n = a.shape[1]
     plane = oh_n * ow_n
     work = np.empty(10, np.int32)
-    for t in range(ith, n_n * nsplit, nth):
-        n = t // nsplit
-        p0, p1 = block(plane, t % nsplit, nsplit)
-        if p1 > p0:
-            sgemm(fn, work, trans_x, False, p1 - p0, oc_n, ic_n, b[n].ctypes.data + p0 * step, ldx,
-                  a.ctypes.data, ic_n, d[n].ctypes.data + p0 * 4, plane)
+    q0, q1 = block(n_n * plane, ith, nth)
+    q = q0
+    while q < q1:
+        n = q // plane
+        p0 = q - n * plane
+        m = min(q1 - q, plane - p0)
+        sgemm(fn, work, trans_x, False, m, oc_n, ic_n, b[n].ctypes.data + p0 * step, ldx,
+              a.ctypes.data, ic_n, d[n].ctypes.data + p0 * 4, plane)
+        q += m
 
 
 @parallel_kernel
-def conv_1x1_par(fn, d, a, b, trans_x, ldx, step, nsplit, nth):
+def conv_1x1_par(fn, d, a, b, trans_x, ldx, step, nth):
     for ith in prange(nth):
-        conv_1x1_rows(fn, d, a, b, trans_x, ldx, step, nsplit, ith, nth)
+        conv_1x1_rows(fn, d, a, b, trans_x, ldx, step, ith, nth)
 
 
 @kernel
@@ -376,10 +379,8 @@ def bind_conv(b: BoundNode):
             prepare.append(step)
             layout = (False, x.shape[2] * x.shape[3], 4)
         trans_x, ldx, step_bytes = layout
-        nmat = d.shape[0]
-        nsplit = max(1, -(-nth // nmat)) if nmat < nth else 1
         return _then(prepare, launch(conv_1x1_rows, conv_1x1_par,
-                                     (SGEMM_ADDRESS, d, a, x, trans_x, ldx, step_bytes, nsplit), nth))
+                                     (SGEMM_ADDRESS, d, a, x, trans_x, ldx, step_bytes), nth))
     cols = b.temp[offset:].view(np.float32)
     nth = max(1, min(nth, cols.size // k))
     chunk = min(cols.size // (k * nth), IM2COL_CHUNK)

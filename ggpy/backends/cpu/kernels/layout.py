@@ -87,6 +87,35 @@ def copy_nd(d, a, ith, nth):
             d1, d2, d3 = _next_row(d1, d2, d3, nd1, nd2)
 
 
+TRANSPOSE_TILE = 16
+
+
+@kernel
+def copy_transposed(d, a, ith, nth):
+    """d = a for arrays of one shape (A, B, J, I) where d's I and a's J are the unit-stride axes: tiles of
+    16 x 16 so both the written rows and the strided reads stay in cache (a cont of a permute)."""
+    na, nb, nj, ni = d.shape
+    t = TRANSPOSE_TILE
+    n_it = (ni + t - 1) // t
+    r0, r1 = block(na * nb * n_it, ith, nth)
+    for r in range(r0, r1):
+        ia, ib, it = r // (nb * n_it), (r // n_it) % nb, r % n_it
+        i0 = it * t
+        i1 = min(ni, i0 + t)
+        dp, ap = d[ia, ib], a[ia, ib]
+        for j0 in range(0, nj, t):
+            for j in range(j0, min(nj, j0 + t)):
+                drow, arow = dp[j], ap[j]
+                for i in range(i0, i1):
+                    drow[i] = convert(arow[i], drow.dtype)
+
+
+@parallel_kernel
+def copy_transposed_par(d, a, nth):
+    for ith in prange(nth):
+        copy_transposed(d, a, ith, nth)
+
+
 @parallel_kernel
 def copy_flat_par(d, a, nth):
     for ith in prange(nth):
@@ -105,7 +134,21 @@ def bind_copy(b: BoundNode):
     nth = b.threads_for(d.size)
     if flat(d) is not None and flat(x) is not None:
         return launch(copy_flat, copy_flat_par, (flat(d), flat(x)), nth)
+    axis = _unit_axis(x)
+    if d.shape == x.shape and d.flags.c_contiguous and axis is not None and d.shape[3] > 1:
+        dd, xx = np.moveaxis(d, axis, 2), np.moveaxis(x, axis, 2)
+        return launch(copy_transposed, copy_transposed_par, (dd, xx), nth)
     return launch(copy_nd, copy_nd_par, (d, x), nth)
+
+
+def _unit_axis(x: np.ndarray):
+    """The outer axis (0-2) along which x's elements are adjacent when its inner axis is not, else None."""
+    if x.shape[3] == 1 or x.strides[3] == x.itemsize:
+        return None
+    for axis in (2, 1, 0):
+        if x.shape[axis] > 1 and x.strides[axis] == x.itemsize:
+            return axis
+    return None
 
 
 # -- concat, pad, repeat -------------------------------------------------------------------------------------

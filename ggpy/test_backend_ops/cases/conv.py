@@ -95,6 +95,14 @@ def cases():
     out.append(OpCase("conv_2d", "perf,3x3,64x64,160->160",
                       lambda ctx: ops.conv_2d(layout(ctx, F32, (3, 3, 160, 160)), layout(ctx, F32, (64, 64, 160, 1)),
                                               1, 1, 1, 1, 1, 1), flops=_flops, tags=("perf",)))
+    out.append(OpCase("conv_2d", "perf,3x3,64x64,256->256",
+                      lambda ctx: ops.conv_2d(layout(ctx, F32, (3, 3, 256, 256)), layout(ctx, F32, (64, 64, 256, 1)),
+                                              1, 1, 1, 1, 1, 1), flops=_flops, tags=("perf",)))
+    for dst in (F32, F16):
+        out.append(OpCase("im2col", f"perf,f32->{dst.name},3x3,64x64,160",
+                          lambda ctx, dst=dst: ops.im2col(layout(ctx, F16, (3, 3, 160, 160)),
+                                                          layout(ctx, F32, (64, 64, 160, 1)), 1, 1, 1, 1, 1, 1, True,
+                                                          dst), tags=("perf",)))
     out.append(OpCase("conv_2d", "perf,1x1,64x64,320->256",
                       lambda ctx: ops.conv_2d(layout(ctx, F32, (1, 1, 320, 256)), layout(ctx, F32, (64, 64, 320, 1))),
                       flops=_flops, tags=("perf",)))

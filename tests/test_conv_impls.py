@@ -21,7 +21,7 @@ def _check(case, backend):
 
 
 @pytest.mark.parametrize("impl", ["im2col", "direct"])
-@pytest.mark.parametrize("case", GENERAL + ONE_BY_ONE, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", GENERAL + ONE_BY_ONE + WINOGRAD, ids=lambda c: c.id)
 def test_general_impls(case, impl):
     _check(case, ggpy.CPUBackend(n_threads=2, force={"conv_2d": impl}))
 

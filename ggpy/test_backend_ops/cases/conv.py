@@ -38,10 +38,10 @@ CONV_2D_1X1 = [  # (W, H, Cin, Cout, N)
 ]
 
 
-def _conv_2d(ta, how, w, h, cin, cout, n, kw, kh, s0, s1, p0, p1, d0, d1):
-    params = f"{ta.name},b={how},in=({w},{h},{cin},{n}),k=({kw},{kh},{cout}),s=({s0},{s1}),p=({p0},{p1}),d=({d0},{d1})"
+def _conv_2d(ta, how, w, h, cin, cout, n, kw, kh, s0, s1, p0, p1, d0, d1, tb=F32):
+    params = f"{ta.name},b={how}{'' if tb is F32 else ',' + tb.name},in=({w},{h},{cin},{n}),k=({kw},{kh},{cout}),s=({s0},{s1}),p=({p0},{p1}),d=({d0},{d1})"
     return OpCase("conv_2d", params,
-                  lambda ctx: ops.conv_2d(layout(ctx, ta, (kw, kh, cin, cout)), layout(ctx, F32, (w, h, cin, n), how),
+                  lambda ctx: ops.conv_2d(layout(ctx, ta, (kw, kh, cin, cout)), layout(ctx, tb, (w, h, cin, n), how),
                                           s0, s1, p0, p1, d0, d1),
                   max_nmse=5e-7, flops=_flops)
 
@@ -59,10 +59,11 @@ def conv_2d_cases(one_by_one: bool):
 
 
 def winograd_cases():
-    """3x3 stride-1 conv_2d cases every implementation can run, Winograd's among them."""
+    """3x3 stride-1 conv_2d cases every implementation can run, Winograd's among them (and two F16 inputs)."""
     return [_conv_2d(ta, how, w, h, ci, co, n, 3, 3, 1, 1, p0, p1, 1, 1)
             for ta in (F32, F16) for how in ("cont", "permuted", "padded", "permuted3")
-            for w, h, ci, co, n, p0, p1 in WINOGRAD]
+            for w, h, ci, co, n, p0, p1 in WINOGRAD] + \
+        [_conv_2d(F16, how, 11, 9, 6, 5, 2, 3, 3, 1, 1, 1, 2, 1, 1, tb=F16) for how in ("cont", "permuted")]
 
 
 def _im2col(ta, dst, is_2d, w, h, cin, n, kw, kh, s0, s1, p0, p1, d0, d1):

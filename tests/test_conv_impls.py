@@ -70,7 +70,7 @@ def _plan(backend, ne_a, ne_b, **params):
 def test_big_image_scratch_stays_under_budget():
     budget = 16 << 20
     backend = ggpy.CPUBackend(n_threads=2, force={"conv_2d": "im2col"}, scratch_budget=budget)
-    graph, plan, out = _plan(backend, (3, 3, 3, 32), (1024, 1024, 3, 1), p0=1, p1=1)
+    _, plan, out = _plan(backend, (3, 3, 3, 32), (1024, 1024, 3, 1), p0=1, p1=1)
     full = 1024 * 1024 * 27 * 4
     assert full > budget
     assert 0 < out.temp[2] <= budget
@@ -88,7 +88,7 @@ def test_default_choice_and_names():
                                      ((3, 3, 32, 24), (32, 32, 32, 1), {"p0": 1, "p1": 1}, "conv2d_winograd"),
                                      ((3, 3, 32, 24), (8, 8, 32, 1), {"p0": 1, "p1": 1}, "conv2d_im2col"),
                                      ((3, 3, 32, 24), (32, 32, 32, 1), {"s0": 2}, "conv2d_im2col")]:
-        graph, plan, out = _plan(backend, ne_a, ne_b, **params)
+        _, plan, out = _plan(backend, ne_a, ne_b, **params)
         assert backend.kernel_name(out) == name
         assert name in plan.report()
     assert backend.temp_size(_plan(backend, (2, 2, 1, 8), (16, 16, 1, 1))[2]) == 0
@@ -112,7 +112,7 @@ def test_winograd_scratch():
     """The temp block holds the transformed kernel (16 x Cin x Cout floats) and stays under the budget."""
     budget = 4 << 20
     backend = ggpy.CPUBackend(n_threads=2, force={"conv_2d": "winograd"}, scratch_budget=budget)
-    graph, plan, out = _plan(backend, (3, 3, 160, 160), (64, 64, 160, 1), p0=1, p1=1)
+    _, plan, out = _plan(backend, (3, 3, 160, 160), (64, 64, 160, 1), p0=1, p1=1)
     assert 16 * 160 * 160 * 4 < out.temp[2] <= budget
     assert "conv2d_winograd" in plan.report()
 

@@ -11,7 +11,7 @@ G = [[1,0,0],[.5,.5,.5],[.5,-.5,.5],[0,0,1]], A^T = [[1,1,1,0],[0,1,-1,-1]]:
    product  M[xi] (OC, chunk) = U[xi] (OC, IC) @ V[xi] (IC, chunk), 16 single-threaded sgemm,
    output   d[n, oc, 2 ty + r, 2 tx + c] = (A^T M A)[r, c].
 16 products of IC x OC per 4 outputs instead of 9 per output: 2.25x fewer multiply-adds than im2col + GEMM.
-Each worker's V, M and four padded input rows live in its part of the temp block, sized by the budget.
+Each worker's V, M and 8 rows of transform scratch live in its part of the temp block, sized by the budget.
 """
 import numpy as np
 from numba import prange
@@ -75,6 +75,7 @@ def _aligned(n: int) -> int:
 
 
 def weights_bytes(node) -> int:
+    """Bytes of U (16 x IC x OC floats), 64-byte aligned."""
     a = node.src[0]
     return _aligned(16 * a.ne[2] * a.ne[3] * 4)
 

@@ -1,0 +1,245 @@
+"""Convert the official MobileSAM checkpoint (`mobile_sam.pt`, the state dict of mobile_sam's `Sam`) to GGUF.
+
+The file (written with the `gguf` package) holds:
+- metadata `general.architecture = "mobilesam"` and `mobilesam.*`: image_size, embed_dims, depths, num_heads,
+  window_sizes, mlp_ratio, mbconv_expand_ratio, local_conv_size, neck_dim, pixel_mean, pixel_std, file_type
+  ("f32"/"f16") and layout = "ggml-ne": every array is written as the C-order numpy array of its torch shape,
+  so the ggml `ne` a loader sees is the torch shape reversed (a Linear weight (out, in) has ne (in, out),
+  a conv weight (Cout, Cin/groups, KH, KW) has ne (KW, KH, Cin/groups, Cout)).
+- `<P>.weight`, `<P>.bias` for every TinyViT Conv2d_BN `<P>`: the BatchNorm (eps 1e-5) folded into the
+  convolution as Conv2d_BN.fuse() does, in float64.
+- `<P>.ab` (torch shape (heads, N, N), N = window²) for every TinyViT Attention `<P>`: attention_biases
+  gathered through the offset index table Attention.__init__ builds.
+- every other image-encoder tensor (LayerNorms, Linears, the neck), and every prompt_encoder.* and
+  mask_decoder.* tensor, under its state-dict name and shape. The unused classifier head
+  (image_encoder.head.*, image_encoder.norm_head.*) and BatchNorm `num_batches_tracked` are left out.
+With type "f16", weights of two or more dimensions whose name ends in `.weight` are stored F16; biases,
+norms, `.ab` tables and positional encodings stay F32.
+
+Needs torch and mobile_sam (the shapes to check against come from a freshly built `build_sam_vit_t()`).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import tempfile
+
+import numpy as np
+from tqdm import tqdm
+
+from ggpy import ModelFileError
+
+ARCH = "mobilesam"
+HPARAMS = {
+    "image_size": 1024, "embed_dims": [64, 128, 160, 320], "depths": [2, 2, 6, 2], "num_heads": [2, 4, 5, 10],
+    "window_sizes": [7, 7, 14, 7], "mlp_ratio": 4.0, "mbconv_expand_ratio": 4.0, "local_conv_size": 3,
+    "neck_dim": 256,
+}
+PIXEL_MEAN = [123.675, 116.28, 103.53]
+PIXEL_STD = [58.395, 57.12, 57.375]
+BN_EPS = 1e-5
+SKIPPED_PREFIXES = ("image_encoder.head.", "image_encoder.norm_head.")
+FILE_TYPES = ("f32", "f16")
+_BN_PARTS = ("bn.weight", "bn.bias", "bn.running_mean", "bn.running_var")
+
+
+# -- reading and checking the checkpoint ------------------------------------------------------------
+def load_state_dict(path) -> dict:
+    """The checkpoint's tensors as float64 numpy arrays (num_batches_tracked dropped); torch's safe loader only."""
+    import torch
+
+    if not os.path.isfile(path):
+        raise ModelFileError(f"checkpoint {path} does not exist")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # pickle errors, refused globals, not a torch file
+        raise ModelFileError(f"{path} cannot be read as a torch state dict with weights_only=True "
+                             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    if isinstance(obj, dict):
+        for wrapper in ("model", "state_dict"):
+            if isinstance(obj.get(wrapper), dict):
+                obj = obj[wrapper]
+                break
+    if not isinstance(obj, dict) or not obj:
+        raise ModelFileError(f"{path} holds a {type(obj).__name__}, expected a state dict (tensor name -> tensor) "
+                             "of mobile_sam's Sam")
+    state = {}
+    for key, value in obj.items():
+        if not isinstance(value, torch.Tensor):
+            raise ModelFileError(f"{path}: key '{key}' holds a {type(value).__name__}, expected a tensor "
+                                 "(is this a state dict of mobile_sam's Sam?)")
+        if not key.endswith("num_batches_tracked"):
+            state[key] = value.detach().to(torch.float64).numpy()
+    return state
+
+
+def reference_shapes() -> dict:
+    """State-dict key -> torch shape of a freshly built `build_sam_vit_t()` (num_batches_tracked left out)."""
+    import torch
+
+    from .timm_stub import install_timm_stub
+
+    install_timm_stub()
+    from mobile_sam import build_sam_vit_t
+
+    with torch.no_grad():
+        model = build_sam_vit_t()
+    return {k: tuple(v.shape) for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")}
+
+
+def check_state_dict(state: dict, expected: dict, path) -> None:
+    """Every expected key present with its expected shape, and no key the architecture does not have."""
+    for key, shape in expected.items():
+        if key not in state:
+            raise ModelFileError(f"{path}: missing key '{key}' (expected shape {shape})")
+        if tuple(state[key].shape) != shape:
+            raise ModelFileError(f"{path}: key '{key}' has shape {tuple(state[key].shape)}, expected {shape}")
+    extra = sorted(set(state) - set(expected))
+    if extra:
+        raise ModelFileError(f"{path}: unexpected key '{extra[0]}' (shape {tuple(state[extra[0]].shape)}; "
+                             f"{len(extra)} unexpected in all), not part of MobileSAM (build_sam_vit_t)")
+
+
+def _blocks(state: dict, layer: int) -> int:
+    pat = re.compile(rf"image_encoder\.layers\.{layer}\.blocks\.(\d+)\.")
+    return 1 + max(int(m.group(1)) for k in state if (m := pat.match(k)))
+
+
+def derive_hparams(state: dict) -> dict:
+    """The hyper-parameters read off the checkpoint's shapes (image_size is not visible in them)."""
+    enc = "image_encoder."
+    n_layers = len(HPARAMS["depths"])
+    conv1 = state[enc + "layers.0.blocks.0.conv1.c.weight"]
+    dims = [conv1.shape[1]] + [state[f"{enc}layers.{i}.blocks.0.attn.norm.weight"].shape[0]
+                               for i in range(1, n_layers)]
+    heads = [state[f"{enc}layers.{i}.blocks.0.attn.attention_biases"].shape[0] for i in range(1, n_layers)]
+    windows = [round(state[f"{enc}layers.{i}.blocks.0.attn.attention_biases"].shape[1] ** 0.5)
+               for i in range(1, n_layers)]
+    fc1 = state[enc + "layers.1.blocks.0.mlp.fc1.weight"]
+    return {
+        "image_size": HPARAMS["image_size"],
+        "embed_dims": dims,
+        "depths": [_blocks(state, i) for i in range(n_layers)],
+        # layer 0 is convolutional: it has no attention, so its head count and window are the architecture's
+        "num_heads": [HPARAMS["num_heads"][0]] + heads,
+        "window_sizes": [HPARAMS["window_sizes"][0]] + windows,
+        "mlp_ratio": fc1.shape[0] / fc1.shape[1],
+        "mbconv_expand_ratio": conv1.shape[0] / conv1.shape[1],
+        "local_conv_size": state[enc + "layers.1.blocks.0.local_conv.c.weight"].shape[-1],
+        "neck_dim": state[enc + "neck.0.weight"].shape[0],
+    }
+
+
+def check_hparams(hparams: dict, path) -> None:
+    for name, want in HPARAMS.items():
+        if hparams[name] != want:
+            raise ModelFileError(f"{path}: {name} read from the checkpoint's shapes is {hparams[name]}, "
+                                 f"MobileSAM has {want}")
+
+
+# -- the conversions ---------------------------------------------------------------------------------
+def fold_conv_bn(state: dict, prefix: str):
+    """(weight (Cout, Cin/groups, KH, KW), bias (Cout,)) of Conv2d_BN `prefix` with its BatchNorm folded in."""
+    gamma, beta, mean, var = (state[f"{prefix}.{p}"] for p in _BN_PARTS)
+    scale = gamma / np.sqrt(var + BN_EPS)
+    return state[prefix + ".c.weight"] * scale[:, None, None, None], beta - mean * scale
+
+
+def attention_bias_index(window: int) -> np.ndarray:
+    """(N, N) index into attention_biases' offsets, N = window², built as TinyViT's Attention.__init__."""
+    points = list(itertools.product(range(window), range(window)))
+    offsets, idxs = {}, []
+    for p1 in points:
+        for p2 in points:
+            offset = (abs(p1[0] - p2[0]), abs(p1[1] - p2[1]))
+            idxs.append(offsets.setdefault(offset, len(offsets)))
+    return np.array(idxs, dtype=np.int64).reshape(len(points), len(points))
+
+
+def gather_attention_bias(biases: np.ndarray, window: int) -> np.ndarray:
+    """(heads, N, N) bias table of one attention from its (heads, n_offsets) parameters."""
+    return biases[:, attention_bias_index(window)]
+
+
+def convert_tensors(state: dict, hparams: dict):
+    """Yield (name, float64 array in torch shape) of every tensor the GGUF file holds."""
+    conv_bn = sorted({k[: -len(".c.weight")] for k in state if k.endswith(".c.weight")})
+    done = set()
+    for prefix in conv_bn:
+        w, b = fold_conv_bn(state, prefix)
+        done.update([prefix + ".c.weight"] + [f"{prefix}.{p}" for p in _BN_PARTS])
+        yield prefix + ".weight", w
+        yield prefix + ".bias", b
+    for key in sorted(k for k in state if k.endswith(".attention_biases")):
+        layer = int(re.match(r"image_encoder\.layers\.(\d+)\.", key).group(1))
+        done.add(key)
+        yield key[: -len("attention_biases")] + "ab", gather_attention_bias(state[key], hparams["window_sizes"][layer])
+    for key, value in state.items():
+        if key not in done and not key.startswith(SKIPPED_PREFIXES):
+            yield key, value
+
+
+def storage_dtype(name: str, array: np.ndarray, file_type: str):
+    """F16 for weights of two or more dimensions in an "f16" file; F32 for everything else."""
+    if file_type == "f16" and array.ndim >= 2 and name.endswith(".weight"):
+        return np.float16
+    return np.float32
+
+
+# -- writing -----------------------------------------------------------------------------------------
+def _write(out_path: str, tensors: dict, hparams: dict, file_type: str, progress: bool):
+    import gguf
+
+    writer = gguf.GGUFWriter(out_path, ARCH)
+    writer.add_uint32(f"{ARCH}.image_size", hparams["image_size"])
+    for name in ("embed_dims", "depths", "num_heads", "window_sizes"):
+        writer.add_array(f"{ARCH}.{name}", [int(v) for v in hparams[name]])
+    writer.add_float32(f"{ARCH}.mlp_ratio", hparams["mlp_ratio"])
+    writer.add_float32(f"{ARCH}.mbconv_expand_ratio", hparams["mbconv_expand_ratio"])
+    writer.add_uint32(f"{ARCH}.local_conv_size", hparams["local_conv_size"])
+    writer.add_uint32(f"{ARCH}.neck_dim", hparams["neck_dim"])
+    writer.add_array(f"{ARCH}.pixel_mean", PIXEL_MEAN)
+    writer.add_array(f"{ARCH}.pixel_std", PIXEL_STD)
+    writer.add_string(f"{ARCH}.layout", "ggml-ne")
+    writer.add_string(f"{ARCH}.file_type", file_type)
+    for name, array in tensors.items():
+        writer.add_tensor(name, np.ascontiguousarray(array, dtype=storage_dtype(name, array, file_type)))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file(progress=progress)
+    writer.close()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def convert(checkpoint_path, out_path, type: str = "f32", progress: bool = True) -> dict:
+    """Convert `checkpoint_path` to the GGUF file `out_path` with weights of `type` ("f32" or "f16").
+
+    Everything is read and checked before anything is written; the file appears (by rename) only when
+    complete. Returns the hyper-parameters written. ModelFileError names a missing or misshapen key.
+    """
+    if type not in FILE_TYPES:
+        raise ValueError(f"type must be one of {FILE_TYPES}, got {type!r}")
+    checkpoint_path, out_path = os.fspath(checkpoint_path), os.fspath(out_path)
+    state = load_state_dict(checkpoint_path)
+    check_state_dict(state, reference_shapes(), checkpoint_path)
+    hparams = derive_hparams(state)
+    check_hparams(hparams, checkpoint_path)
+    tensors = dict(tqdm(convert_tensors(state, hparams), desc="folding BatchNorm, gathering biases",
+                        unit="tensor", disable=not progress))
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(out_path) + ".", suffix=".part",
+                               dir=os.path.dirname(os.path.abspath(out_path)))
+    os.close(fd)
+    try:
+        _write(tmp, tensors, hparams, type, progress)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, out_path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return hparams

@@ -1,0 +1,96 @@
+"""Loading a GGUF model file into a backend buffer: metadata as Python values, weights as ggpy tensors.
+
+A tensor stored with numpy shape (d_{n-1}, ..., d_0) becomes a ggpy tensor of ne = (d_0, ..., d_{n-1}):
+GGUF records ggml's ne, and its data is the C-order array of the reversed shape.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .alloc import alloc_ctx_tensors
+from .errors import ModelFileError
+from .graph import Context, Tensor
+from .types import F16, F32
+
+_TYPES = {"F32": F32, "F16": F16}
+
+
+@dataclass
+class ModelFile:
+    """The tensors of a GGUF file (in `ctx`, placed in `buffer`) and its metadata (key -> Python value)."""
+
+    path: str
+    metadata: dict
+    ctx: Context
+    buffer: object
+    tensors: dict = field(default_factory=dict)
+
+    def get(self, name: str) -> Tensor:
+        """The tensor called `name`; ModelFileError when the file has none."""
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise ModelFileError(f"{self.path} has no tensor '{name}' ({len(self.tensors)} tensors in the file, "
+                                 f"architecture {self.metadata.get('general.architecture')!r})") from None
+
+
+def _open(path: str):
+    import gguf
+
+    if not os.path.isfile(path):
+        raise ModelFileError(f"model file {path} does not exist")
+    try:
+        return gguf.GGUFReader(path)
+    except Exception as e:  # the reader fails with ValueError/IndexError/... on non-GGUF or cut-off headers
+        raise ModelFileError(f"{path} is not a readable GGUF file ({type(e).__name__}: {e}); expected a GGUF "
+                             "file as written by the gguf package") from None
+
+
+def _metadata(reader) -> dict:
+    return {name: f.contents() for name, f in reader.fields.items() if not name.startswith("GGUF.")}
+
+
+def _check_architecture(path: str, metadata: dict, architecture: str | None):
+    if architecture is None:
+        return
+    found = metadata.get("general.architecture")
+    if found != architecture:
+        raise ModelFileError(f"{path} has general.architecture={found!r}, expected {architecture!r}")
+
+
+def _check_tensor(path: str, rt, file_size: int):
+    type_name = rt.tensor_type.name
+    if type_name not in _TYPES:
+        raise ModelFileError(f"tensor '{rt.name}' in {path} is of GGUF type {type_name}; ggpy loads F32 and F16")
+    end = int(rt.data_offset) + int(rt.n_bytes)
+    if end > file_size:
+        raise ModelFileError(f"{path} is truncated: tensor '{rt.name}' needs bytes up to {end}, the file has "
+                             f"{file_size}")
+    if len(rt.data.shape) > 4:
+        raise ModelFileError(f"tensor '{rt.name}' in {path} has {len(rt.data.shape)} dimensions; ggpy tensors "
+                             "have at most 4")
+
+
+def load_gguf(path, backend, architecture: str | None = None) -> ModelFile:
+    """Read the GGUF file at `path` (memory-mapped) and copy its F32/F16 tensors into one new buffer of
+    `backend`. With `architecture`, the file's general.architecture must equal it."""
+    path = os.fspath(path)
+    reader = _open(path)
+    metadata = _metadata(reader)
+    _check_architecture(path, metadata, architecture)
+    file_size = os.path.getsize(path)
+    for rt in reader.tensors:
+        _check_tensor(path, rt, file_size)
+    ctx = Context()
+    tensors = {}
+    for rt in reader.tensors:
+        t = ctx.new_tensor(_TYPES[rt.tensor_type.name], tuple(reversed(rt.data.shape)))
+        tensors[rt.name] = t.set_name(rt.name)
+    buffer = alloc_ctx_tensors(ctx, backend)
+    for rt in reader.tensors:
+        t = tensors[rt.name]
+        t.set(np.asarray(rt.data).reshape(tuple(reversed(t.ne))))
+    return ModelFile(path, metadata, ctx, buffer, tensors)

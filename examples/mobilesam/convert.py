@@ -16,7 +16,8 @@ The file (written with the `gguf` package) holds:
 With type "f16", weights of two or more dimensions whose name ends in `.weight` are stored F16; biases,
 norms, `.ab` tables and positional encodings stay F32.
 
-Needs torch and mobile_sam (the shapes to check against come from a freshly built `build_sam_vit_t()`).
+`convert` reads a checkpoint file and needs torch and mobile_sam (it checks the shapes against a freshly
+built `build_sam_vit_t()`); `convert_state_dict` converts a state dict of numpy arrays and needs neither.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ _BN_PARTS = ("bn.weight", "bn.bias", "bn.running_mean", "bn.running_var")
 
 # -- reading and checking the checkpoint ------------------------------------------------------------
 def load_state_dict(path) -> dict:
-    """The checkpoint's tensors as float64 numpy arrays (num_batches_tracked dropped); torch's safe loader only."""
+    """The checkpoint's tensors as numpy arrays, read with torch's safe loader (weights_only=True) only."""
     import torch
 
     if not os.path.isfile(path):
@@ -54,8 +55,9 @@ def load_state_dict(path) -> dict:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # pickle errors, refused globals, not a torch file
+        first_line = str(e).splitlines()[0] if str(e) else ""
         raise ModelFileError(f"{path} cannot be read as a torch state dict with weights_only=True "
-                             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+                             f"({type(e).__name__}: {first_line})") from None
     if isinstance(obj, dict):
         for wrapper in ("model", "state_dict"):
             if isinstance(obj.get(wrapper), dict):
@@ -64,18 +66,15 @@ def load_state_dict(path) -> dict:
     if not isinstance(obj, dict) or not obj:
         raise ModelFileError(f"{path} holds a {type(obj).__name__}, expected a state dict (tensor name -> tensor) "
                              "of mobile_sam's Sam")
-    state = {}
     for key, value in obj.items():
         if not isinstance(value, torch.Tensor):
             raise ModelFileError(f"{path}: key '{key}' holds a {type(value).__name__}, expected a tensor "
                                  "(is this a state dict of mobile_sam's Sam?)")
-        if not key.endswith("num_batches_tracked"):
-            state[key] = value.detach().to(torch.float64).numpy()
-    return state
+    return {key: value.detach().to(torch.float64).numpy() for key, value in obj.items()}
 
 
 def reference_shapes() -> dict:
-    """State-dict key -> torch shape of a freshly built `build_sam_vit_t()` (num_batches_tracked left out)."""
+    """State-dict key -> torch shape of a freshly built `build_sam_vit_t()` (needs torch and mobile_sam)."""
     import torch
 
     from .timm_stub import install_timm_stub
@@ -85,11 +84,12 @@ def reference_shapes() -> dict:
 
     with torch.no_grad():
         model = build_sam_vit_t()
-    return {k: tuple(v.shape) for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")}
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
 def check_state_dict(state: dict, expected: dict, path) -> None:
-    """Every expected key present with its expected shape, and no key the architecture does not have."""
+    """Every expected key present with its expected shape, and no key the architecture does not have
+    (BatchNorm num_batches_tracked is dropped before)."""
     for key, shape in expected.items():
         if key not in state:
             raise ModelFileError(f"{path}: missing key '{key}' (expected shape {shape})")
@@ -217,21 +217,37 @@ def _umask() -> int:
     return mask
 
 
-def convert(checkpoint_path, out_path, type: str = "f32", progress: bool = True) -> dict:
-    """Convert `checkpoint_path` to the GGUF file `out_path` with weights of `type` ("f32" or "f16").
+def _check_type(file_type: str):
+    if file_type not in FILE_TYPES:
+        raise ValueError(f"type must be one of {FILE_TYPES}, got {file_type!r}")
 
-    Everything is read and checked before anything is written; the file appears (by rename) only when
+
+def _without_counters(d: dict) -> dict:
+    """`d` without BatchNorm's num_batches_tracked entries (training bookkeeping, not weights)."""
+    return {k: v for k, v in d.items() if not k.endswith("num_batches_tracked")}
+
+
+def convert_state_dict(state: dict, out_path, type: str = "f32", progress: bool = True,
+                       expected_shapes: dict | None = None, source: str = "state dict") -> dict:
+    """Convert `state` (key -> array, the official keys) to the GGUF file `out_path` with weights of `type`
+    ("f32" or "f16"); no torch needed. `expected_shapes` (key -> torch shape) defaults to the architecture
+    table of examples/mobilesam/architecture.py; `source` names the state dict in error messages.
+
+    Everything is checked and converted before anything is written; the file appears (by rename) only when
     complete. Returns the hyper-parameters written. ModelFileError names a missing or misshapen key.
     """
-    if type not in FILE_TYPES:
-        raise ValueError(f"type must be one of {FILE_TYPES}, got {type!r}")
-    checkpoint_path, out_path = os.fspath(checkpoint_path), os.fspath(out_path)
-    state = load_state_dict(checkpoint_path)
-    check_state_dict(state, reference_shapes(), checkpoint_path)
+    _check_type(type)
+    if expected_shapes is None:
+        from .architecture import official_shapes
+
+        expected_shapes = official_shapes()
+    state = {k: np.asarray(v, dtype=np.float64) for k, v in _without_counters(state).items()}
+    check_state_dict(state, {k: tuple(v) for k, v in _without_counters(expected_shapes).items()}, source)
     hparams = derive_hparams(state)
-    check_hparams(hparams, checkpoint_path)
+    check_hparams(hparams, source)
     tensors = dict(tqdm(convert_tensors(state, hparams), desc="folding BatchNorm, gathering biases",
                         unit="tensor", disable=not progress))
+    out_path = os.fspath(out_path)
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(out_path) + ".", suffix=".part",
                                dir=os.path.dirname(os.path.abspath(out_path)))
     os.close(fd)
@@ -243,3 +259,12 @@ def convert(checkpoint_path, out_path, type: str = "f32", progress: bool = True)
         if os.path.exists(tmp):
             os.remove(tmp)
     return hparams
+
+
+def convert(checkpoint_path, out_path, type: str = "f32", progress: bool = True) -> dict:
+    """Convert the checkpoint `checkpoint_path` (torch's safe loader; checked against the shapes of a freshly
+    built `build_sam_vit_t()`) to the GGUF file `out_path`; see convert_state_dict. Needs torch, mobile_sam."""
+    _check_type(type)
+    checkpoint_path = os.fspath(checkpoint_path)
+    return convert_state_dict(load_state_dict(checkpoint_path), out_path, type, progress,
+                              expected_shapes=reference_shapes(), source=checkpoint_path)

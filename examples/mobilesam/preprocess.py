@@ -1,0 +1,50 @@
+"""SAM's image pre-processing with Pillow and numpy: resize the longest side, normalise, pad (no torch).
+
+Reproduces SamPredictor.set_image: ResizeLongestSide.apply_image (torchvision's resize of a PIL image,
+i.e. Pillow's bilinear resize) followed by Sam.preprocess ((x - mean) / std in float32, zero padding at the
+bottom and right).
+"""
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+PIXEL_MEAN = (123.675, 116.28, 103.53)
+PIXEL_STD = (58.395, 57.12, 57.375)
+
+
+def load_image(path) -> np.ndarray:
+    """The image at `path` as uint8 RGB of shape (H, W, 3), EXIF orientation applied (as cv2.imread does)."""
+    try:
+        with Image.open(path) as im:
+            return np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"image {path} does not exist") from None
+    except (UnidentifiedImageError, OSError) as e:
+        raise ValueError(f"cannot read {path} as an image ({e}); expected a JPEG, PNG or other Pillow format") from None
+
+
+def resized_shape(h: int, w: int, long_side: int) -> tuple:
+    """(new_h, new_w) with the longest side `long_side`, rounded as ResizeLongestSide.get_preprocess_shape."""
+    scale = long_side * 1.0 / max(h, w)
+    return int(h * scale + 0.5), int(w * scale + 0.5)
+
+
+def resize_longest_side(image: np.ndarray, long_side: int = 1024) -> np.ndarray:
+    """uint8 (H, W, 3) resized (Pillow bilinear) so that its longest side is `long_side`."""
+    new_h, new_w = resized_shape(image.shape[0], image.shape[1], long_side)
+    return np.asarray(Image.fromarray(image).resize((new_w, new_h), Image.BILINEAR))
+
+
+def preprocess(image: np.ndarray, image_size: int = 1024, pixel_mean=PIXEL_MEAN, pixel_std=PIXEL_STD) -> np.ndarray:
+    """float32 (3, image_size, image_size) encoder input (ggml ne (image_size, image_size, 3)) from a uint8
+    RGB (H, W, 3) image: resized, normalised per channel, zero-padded at the bottom and right."""
+    image = np.asarray(image)
+    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(f"preprocess expects a uint8 RGB image of shape (H, W, 3), got {image.dtype} {image.shape}")
+    resized = resize_longest_side(image, image_size).transpose(2, 0, 1).astype(np.float32)
+    mean = np.asarray(pixel_mean, dtype=np.float32)[:, None, None]
+    std = np.asarray(pixel_std, dtype=np.float32)[:, None, None]
+    out = np.zeros((3, image_size, image_size), dtype=np.float32)
+    out[:, : resized.shape[1], : resized.shape[2]] = (resized - mean) / std
+    return out

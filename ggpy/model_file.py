@@ -42,11 +42,15 @@ def _open(path: str):
 
     if not os.path.isfile(path):
         raise ModelFileError(f"model file {path} does not exist")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise ModelFileError(f"{path} is not a GGUF file: it starts with {magic!r}, expected the magic b'GGUF'")
     try:
         return gguf.GGUFReader(path)
-    except Exception as e:  # the reader fails with ValueError/IndexError/... on non-GGUF or cut-off headers
-        raise ModelFileError(f"{path} is not a readable GGUF file ({type(e).__name__}: {e}); expected a GGUF "
-                             "file as written by the gguf package") from None
+    except Exception as e:  # noqa: BLE001 - the reader fails with ValueError/IndexError/... on cut-off or corrupt files
+        raise ModelFileError(f"{path} is a truncated or corrupt GGUF file ({os.path.getsize(path)} bytes; "
+                             f"the gguf reader says {type(e).__name__}: {e})") from None
 
 
 def _metadata(reader) -> dict:

@@ -54,7 +54,7 @@ def load_state_dict(path) -> dict:
         raise ModelFileError(f"checkpoint {path} does not exist")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # pickle errors, refused globals, not a torch file
+    except Exception as e:  # noqa: BLE001 - pickle errors, refused globals, not a torch file
         first_line = str(e).splitlines()[0] if str(e) else ""
         raise ModelFileError(f"{path} cannot be read as a torch state dict with weights_only=True "
                              f"({type(e).__name__}: {first_line})") from None

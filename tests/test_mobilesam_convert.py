@@ -302,11 +302,12 @@ def test_wrapped_state_dict_is_unwrapped(torch_env, state, tmp_path):
 
 
 def test_hyper_parameters_are_checked_against_the_architecture():
-    from examples.mobilesam.convert import HPARAMS, check_hparams
+    from examples.mobilesam.architecture import TINYVIT_5M
+    from examples.mobilesam.convert import check_hparams
 
-    match = r"ckpt: num_heads .* is \[2, 4, 8, 10\], MobileSAM has \[2, 4, 5, 10\]"
+    match = r"ckpt: num_heads .* is \(2, 4, 8, 10\), MobileSAM has \(2, 4, 5, 10\)"
     with pytest.raises(ggpy.ModelFileError, match=match):
-        check_hparams(dict(HPARAMS, num_heads=[2, 4, 8, 10]), "ckpt")
+        check_hparams(dict(TINYVIT_5M, num_heads=(2, 4, 8, 10)), "ckpt")
 
 
 def test_truncated_mobilesam_gguf(mobilesam_gguf_f32, tmp_path, backend):

@@ -21,7 +21,6 @@ built `build_sam_vit_t()`); `convert_state_dict` converts a state dict of numpy 
 """
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import tempfile
@@ -31,12 +30,9 @@ from tqdm import tqdm
 
 from ggpy import ModelFileError
 
+from .architecture import TINYVIT_5M, attention_bias_index, official_shapes
+
 ARCH = "mobilesam"
-HPARAMS = {
-    "image_size": 1024, "embed_dims": [64, 128, 160, 320], "depths": [2, 2, 6, 2], "num_heads": [2, 4, 5, 10],
-    "window_sizes": [7, 7, 14, 7], "mlp_ratio": 4.0, "mbconv_expand_ratio": 4.0, "local_conv_size": 3,
-    "neck_dim": 256,
-}
 PIXEL_MEAN = [123.675, 116.28, 103.53]
 PIXEL_STD = [58.395, 57.12, 57.375]
 BN_EPS = 1e-5
@@ -109,21 +105,21 @@ def _blocks(state: dict, layer: int) -> int:
 def derive_hparams(state: dict) -> dict:
     """The hyper-parameters read off the checkpoint's shapes (image_size is not visible in them)."""
     enc = "image_encoder."
-    n_layers = len(HPARAMS["depths"])
+    n_layers = len(TINYVIT_5M["depths"])
     conv1 = state[enc + "layers.0.blocks.0.conv1.c.weight"]
-    dims = [conv1.shape[1]] + [state[f"{enc}layers.{i}.blocks.0.attn.norm.weight"].shape[0]
-                               for i in range(1, n_layers)]
-    heads = [state[f"{enc}layers.{i}.blocks.0.attn.attention_biases"].shape[0] for i in range(1, n_layers)]
-    windows = [round(state[f"{enc}layers.{i}.blocks.0.attn.attention_biases"].shape[1] ** 0.5)
-               for i in range(1, n_layers)]
+    dims = (conv1.shape[1],) + tuple(state[f"{enc}layers.{i}.blocks.0.attn.norm.weight"].shape[0]
+                                     for i in range(1, n_layers))
+    heads = tuple(state[f"{enc}layers.{i}.blocks.0.attn.attention_biases"].shape[0] for i in range(1, n_layers))
+    windows = tuple(round(state[f"{enc}layers.{i}.blocks.0.attn.attention_biases"].shape[1] ** 0.5)
+                    for i in range(1, n_layers))
     fc1 = state[enc + "layers.1.blocks.0.mlp.fc1.weight"]
     return {
-        "image_size": HPARAMS["image_size"],
+        "image_size": TINYVIT_5M["image_size"],
         "embed_dims": dims,
-        "depths": [_blocks(state, i) for i in range(n_layers)],
+        "depths": tuple(_blocks(state, i) for i in range(n_layers)),
         # layer 0 is convolutional: it has no attention, so its head count and window are the architecture's
-        "num_heads": [HPARAMS["num_heads"][0]] + heads,
-        "window_sizes": [HPARAMS["window_sizes"][0]] + windows,
+        "num_heads": TINYVIT_5M["num_heads"][:1] + heads,
+        "window_sizes": TINYVIT_5M["window_sizes"][:1] + windows,
         "mlp_ratio": fc1.shape[0] / fc1.shape[1],
         "mbconv_expand_ratio": conv1.shape[0] / conv1.shape[1],
         "local_conv_size": state[enc + "layers.1.blocks.0.local_conv.c.weight"].shape[-1],
@@ -132,7 +128,7 @@ def derive_hparams(state: dict) -> dict:
 
 
 def check_hparams(hparams: dict, path) -> None:
-    for name, want in HPARAMS.items():
+    for name, want in TINYVIT_5M.items():
         if hparams[name] != want:
             raise ModelFileError(f"{path}: {name} read from the checkpoint's shapes is {hparams[name]}, "
                                  f"MobileSAM has {want}")
@@ -144,17 +140,6 @@ def fold_conv_bn(state: dict, prefix: str):
     gamma, beta, mean, var = (state[f"{prefix}.{p}"] for p in _BN_PARTS)
     scale = gamma / np.sqrt(var + BN_EPS)
     return state[prefix + ".c.weight"] * scale[:, None, None, None], beta - mean * scale
-
-
-def attention_bias_index(window: int) -> np.ndarray:
-    """(N, N) index into attention_biases' offsets, N = window², built as TinyViT's Attention.__init__."""
-    points = list(itertools.product(range(window), range(window)))
-    offsets, idxs = {}, []
-    for p1 in points:
-        for p2 in points:
-            offset = (abs(p1[0] - p2[0]), abs(p1[1] - p2[1]))
-            idxs.append(offsets.setdefault(offset, len(offsets)))
-    return np.array(idxs, dtype=np.int64).reshape(len(points), len(points))
 
 
 def gather_attention_bias(biases: np.ndarray, window: int) -> np.ndarray:
@@ -238,8 +223,6 @@ def convert_state_dict(state: dict, out_path, type: str = "f32", progress: bool 
     """
     _check_type(type)
     if expected_shapes is None:
-        from .architecture import official_shapes
-
         expected_shapes = official_shapes()
     state = {k: np.asarray(v, dtype=np.float64) for k, v in _without_counters(state).items()}
     check_state_dict(state, {k: tuple(v) for k, v in _without_counters(expected_shapes).items()}, source)

@@ -28,6 +28,11 @@ class ModelFile:
     buffer: object
     tensors: dict = field(default_factory=dict)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all its tensors."""
+        return sum(t.nbytes for t in self.tensors.values())
+
     def get(self, name: str) -> Tensor:
         """The tensor called `name`; ModelFileError when the file has none."""
         try:

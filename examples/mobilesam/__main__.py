@@ -19,7 +19,7 @@ import ggpy
 
 from .preprocess import load_image
 
-SAMPLE_IMAGE = Path(__file__).parent / "assets" / "sample.jpg"
+SAMPLE_IMAGE = Path(__file__).parent / "assets" / "picture2.jpg"
 RANDOM_MODEL = Path.home() / ".cache" / "ggpy" / "mobilesam-random-seed0-f32.gguf"
 
 
@@ -93,7 +93,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         args.func(args)
-    except ggpy.GGPYError as e:
+    except (ggpy.GGPYError, OSError) as e:       # bad model file, shape, image or path: a message, no traceback
         sys.exit(f"error: {e}")
 
 

@@ -1,36 +1,25 @@
 """The official MobileSAM image encoder in PyTorch and ONNX Runtime, for benchmarks/mobilesam_cpu.py.
 
-mobile_sam imports a few helpers from timm and torchvision, which are not installed here: `install_stubs`
-puts examples/mobilesam/timm_stub's stand-ins for them into sys.modules.
+mobile_sam imports a few helpers from timm and torchvision, which are not installed here: examples/mobilesam/
+timm_stub's stand-ins take their place.
 """
 from __future__ import annotations
 
 import hashlib
-import importlib.machinery
-import sys
 from pathlib import Path
 
 import numpy as np
 
+from examples.mobilesam.timm_stub import install_timm_stub
+
 ONNX_CACHE = Path.home() / ".cache" / "ggpy"
-
-
-def install_stubs():
-    """examples/mobilesam/timm_stub's stand-ins for timm and torchvision, each given a module spec: torch.onnx's
-    exporter calls importlib.util.find_spec("torchvision"), which raises (and logs errors) for a spec-less module."""
-    from examples.mobilesam.timm_stub import install_timm_stub
-
-    install_timm_stub()
-    for name, module in list(sys.modules.items()):
-        if name.split(".")[0] in ("timm", "torchvision") and module.__spec__ is None:
-            module.__spec__ = importlib.machinery.ModuleSpec(name, None)
 
 
 def torch_encoder(state_dict: dict):
     """The official `Sam.image_encoder` (eval mode) holding `state_dict` ({key: numpy array}), loaded strictly."""
     import torch
 
-    install_stubs()
+    install_timm_stub()
     import mobile_sam
 
     sam = mobile_sam.build_sam_vit_t()

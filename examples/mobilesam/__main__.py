@@ -9,6 +9,7 @@ so it runs out of the box; its embedding is then meaningless.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 import time
 from pathlib import Path
@@ -20,15 +21,20 @@ import ggpy
 from .preprocess import load_image
 
 SAMPLE_IMAGE = Path(__file__).parent / "assets" / "picture2.jpg"
-RANDOM_MODEL = Path.home() / ".cache" / "ggpy" / "mobilesam-random-seed0-f32.gguf"
+CACHE = Path.home() / ".cache" / "ggpy"
 
 
 def _mib(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
 
-def random_model(path: Path = RANDOM_MODEL) -> Path:
-    """A GGUF of seeded random weights in the official architecture, written on first use."""
+def random_model(path: Path | None = None) -> Path:
+    """A GGUF of seeded random weights in the official architecture, written on first use (the cached file's
+    name carries a hash of the code that makes it, so a changed converter writes a new one)."""
+    if path is None:
+        here = Path(__file__).parent
+        code = b"".join((here / f).read_bytes() for f in ("architecture.py", "random_weights.py", "convert.py"))
+        path = CACHE / f"mobilesam-random-seed0-f32-{hashlib.sha1(code).hexdigest()[:10]}.gguf"
     if not path.exists():
         from .convert import convert_state_dict
         from .random_weights import random_state_dict

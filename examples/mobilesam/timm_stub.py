@@ -7,14 +7,18 @@ mask generator, which ggpy does not use (its batched_nms stand-in refuses to run
 """
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import sys
 import types
 
 
 def _module(name: str, **attrs) -> types.ModuleType:
+    """A stand-in module registered in sys.modules, with a module spec (importlib.util.find_spec, as
+    torch.onnx's exporter calls it, raises for a module without one)."""
     mod = types.ModuleType(name)
     mod.__dict__.update(attrs)
+    mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
     sys.modules[name] = mod
     return mod
 

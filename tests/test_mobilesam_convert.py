@@ -289,7 +289,7 @@ class _Payload:
 
 def test_pickled_code_is_refused(torch_env, tmp_path):
     _convert_fails(torch_env, tmp_path, {"x": _Payload()},
-                   r"cannot be read as a torch state dict with weights_only")
+                   r"cannot be read as a torch state dict by the safe loader")
 
 
 def test_wrapped_state_dict_is_unwrapped(torch_env, state, tmp_path):

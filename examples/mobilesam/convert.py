@@ -51,9 +51,10 @@ def load_state_dict(path) -> dict:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - pickle errors, refused globals, not a torch file
-        first_line = str(e).splitlines()[0] if str(e) else ""
-        raise ModelFileError(f"{path} cannot be read as a torch state dict with weights_only=True "
-                             f"({type(e).__name__}: {first_line})") from None
+        first = str(e).splitlines()[0].split(". ")[0] if str(e) else ""
+        raise ModelFileError(f"{path} cannot be read as a torch state dict by the safe loader "
+                             f"(torch.load with weights_only=True: {type(e).__name__}: {first}); ggpy never "
+                             "unpickles arbitrary objects") from None
     if isinstance(obj, dict):
         for wrapper in ("model", "state_dict"):
             if isinstance(obj.get(wrapper), dict):

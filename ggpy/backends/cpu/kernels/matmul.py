@@ -38,27 +38,10 @@ def to_f32_par(dst, src, nth):
 
 
 @kernel
-def mul_mat_rows(fn, d, a, x, trans_a, lda, trans_x, ldx, nsplit, ith, nth):
-    """Worker ith's products: tasks (matrix, row block) ith, ith + nth, ... of nmat * nsplit."""
-    d3, d2, n, m = d.shape
-    k = a.shape[3]
-    r3 = d3 // a.shape[0]
-    r2 = d2 // a.shape[1]
-    ldd = d.strides[2] // 4
-    work = np.empty(10, np.int32)
-    for t in range(ith, d3 * d2 * nsplit, nth):
-        i3 = t // (d2 * nsplit)
-        i2 = (t // nsplit) % d2
-        n0, n1 = block(n, t % nsplit, nsplit)
-        if n1 > n0:
-            sgemm(fn, work, trans_a, trans_x, m, n1 - n0, k, a[i3 // r3, i2 // r2].ctypes.data, lda,
-                  x[i3, i2].ctypes.data + n0 * x.strides[2], ldx, d[i3, i2].ctypes.data + n0 * d.strides[2], ldd)
-
-
-@kernel
-def mul_mat_epilogue_rows(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, nsplit, ith, nth):
-    """mul_mat_rows, then d[row] = act(d[row] + bias) on each block of EPILOGUE_ROWS rows while it is in cache.
-    act: 0 for none, else 1 + a UNARY_CODES code (compiled in)."""
+def mul_mat_rows(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, chunk, nsplit, ith, nth):
+    """Worker ith's products: tasks (matrix, row block) ith, ith + nth, ... of nmat * nsplit, `chunk` output
+    rows per sgemm call. With a bias (size M), each chunk then gets d[row] = act(d[row] + bias) while it is
+    in cache: a fused add(mul_mat, bias) [+ activation]; act is an EPILOGUE_FUNCS code (compiled in)."""
     f = EPILOGUE_FUNCS[act]
     zero = np.float32(0.0)
     d3, d2, n, m = d.shape
@@ -71,26 +54,21 @@ def mul_mat_epilogue_rows(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, ns
         i3 = t // (d2 * nsplit)
         i2 = (t // nsplit) % d2
         n0, n1 = block(n, t % nsplit, nsplit)
-        for c0 in range(n0, n1, EPILOGUE_ROWS):
-            c1 = min(n1, c0 + EPILOGUE_ROWS)
+        for c0 in range(n0, n1, chunk):
+            c1 = min(n1, c0 + chunk)
             sgemm(fn, work, trans_a, trans_x, m, c1 - c0, k, a[i3 // r3, i2 // r2].ctypes.data, lda,
                   x[i3, i2].ctypes.data + c0 * x.strides[2], ldx, d[i3, i2].ctypes.data + c0 * d.strides[2], ldd)
-            for r in range(c0, c1):
-                row = d[i3, i2, r]
-                for j in range(m):
-                    row[j] = f(row[j] + bias[j], zero, zero)
+            if bias.size:
+                for r in range(c0, c1):
+                    row = d[i3, i2, r]
+                    for j in range(m):
+                        row[j] = f(row[j] + bias[j], zero, zero)
 
 
 @parallel_kernel
-def mul_mat_epilogue_par(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, nsplit, nth):
+def mul_mat_par(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, chunk, nsplit, nth):
     for ith in prange(nth):
-        mul_mat_epilogue_rows(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, nsplit, ith, nth)
-
-
-@parallel_kernel
-def mul_mat_par(fn, d, a, x, trans_a, lda, trans_x, ldx, nsplit, nth):
-    for ith in prange(nth):
-        mul_mat_rows(fn, d, a, x, trans_a, lda, trans_x, ldx, nsplit, ith, nth)
+        mul_mat_rows(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, chunk, nsplit, ith, nth)
 
 
 def _blas_layout(arr: np.ndarray, transposed_if_rows: bool):
@@ -165,13 +143,11 @@ def bind_mul_mat_epilogue(b: BoundNode, bias: np.ndarray | None = None, act: str
     nsplit = max(1, -(-nth // nmat)) if nmat < nth else 1
     if d.size == 0:
         return None
-    if bias is None and act is None:
-        run = launch(mul_mat_rows, mul_mat_par, (SGEMM_ADDRESS, d, a, x, trans_a, lda, trans_x, ldx, nsplit), nth)
-    else:
-        bias = np.zeros(d.shape[3], np.float32) if bias is None else bias
-        code = epilogue_code(act)
-        run = launch(mul_mat_epilogue_rows, mul_mat_epilogue_par,
-                     (SGEMM_ADDRESS, code, d, a, x, trans_a, lda, trans_x, ldx, bias, nsplit), nth, constants=(1,))
+    fused = bias is not None or act is not None
+    bias = (np.zeros(d.shape[3], np.float32) if bias is None else bias) if fused else np.empty(0, np.float32)
+    chunk = EPILOGUE_ROWS if fused else max(1, d.shape[2])
+    run = launch(mul_mat_rows, mul_mat_par, (SGEMM_ADDRESS, epilogue_code(act), d, a, x, trans_a, lda, trans_x, ldx,
+                                             bias, chunk, nsplit), nth, constants=(1,))
     if not prepare:
         return run
 

@@ -39,7 +39,7 @@ class CUDABufferType(BufferType):
         self.name = f"cuda:{device.index}"
         self.max_size = device.total_memory
 
-    def alloc_buffer(self, size: int) -> "CUDABuffer":
+    def alloc_buffer(self, size: int) -> CUDABuffer:
         return CUDABuffer(self, size)
 
 

@@ -6,7 +6,7 @@ import re
 from ...errors import CudaError
 from .driver import check, driver
 
-_DEVICES: dict[int, "Device"] = {}
+_DEVICES: dict[int, Device] = {}
 
 
 def parse_device(spec: str) -> int:
@@ -21,7 +21,7 @@ def device_count() -> int:
     """How many CUDA devices the driver sees; raises CudaError when there is no usable driver or GPU."""
     try:
         res = driver.cuInit(0)
-    except Exception as e:      # libcuda.so missing: the bindings cannot load the driver at all
+    except Exception as e:  # noqa: BLE001 - libcuda.so missing: the bindings cannot load the driver at all
         raise CudaError(f"no CUDA driver: {e}") from None
     check(res, "cuInit")
     return check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
@@ -99,7 +99,7 @@ class Event:
         check(driver.cuEventRecord(self.handle, stream.handle), "cuEventRecord")
 
     @staticmethod
-    def elapsed(start: "Event", end: "Event") -> float:
+    def elapsed(start: Event, end: Event) -> float:
         check(driver.cuEventSynchronize(end.handle), "cuEventSynchronize")
         return check(driver.cuEventElapsedTime(start.handle, end.handle), "cuEventElapsedTime") / 1e3
 

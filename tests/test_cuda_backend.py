@@ -1,0 +1,121 @@
+"""The CUDA backend on a GPU: test-backend-ops cases of the ops it runs (same float64 references and
+tolerances as the CPU), host<->device round trips, the NVRTC disk cache, and its errors.
+Skips where cuda-python or a GPU is missing."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ggpy
+from ggpy.test_backend_ops.cases import elementwise, layout
+from ggpy.test_backend_ops.harness import run_case
+
+pytest.importorskip("cuda.bindings.driver")
+
+from ggpy.backends.cuda import kernels
+
+
+@pytest.fixture(scope="module")
+def backend():
+    try:
+        return ggpy.backends.make_backend("cuda")
+    except ggpy.CudaError as e:
+        pytest.skip(f"no usable GPU: {e}")
+
+
+CASES = [c for c in elementwise.cases() + layout.cases() if c.op in kernels.FAMILY_OF]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_op_case(backend, case):
+    result = run_case(case, backend)
+    assert result.ok, f"{case.id}: {result.message}"
+
+
+@pytest.mark.parametrize("type_", [ggpy.F32, ggpy.F16, ggpy.I32], ids=lambda t: t.name)
+def test_round_trip(backend, type_):
+    ctx = ggpy.Context()
+    t = ctx.new_tensor(type_, (37, 5, 3))
+    u = ctx.new_tensor(type_, (6, 4))
+    ggpy.alloc_ctx_tensors(ctx, backend)
+    rng = np.random.default_rng(0)
+    values = rng.integers(-1000, 1000, size=t.shape).astype(type_.dtype)
+    assert np.array_equal(t.set(values).numpy(), values)
+    tt = ggpy.transpose(u)                       # a strided view: only its elements are written and read
+    tt.buffer, tt.offset = u.buffer, u.offset    # the memory a view gets from its base (as GraphAllocator does)
+    u.set(np.zeros(u.shape, type_.dtype))
+    vals_t = rng.integers(-9, 9, size=tt.shape).astype(type_.dtype)
+    assert np.array_equal(tt.set(vals_t).numpy(), vals_t)
+    assert np.array_equal(u.numpy(), vals_t.T)
+
+
+def test_graph_reuses_its_launches(backend):
+    ctx = ggpy.Context()
+    x = ctx.new_tensor(ggpy.F32, (1000, 3)).set_input()
+    y = ggpy.gelu(ggpy.add(ggpy.scale(x, 2.0), x))
+    graph = ggpy.Graph()
+    graph.build_forward_expand(y)
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    x.set(np.ones(x.shape, np.float32))
+    backend.compute(graph)
+    first = backend.program(graph)
+    backend.compute(graph)
+    assert backend.program(graph) is first and len(first) == 3
+    times = backend.profile(graph)
+    assert [name for _, name, _ in times] == ["scale_f32", "add_f32_f32", "gelu_f32"]
+    assert all(s >= 0 for _, _, s in times)
+    assert np.allclose(y.numpy(), 3 / (1 + np.exp(-1.5957691216 * (3 + 0.044715 * 27))), rtol=1e-5)
+
+
+def test_compile_cache(backend, tmp_path, monkeypatch):
+    from ggpy.backends.cuda import compiler
+    from ggpy.backends.cuda.device import get_device
+    monkeypatch.setenv("GGPY_CUDA_CACHE", str(tmp_path))
+    src = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] += 1.f; }'
+    arch = get_device("cuda").arch
+    before = dict(compiler.STATS)
+    first = compiler.compile_cubin(src, arch, "cache_test")
+    second = compiler.compile_cubin(src, arch, "cache_test")
+    assert first == second
+    assert compiler.STATS["compiles"] == before["compiles"] + 1
+    assert compiler.STATS["hits"] == before["hits"] + 1
+    assert len(list(tmp_path.glob("cache_test-*.cubin"))) == 1
+
+
+def test_second_process_compiles_nothing(backend, tmp_path):
+    code = ("import ggpy; from ggpy.backends.cuda import compiler; b = ggpy.backends.make_backend('cuda'); "
+            "b.module; print(compiler.STATS['compiles'], compiler.STATS['hits'])")
+    env = dict(os.environ, GGPY_CUDA_CACHE=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                           cwd=os.path.dirname(os.path.dirname(__file__))).stdout.split() for _ in range(2)]
+    assert runs == [["1", "0"], ["0", "1"]]
+
+
+def test_bad_device_index(backend):
+    with pytest.raises(ggpy.CudaError, match=r"'cuda:99' does not exist: \d+ device\(s\) found"):
+        ggpy.backends.make_backend("cuda:99")
+    with pytest.raises(ggpy.CudaError, match="expected 'cuda' or 'cuda:N'"):
+        ggpy.backends.cuda.CUDABackend("cuda:x")
+
+
+def test_unsupported_op_is_refused(backend):
+    ctx = ggpy.Context()
+    y = ggpy.mul_mat(ctx.new_tensor(ggpy.F32, (8, 4)), ctx.new_tensor(ggpy.F32, (8, 3)))
+    assert not backend.supports_op(y)
+    assert backend.kernel_name(y) == "unsupported"
+    graph = ggpy.Graph()
+    graph.build_forward_expand(y)
+    with pytest.raises(ggpy.UnsupportedOpError, match=r"backend cuda:0 cannot run node .* op=mul_mat"):
+        ggpy.GraphAllocator(backend).alloc_graph(graph)
+
+
+def test_driver_errors_name_the_call(backend):
+    from ggpy.backends.cuda.driver import check, driver
+    with pytest.raises(ggpy.CudaError, match="cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY"):
+        check(driver.cuMemAlloc(1 << 60), "cuMemAlloc")
+    with pytest.raises(ggpy.OutOfMemoryError, match="cannot allocate a buffer of"):
+        backend.buffer_type.alloc_buffer(1 << 60)

@@ -9,7 +9,6 @@ from .common import HEADER
 FAMILIES = (elementwise, copies)
 VIEW_OPS = ("view", "reshape", "permute", "transpose")
 FAMILY_OF = {op: fam for fam in FAMILIES for op in fam.OPS}
-SUPPORTED_OPS = tuple(FAMILY_OF) + VIEW_OPS
 
 
 def source() -> str:

@@ -46,3 +46,10 @@ def test_encode_refuses_bad_inputs(random_gguf, tmp_path):
     r = cli("encode", "-m", str(not_gguf), "-o", str(tmp_path / "e.npy"))
     assert r.returncode != 0 and "model.gguf" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "e.npy").exists()
+
+
+def test_encode_refuses_a_file_that_is_not_an_image(random_gguf, tmp_path):
+    bad = tmp_path / "notes.jpg"
+    bad.write_text("not an image")
+    r = cli("encode", "-m", str(random_gguf), "-i", str(bad), "-o", str(tmp_path / "e.npy"))
+    assert r.returncode != 0 and "notes.jpg" in r.stderr and "Traceback" not in r.stderr

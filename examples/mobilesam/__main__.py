@@ -99,7 +99,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         args.func(args)
-    except (ggpy.GGPYError, OSError) as e:       # bad model file, shape, image or path: a message, no traceback
+    except (ggpy.GGPYError, OSError, ValueError) as e:   # bad model file, image or path: a message, no traceback
         sys.exit(f"error: {e}")
 
 

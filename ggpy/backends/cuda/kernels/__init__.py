@@ -3,10 +3,10 @@
 Pure Python: importing them needs no cuda-python."""
 from __future__ import annotations
 
-from . import copies, elementwise
+from . import conv, copies, elementwise, pool
 from .common import HEADER
 
-FAMILIES = (elementwise, copies)
+FAMILIES = (elementwise, copies, conv, pool)
 VIEW_OPS = ("view", "reshape", "permute", "transpose")
 FAMILY_OF = {op: fam for fam in FAMILIES for op in fam.OPS}
 

@@ -1,6 +1,7 @@
-"""im2col (1-D, 2-D), conv_1d, conv_2d, conv_2d_dw (WHCN and CWHN) and conv_transpose_2d: one thread per dst
-element, each summing its taps directly (no im2col matrix, no scratch). Every source may have any strides, dst
-is written through its nb (so conv_2d_dw's CWHN result keeps its layout). Math runs in float.
+"""im2col (1-D, 2-D), conv_1d, conv_2d, conv_2d_dw (WHCN and CWHN) and conv_transpose_2d, with no im2col
+matrix and no scratch: conv_2d as a shared-memory tiled implicit GEMM, the others one thread per dst element
+summing its taps. Every source may have any strides, dst is written through its nb (so conv_2d_dw's CWHN result
+keeps its layout). Math runs in float.
 
 The integer parameters (strides, paddings, dilations, each < 256) travel packed three to a float parameter:
 p0 = s0 | s1 << 8 | d0 << 16, p1 = p0 | p1 << 8 | d1 << 16 (24-bit integers, exact in float).
@@ -46,32 +47,21 @@ template <typename S, typename D, bool TWO_D> __device__ void im2col(const Args&
     }
 }
 
-// conv: kernel src0 (KW, KH, Cin, Cout) or 1-D (K, Cin, Cout), input src1 as im2col's; dst F32 (OW, OH, Cout, N)
-// or 1-D (OL, Cout, N)
-template <typename TA, typename TB, bool TWO_D> __device__ void conv(const Args& a) {
+// conv_1d: kernel src0 (K, Cin, Cout), input src1 (L, Cin, N); dst F32 (OL, Cout, N)
+template <typename TA, typename TB> __device__ void conv_1d(const Args& a) {
     CONV_PARAMS(a);
-    const i64 KW = a.ne0[0], KH = TWO_D ? a.ne0[1] : 1, CI = a.ne0[TWO_D ? 2 : 1];
-    const i64 IW = a.ne1[0], IH = TWO_D ? a.ne1[1] : 1;
-    const i64 kbc = a.nb0[TWO_D ? 2 : 1], kbo = a.nb0[TWO_D ? 3 : 2];
-    const i64 nbc = a.nb1[TWO_D ? 2 : 1], nbn = a.nb1[TWO_D ? 3 : 2];
+    const i64 K = a.ne0[0], CI = a.ne0[1], L = a.ne1[0];
     FOR_EACH_ELEMENT(a, i) {
         i64 c[4];
         unravel(i, a.ne, c);
-        const i64 oh = TWO_D ? c[1] : 0, co = c[TWO_D ? 2 : 1], n = c[TWO_D ? 3 : 2];
-        const char* k = a.src0 + co * kbo;
-        const char* in = a.src1 + n * nbn;
+        const char* k = a.src0 + c[1] * a.nb0[2];
+        const char* in = a.src1 + c[2] * a.nb1[2];
         float sum = 0.f;
-        for (i64 kh = 0; kh < KH; ++kh) {
-            const i64 y = oh * s1 + kh * d1 - q1;
-            if (y < 0 || y >= IH) continue;
-            for (i64 kw = 0; kw < KW; ++kw) {
-                const i64 x = c[0] * s0 + kw * d0 - q0;
-                if (x < 0 || x >= IW) continue;
-                const char* kp = k + kw * a.nb0[0] + kh * a.nb0[1];
-                const char* ip = in + x * a.nb1[0] + y * a.nb1[1];
-                for (i64 ci = 0; ci < CI; ++ci)
-                    sum += to_f(*(const TA*)(kp + ci * kbc)) * to_f(*(const TB*)(ip + ci * nbc));
-            }
+        for (i64 kw = 0; kw < K; ++kw) {
+            const i64 x = c[0] * s0 + kw * d0 - q0;
+            if (x < 0 || x >= L) continue;
+            for (i64 ci = 0; ci < CI; ++ci)
+                sum += to_f(*(const TA*)(k + kw * a.nb0[0] + ci * a.nb0[1])) * to_f(*(const TB*)(in + x * a.nb1[0] + ci * a.nb1[1]));
         }
         *(float*)(a.dst + byte_offset(c, a.nb)) = sum;
     }
@@ -126,6 +116,63 @@ template <typename TA, typename TB> __device__ void conv_transpose(const Args& a
         *(float*)(a.dst + byte_offset(c, a.nb)) = sum;
     }
 }
+// conv_2d as an implicit GEMM: dst[co, pos] = sum_k kernel[co, k] * patch[k, pos] with k = (ci, kh, kw) and
+// pos = (ow, oh, n). A block of 256 threads computes a TILE_M x TILE_N tile (4 x 4 per thread), staging
+// TILE_K-deep slices of both operands in shared memory; blocks loop over the tiles (any grid works).
+#define TILE_M 64
+#define TILE_N 64
+#define TILE_K 16
+template <typename TA, typename TB> __device__ void conv_2d_tiled(const Args& a) {
+    CONV_PARAMS(a);
+    __shared__ float As[TILE_K][TILE_M], Bs[TILE_K][TILE_N];
+    const i64 KW = a.ne0[0], KH = a.ne0[1], K = KW * KH * a.ne0[2], M = a.ne0[3];
+    const i64 OW = a.ne[0], OH = a.ne[1], P = OW * OH * a.ne[3];
+    const i64 tiles_m = (M + TILE_M - 1) / TILE_M, tiles = tiles_m * ((P + TILE_N - 1) / TILE_N);
+    const int t = threadIdx.x, lc = t % 64, lk = t / 64, tx = t % 16, ty = t / 16;
+    for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const i64 m0 = (tile % tiles_m) * TILE_M, p0 = (tile / tiles_m) * TILE_N;
+        // this thread's loads: kernel row m0 + lc, patch column p0 + lc
+        const i64 m = m0 + lc, pos = p0 + lc;
+        const char* krow = a.src0 + (m < M ? m : 0) * a.nb0[3];
+        const i64 ow = pos % OW, oh = (pos / OW) % OH, n = pos / (OW * OH);
+        const i64 xb = ow * s0 - q0, yb = oh * s1 - q1;
+        const char* img = a.src1 + (pos < P ? n : 0) * a.nb1[3];
+        float acc[4][4] = {};
+        for (i64 k0 = 0; k0 < K; k0 += TILE_K) {
+            for (int r = 0; r < TILE_K / 4; ++r) {
+                const int kk = lk + 4 * r;
+                const i64 k = k0 + kk, kw = k % KW, kh = (k / KW) % KH, ci = k / (KW * KH);
+                float av = 0.f, bv = 0.f;
+                if (k < K && m < M) av = to_f(*(const TA*)(krow + kw * a.nb0[0] + kh * a.nb0[1] + ci * a.nb0[2]));
+                const i64 x = xb + kw * d0, y = yb + kh * d1;
+                if (k < K && pos < P && x >= 0 && x < a.ne1[0] && y >= 0 && y < a.ne1[1])
+                    bv = to_f(*(const TB*)(img + x * a.nb1[0] + y * a.nb1[1] + ci * a.nb1[2]));
+                As[kk][lc] = av;
+                Bs[kk][lc] = bv;
+            }
+            __syncthreads();
+            #pragma unroll
+            for (int kk = 0; kk < TILE_K; ++kk) {
+                float av[4], bv[4];
+                for (int i = 0; i < 4; ++i) { av[i] = As[kk][ty * 4 + i]; bv[i] = Bs[kk][tx + 16 * i]; }
+                for (int i = 0; i < 4; ++i)
+                    for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * bv[j];
+            }
+            __syncthreads();
+        }
+        for (int j = 0; j < 4; ++j) {
+            const i64 q = p0 + tx + 16 * j;
+            if (q >= P) continue;
+            const i64 c[4] = {q % OW, (q / OW) % OH, 0, q / (OW * OH)};
+            for (int i = 0; i < 4; ++i) {
+                const i64 co = m0 + ty * 4 + i;
+                if (co >= M) continue;
+                const i64 cc[4] = {c[0], c[1], co, c[3]};
+                *(float*)(a.dst + byte_offset(cc, a.nb)) = acc[i][j];
+            }
+        }
+    }
+}
 """
 
 
@@ -155,6 +202,22 @@ def supports(node) -> bool:
     return all(v <= MAX_PARAM for v in node.op_params.values())
 
 
+def refusal(node) -> str | None:
+    """Why supports(node) is False (None when it is True)."""
+    if supports(node):
+        return None
+    return (f"{node.op} kernels take F32/F16 tensors and integer parameters up to {MAX_PARAM}; got "
+            f"{[s.type.name for s in node.src if s is not None]} -> {node.type.name}, {node.op_params}")
+
+
+def launch_config(node):
+    """conv_2d: one block of 256 threads per 64 x 64 output tile; the others: the default grid-stride launch."""
+    if node.op != "conv_2d":
+        return None
+    tiles = -(-node.ne[2] // 64) * -(-(node.ne[0] * node.ne[1] * node.ne[3]) // 64)
+    return min(tiles, 1 << 16), 256
+
+
 def params(node) -> tuple:
     if node.op == "conv_transpose_2d":
         return (node.op_params["stride"],)
@@ -171,8 +234,8 @@ def _instances():
         for tb in FLOATS:
             types = f"{C_TYPES[ta]}, {C_TYPES[tb]}"
             pair = f"{SUFFIX[ta]}_{SUFFIX[tb]}"
-            yield f"conv_1d_{pair}", f"conv<{types}, false>"
-            yield f"conv_2d_{pair}", f"conv<{types}, true>"
+            yield f"conv_1d_{pair}", f"conv_1d<{types}>"
+            yield f"conv_2d_{pair}", f"conv_2d_tiled<{types}>"
             yield f"conv_2d_dw_{pair}", f"conv_dw<{types}>"
             yield f"conv_transpose_2d_{pair}", f"conv_transpose<{types}>"
 

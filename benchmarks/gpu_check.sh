@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
-# Everything to run on the GPU machine in one call: the environment, then the CUDA tests (later also the
-# GPU benchmarks), ending with a short summary. Usage: bash benchmarks/gpu_check.sh [pytest args...]
+# Everything to run on the GPU machine in one call: wheels carried in wheels/ (nvmath-python, ...), the
+# environment, the CUDA tests, the GPU benchmarks, and a one-line summary.
+# Usage: bash benchmarks/gpu_check.sh [pytest args...]
 cd "$(dirname "$0")/.." || exit 1
 PY=${PYTHON:-python3}
 export GGPY_CUDA_CACHE=${GGPY_CUDA_CACHE:-/tmp/ggpy-cuda-cache}
+if compgen -G "wheels/*.whl" >/dev/null; then
+    $PY -m pip install -q --no-index --no-deps --target /tmp/ggpy-wheels wheels/*.whl 2>&1 | tail -n 3
+    export PYTHONPATH=/tmp/ggpy-wheels${PYTHONPATH:+:$PYTHONPATH}
+fi
+$PY -c "from nvmath.bindings import cublasLt; import nvmath; print('nvmath', nvmath.__version__, 'cublasLt', cublasLt.get_version())" 2>&1 | tail -n 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 $PY -c "import cuda.bindings, numpy, numba; print('cuda-bindings', cuda.bindings.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__)"
 $PY -c "import time; t = time.perf_counter(); import ggpy; b = ggpy.backends.make_backend('cuda'); b.module; print(b, f'kernels ready in {time.perf_counter() - t:.2f} s')"
-$PY -m pytest -q -p no:cacheprovider -rfE tests/test_cuda_backend.py tests/test_cuda_conv.py "$@" 2>&1 | tail -n 40
-echo "cuda tests exit status: ${PIPESTATUS[0]}"
+$PY -m pytest -q -p no:cacheprovider -rfE tests/test_cuda_backend.py tests/test_cuda_conv.py "$@" 2>&1 | tee /tmp/ggpy-tests.log | tail -n 40
+status=${PIPESTATUS[0]}
+echo "cuda tests exit status: $status"
+bench=$(PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} $PY benchmarks/cuda_mul_mat.py 4096 2>&1 | tail -n 1)
+echo "$bench"
+echo "SUMMARY: tests: $(tail -n 1 /tmp/ggpy-tests.log | tr -d '=') (exit $status) | $bench"

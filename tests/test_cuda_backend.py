@@ -1,8 +1,9 @@
 """The CUDA backend on a GPU: test-backend-ops cases of the ops it runs (same float64 references and
-tolerances as the CPU), host<->device round trips, the NVRTC disk cache, and its errors.
-Skips where cuda-python or a GPU is missing."""
+tolerances as the CPU; mul_mat also in TF32 with a looser one), host<->device round trips, the NVRTC disk
+cache, and its errors. Skips where cuda-python or a GPU is missing (mul_mat cases where nvmath-python is)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 import ggpy
-from ggpy.test_backend_ops.cases import elementwise, layout
+from ggpy.test_backend_ops.cases import elementwise, layout, matmul, norm, reduce, softmax
 from ggpy.test_backend_ops.harness import run_case
 
 pytest.importorskip("cuda.bindings.driver")
@@ -27,13 +28,55 @@ def backend():
         pytest.skip(f"no usable GPU: {e}")
 
 
-CASES = [c for c in elementwise.cases() + layout.cases() if c.op in kernels.FAMILY_OF]
+ALL = [c for m in (elementwise, layout, norm, reduce, softmax, matmul) for c in m.cases() if "perf" not in c.tags]
+CASES = [c for c in ALL if c.op in kernels.FAMILY_OF and c.op != "mul_mat"]
+MUL_MAT = [c for c in ALL if c.op == "mul_mat"]
+
+
+@pytest.fixture(scope="module")
+def blas_backend(backend):
+    from ggpy.backends.cuda.kernels.matmul import _nvmath_missing
+    if _nvmath_missing():
+        pytest.skip(_nvmath_missing())
+    return backend
+
+
+@pytest.fixture(scope="module")
+def tf32_backend(blas_backend):
+    return ggpy.backends.cuda.CUDABackend("cuda", allow_tf32=True)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_op_case(backend, case):
     result = run_case(case, backend)
     assert result.ok, f"{case.id}: {result.message}"
+
+
+@pytest.mark.parametrize("case", MUL_MAT, ids=lambda c: c.id)
+def test_mul_mat_case(blas_backend, case):
+    result = run_case(case, blas_backend)
+    assert result.ok, f"{case.id}: {result.message}"
+
+
+@pytest.mark.parametrize("case", [c for c in MUL_MAT if c.params.lower().startswith(("f32,f32", "f32,a="))],
+                         ids=lambda c: c.id)
+def test_mul_mat_tf32(tf32_backend, case):
+    result = run_case(dataclasses.replace(case, max_nmse=1e-5), tf32_backend)
+    assert result.ok, f"{case.id}: {result.message}"
+
+
+def test_mul_mat_plan(blas_backend):
+    """One step per GEMM call, the workspace from the temp heap, a broadcast batch in one call."""
+    ctx = ggpy.Context()
+    a = ctx.new_tensor(ggpy.F32, (64, 32, 1, 1)).set_input()
+    b = ctx.new_tensor(ggpy.F16, (64, 16, 4, 1)).set_input()
+    y = ggpy.mul_mat(a, b)
+    graph = ggpy.Graph()
+    graph.build_forward_expand(y)
+    ggpy.GraphAllocator(blas_backend).alloc_graph(graph)
+    steps = blas_backend.program(graph)
+    assert [s.name for s in steps] == ["copy_f16_f32", "cublaslt_f32_f16"] and len(steps[1].calls) == 1
+    assert y.temp is not None and y.temp[2] == blas_backend.temp_size(y) > (32 << 20)
 
 
 @pytest.mark.parametrize("type_", [ggpy.F32, ggpy.F16, ggpy.I32], ids=lambda t: t.name)
@@ -104,13 +147,23 @@ def test_bad_device_index(backend):
 
 def test_unsupported_op_is_refused(backend):
     ctx = ggpy.Context()
-    y = ggpy.mul_mat(ctx.new_tensor(ggpy.F32, (8, 4)), ctx.new_tensor(ggpy.F32, (8, 3)))
+    y = ggpy.group_norm(ctx.new_tensor(ggpy.F32, (8, 4, 6)), 2)
     assert not backend.supports_op(y)
     assert backend.kernel_name(y) == "unsupported"
     graph = ggpy.Graph()
     graph.build_forward_expand(y)
-    with pytest.raises(ggpy.UnsupportedOpError, match=r"backend cuda:0 cannot run node .* op=mul_mat"):
+    with pytest.raises(ggpy.UnsupportedOpError, match=r"backend cuda:0 cannot run node .* op=group_norm.*: no CUDA "
+                                                      r"kernel for op group_norm"):
         ggpy.GraphAllocator(backend).alloc_graph(graph)
+
+
+def test_mul_mat_refused_without_nvmath(backend, monkeypatch):
+    from ggpy.backends.cuda.kernels import matmul as mm
+    monkeypatch.setattr(mm, "_nvmath_missing", lambda: "mul_mat on CUDA needs nvmath-python (test)")
+    ctx = ggpy.Context()
+    y = ggpy.mul_mat(ctx.new_tensor(ggpy.F32, (8, 4)), ctx.new_tensor(ggpy.F32, (8, 3)))
+    assert not backend.supports_op(y)
+    assert backend.refusal(y) == "mul_mat on CUDA needs nvmath-python (test)"
 
 
 def test_driver_errors_name_the_call(backend):

@@ -1,4 +1,9 @@
-"""CUDABackend: runs planned graphs on one GPU with NVRTC-compiled kernels on one stream."""
+"""CUDABackend: runs planned graphs on one GPU with NVRTC-compiled kernels (and cuBLASLt) on one stream.
+
+A planned graph becomes a list of steps, made once per plan: kernel `Launch`es with their arguments packed,
+and Python-side callables that a family's `steps(backend, node)` returns (cuBLASLt GEMMs). Each step has
+`node` and `name` and is called with the stream.
+"""
 from __future__ import annotations
 
 import ctypes
@@ -11,10 +16,12 @@ from .buffer import CUDABuffer, CUDABufferType
 from .compiler import Module, compile_cubin
 from .device import Event, Stream, get_device
 from .driver import check, driver
-from .kernels.common import pack_args
+from .kernels.common import elementwise_config, pack_args
 
-BLOCK = 256
-MAX_BLOCKS = 1 << 16        # kernels loop over the rest (grid-stride)
+
+def _dim3(v) -> tuple[int, int, int]:
+    v = (v,) if isinstance(v, int) else tuple(v)
+    return v + (1,) * (3 - len(v))
 
 
 @dataclass
@@ -24,16 +31,17 @@ class Launch:
     node: object
     name: str
     function: object
-    grid: int
+    grid: tuple             # (x, y, z) blocks
+    block: tuple            # (x, y, z) threads
     args: object            # the Args struct that params points to (kept alive here)
     params: object
 
     def __call__(self, stream: Stream):
-        check(driver.cuLaunchKernel(self.function, self.grid, 1, 1, BLOCK, 1, 1, 0, stream.handle,
-                                    ctypes.addressof(self.params), 0), "cuLaunchKernel")
+        check(driver.cuLaunchKernel(self.function, *self.grid, *self.block, 0, stream.handle,
+                                    ctypes.addressof(self.params), 0), f"cuLaunchKernel({self.name})")
 
 
-def _ptr(t) -> int:
+def tensor_ptr(t) -> int:
     if not isinstance(t.buffer, CUDABuffer):
         raise AllocationError(f"cuda: tensor '{t.name}' (op {t.op}) is not in CUDA memory ({type(t.buffer).__name__}); "
                               "plan the graph with ggpy.GraphAllocator(cuda_backend)")
@@ -44,8 +52,9 @@ class CUDABackend(Backend):
     """Evaluates planned graphs on device `device` ('cuda', 'cuda:N'). compute() returns once the GPU is
     done; compute_async() only queues the kernels on the backend's stream."""
 
-    def __init__(self, device: str = "cuda:0"):
+    def __init__(self, device: str = "cuda:0", allow_tf32: bool = False):
         self.device = get_device(device)
+        self.allow_tf32 = allow_tf32        # F32 GEMMs may round their inputs to TF32
         self.stream = Stream(self.device)
         super().__init__(CUDABufferType(self.device, self.stream))
         self.name = f"cuda:{self.device.index}"
@@ -63,41 +72,67 @@ class CUDABackend(Backend):
     def supports_op(self, node) -> bool:
         return node.op in kernels.VIEW_OPS or kernels.family(node) is not None
 
+    def refusal(self, node) -> str | None:
+        """Why this backend cannot run `node` (None when it can)."""
+        return None if self.supports_op(node) else kernels.refusal(node)
+
     def kernel_name(self, node) -> str:
         if node.op in kernels.VIEW_OPS:
             return node.op
         fam = kernels.family(node)
         return fam.kernel_name(node) if fam is not None else "unsupported"
 
+    def temp_size(self, node) -> int:
+        """Scratch bytes of the node's family (cuBLASLt workspace, operand conversions) from the temp heap."""
+        fam = kernels.family(node)
+        return fam.temp_size(node) if fam is not None and hasattr(fam, "temp_size") else 0
+
     # -- evaluation --------------------------------------------------------------------------------
-    def _launch(self, node) -> Launch | None:
+    def launch(self, node, name: str, dst_ptr: int, dst, srcs: list, params: tuple = (), config=None) -> Launch:
+        """A Launch of kernel `name` on Args packed for `dst` (any object with ne, nb, nelements) at `dst_ptr`
+        and (pointer, tensor) `srcs`; config (grid, block) defaults to a grid-stride pass over dst."""
+        args = pack_args(dst_ptr, dst, srcs, params)
+        grid, block = config if config is not None else elementwise_config(dst)
+        return Launch(node, name, self.module.function(name), _dim3(grid), _dim3(block), args,
+                      (ctypes.c_void_p * 1)(ctypes.addressof(args)))
+
+    def temp_ptr(self, node) -> int:
+        """The device address of the node's temp block (reserved by the planner from temp_size)."""
+        temp = getattr(node, "temp", None)
+        if temp is None:
+            raise AllocationError(f"cuda: node '{node.name}' (op {node.op}) has no temp block; plan the graph "
+                                  "with ggpy.GraphAllocator(backend)")
+        return temp[0].ptr + temp[1]
+
+    def _steps(self, node) -> list:
         if node.op in kernels.VIEW_OPS:
-            return None
+            return []
         fam = kernels.family(node)
         if fam is None:
             srcs = ", ".join(f"{s.type.name}{list(s.ne)}" for s in node.src if s is not None)
+            reason = kernels.refusal(node)
             raise UnsupportedOpError(f"{self.name}: no kernel for node '{node.name}' op={node.op} "
-                                     f"type={node.type.name} ne={node.ne} (sources: {srcs})")
+                                     f"type={node.type.name} ne={node.ne} (sources: {srcs})"
+                                     + (f": {reason}" if reason else ""))
         if node.buffer is None:
             raise AllocationError(f"cuda: node '{node.name}' (op {node.op}) has no memory; plan the graph with "
                                   "ggpy.GraphAllocator(backend).alloc_graph(graph) before compute")
         if node.nelements == 0:
-            return None
-        srcs = [(_ptr(s), s) for s in node.src[:2] if s is not None]
-        args = pack_args(_ptr(node), node, srcs, fam.params(node))
-        params = (ctypes.c_void_p * 1)(ctypes.addressof(args))
-        name = fam.kernel_name(node)
-        grid = min(MAX_BLOCKS, (node.nelements + BLOCK - 1) // BLOCK)
-        return Launch(node, name, self.module.function(name), grid, args, params)
+            return []
+        if hasattr(fam, "steps"):
+            return fam.steps(self, node)
+        srcs = [(tensor_ptr(s), s) for s in node.src[:2] if s is not None]
+        config = fam.launch_config(node) if hasattr(fam, "launch_config") else None
+        return [self.launch(node, fam.kernel_name(node), tensor_ptr(node), node, srcs, fam.params(node), config)]
 
     def program(self, graph) -> list:
-        """The graph's launches in order, made once per plan and reused by every compute."""
+        """The graph's steps in order, made once per plan and reused by every compute."""
         plan = getattr(graph, "plan", None)
         key = (id(plan), getattr(plan, "generation", None), graph.version)
         cached = graph.backend_cache.get(self)
         if cached is not None and cached[0] == key:
             return cached[1]
-        launches = [run for run in map(self._launch, graph.nodes) if run is not None]
+        launches = [step for node in graph.nodes for step in self._steps(node)]
         graph.backend_cache[self] = (key, launches)
         return launches
 
@@ -112,7 +147,7 @@ class CUDABackend(Backend):
         self.synchronize()
 
     def profile(self, graph) -> list:
-        """Run a planned graph and return [(node, kernel name, seconds of GPU time)] in evaluation order."""
+        """Run a planned graph and return [(node, kernel name, seconds of GPU time)] per step, in order."""
         self.device.activate()
         launches = self.program(graph)
         events = [Event() for _ in range(len(launches) + 1)]
@@ -125,6 +160,14 @@ class CUDABackend(Backend):
 
     def synchronize(self):
         self.stream.synchronize()
+
+    def check_supported(self, graph):
+        for node in graph.nodes:
+            reason = self.refusal(node)
+            if reason is not None:
+                srcs = ", ".join(f"{s.type.name}{list(s.ne)}" for s in node.src if s is not None)
+                raise UnsupportedOpError(f"backend {self.name} cannot run node '{node.name}' op={node.op} "
+                                         f"type={node.type.name} ne={node.ne} (sources: {srcs}): {reason}")
 
     def __repr__(self) -> str:
         return f"CUDABackend({self.name!r}, {self.device.name}, {self.device.arch})"

@@ -1,7 +1,9 @@
-"""What every kernel shares: the launch-argument struct (C and ctypes twins), F16 conversion, indexing.
+"""What every kernel shares: the launch-argument struct (C and ctypes twins), F16 conversion, indexing,
+block reductions and the default launch shape.
 
 A kernel takes one `Args` by value: the dst pointer and up to two sources, each with ne and nb (bytes) in
-ggml order, and two float parameters. Every thread handles elements of dst at a flat index in ne order.
+ggml order, and two float parameters. By default every thread handles elements of dst at a flat index in ne
+order (grid-stride); a family may choose its own grid and block per node with `launch_config(node)`.
 """
 from __future__ import annotations
 
@@ -44,11 +46,33 @@ __device__ __forceinline__ void unravel(i64 i, const i64* ne, i64* c) {
 __device__ __forceinline__ i64 byte_offset(const i64* c, const i64* nb) {
     return c[0] * nb[0] + c[1] * nb[1] + c[2] * nb[2] + c[3] * nb[3];
 }
+// op (Sum, Max) of v over the block, `identity` its neutral value; every thread gets the result (blockDim.x a multiple of 32, <= 1024)
+template <typename T, typename Op> __device__ T block_reduce(T v, Op op, T identity) {
+    __shared__ T part[32];
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    __syncthreads();                              // part[] may still be read by a previous reduction
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? part[lane] : identity;
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+struct Sum { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
+struct Max { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+
 #define FOR_EACH_ELEMENT(a, i) \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (a).n; i += (i64)gridDim.x * blockDim.x)
 """
 
 _I64x4 = ctypes.c_int64 * 4
+BLOCK = 256
+MAX_BLOCKS = 1 << 16        # grid-stride kernels loop over the rest
+
+
+def elementwise_config(node) -> tuple[int, int]:
+    """(grid, block) of a grid-stride kernel over dst's elements: the default launch shape."""
+    return min(MAX_BLOCKS, (node.nelements + BLOCK - 1) // BLOCK), BLOCK
 
 
 class Args(ctypes.Structure):

@@ -1,0 +1,148 @@
+"""Row kernels, one block per row of src0 (ne[0] elements, any strides): norm, rms_norm, soft_max (with an
+optional F32/F16 mask broadcast over dims 2 and 3, scale and ALiBi slopes), sum_rows, mean and argmax; and sum
+(one block over every element). Sums accumulate in double; F16 is converted on load and store."""
+from __future__ import annotations
+
+from ....types import F16, F32, I32
+from .common import C_TYPES, SUFFIX
+
+OPS = ("norm", "rms_norm", "soft_max", "sum_rows", "mean", "sum", "argmax")
+FLOATS = (F32, F16)
+PARAMS = {"norm": ("eps",), "rms_norm": ("eps",), "soft_max": ("scale", "max_bias")}
+
+_SOURCE = r"""
+#define NEG_INF __int_as_float(0xff800000)
+// this block's row of src0: coordinates (0, i1, i2, i3)
+__device__ __forceinline__ void row_coords(const Args& a, i64* c) {
+    i64 r = blockIdx.x;
+    c[0] = 0; c[1] = r % a.ne0[1]; r /= a.ne0[1]; c[2] = r % a.ne0[2]; c[3] = r / a.ne0[2];
+}
+#define ROW_LOOP(i) for (i64 i = threadIdx.x; i < a.ne0[0]; i += blockDim.x)
+#define X(i) to_f(*(const T*)(x + (i) * a.nb0[0]))
+
+template <typename T, bool RMS> __device__ void norm_row(const Args& a) {      // p0: eps
+    i64 c[4]; row_coords(a, c);
+    const char* x = a.src0 + byte_offset(c, a.nb0); char* y = a.dst + byte_offset(c, a.nb);
+    const double n = (double)a.ne0[0];
+    float mean = 0.f;
+    if (!RMS) {
+        double s = 0.0;
+        ROW_LOOP(i) s += X(i);
+        mean = (float)(block_reduce(s, Sum(), 0.0) / n);
+    }
+    double v = 0.0;
+    ROW_LOOP(i) { float d = X(i) - mean; v += (double)d * d; }
+    float inv = (float)(1.0 / sqrt(block_reduce(v, Sum(), 0.0) / n + (double)a.p0));
+    ROW_LOOP(i) *(T*)(y + i * a.nb[0]) = from_f<T>((X(i) - mean) * inv);
+}
+
+// softmax(x * p0 + slope * mask); slope = 1, or with max_bias p1 > 0 ggml's ALiBi slope of head i2
+template <typename T, typename M> __device__ void soft_max_row(const Args& a) {
+    i64 c[4]; row_coords(a, c);
+    const char* x = a.src0 + byte_offset(c, a.nb0); char* y = a.dst + byte_offset(c, a.nb);
+    const char* m = 0;
+    if (a.src1) { i64 cm[4] = {0, c[1], c[2] % a.ne1[2], c[3] % a.ne1[3]}; m = a.src1 + byte_offset(cm, a.nb1); }
+    float slope = 1.f;
+    if (a.p1 > 0.f) {
+        int h = (int)c[2], n_log2 = 1 << (int)floorf(log2f((float)a.ne0[2]));
+        float m0 = exp2f(-a.p1 / n_log2), m1 = exp2f(-(a.p1 / 2.f) / n_log2);
+        slope = h < n_log2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - n_log2) + 1));
+    }
+#define V(i) (X(i) * a.p0 + (m ? slope * to_f(*(const M*)(m + (i) * a.nb1[0])) : 0.f))
+    float mx = NEG_INF;
+    ROW_LOOP(i) mx = fmaxf(mx, V(i));
+    mx = block_reduce(mx, Max(), NEG_INF);
+    float s = 0.f;
+    ROW_LOOP(i) s += expf(V(i) - mx);
+    float inv = 1.f / block_reduce(s, Sum(), 0.f);
+    ROW_LOOP(i) *(T*)(y + i * a.nb[0]) = from_f<T>(expf(V(i) - mx) * inv);
+#undef V
+}
+
+template <typename T, bool MEAN> __device__ void sum_row(const Args& a) {
+    i64 c[4]; row_coords(a, c);
+    const char* x = a.src0 + byte_offset(c, a.nb0);
+    double s = 0.0;
+    ROW_LOOP(i) s += X(i);
+    s = block_reduce(s, Sum(), 0.0);
+    if (threadIdx.x == 0) *(T*)(a.dst + byte_offset(c, a.nb)) = from_f<T>((float)(MEAN ? s / a.ne0[0] : s));
+}
+
+template <typename T> __device__ void sum_all(const Args& a) {            // one block
+    double s = 0.0;
+    i64 n = a.ne0[0] * a.ne0[1] * a.ne0[2] * a.ne0[3];
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+        i64 c[4]; unravel(i, a.ne0, c);
+        s += to_f(*(const T*)(a.src0 + byte_offset(c, a.nb0)));
+    }
+    s = block_reduce(s, Sum(), 0.0);
+    if (threadIdx.x == 0) *(T*)a.dst = from_f<T>((float)s);
+}
+
+// the first index of the row's largest element, written as int to dst[i1]
+template <typename T> __device__ void argmax_row(const Args& a) {
+    i64 c[4]; row_coords(a, c);
+    const char* x = a.src0 + byte_offset(c, a.nb0);
+    float best = NEG_INF; int at = 0x7fffffff;
+    ROW_LOOP(i) { float v = X(i); if (v > best || at == 0x7fffffff) { best = v; at = (int)i; } }
+    for (int o = 16; o > 0; o >>= 1) {
+        float b2 = __shfl_xor_sync(0xffffffffu, best, o); int i2 = __shfl_xor_sync(0xffffffffu, at, o);
+        if (b2 > best || (b2 == best && i2 < at)) { best = b2; at = i2; }
+    }
+    __shared__ float sb[32]; __shared__ int si[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { sb[warp] = best; si[warp] = at; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); ++w)
+            if (sb[w] > best || (sb[w] == best && si[w] < at)) { best = sb[w]; at = si[w]; }
+        *(int*)(a.dst + c[1] * a.nb[0]) = at;
+    }
+}
+#undef X
+"""
+
+
+def _rows(node) -> int:
+    s = node.src[0]
+    return s.ne[1] * s.ne[2] * s.ne[3]
+
+
+def launch_config(node) -> tuple:
+    """One block per row (one block in all for sum); threads by row length."""
+    n = node.src[0].ne[0]
+    block = 32 if n <= 64 else 256 if n <= 4096 else 1024
+    return (1 if node.op == "sum" else _rows(node)), (1024 if node.op == "sum" else block)
+
+
+def kernel_name(node) -> str:
+    t = SUFFIX[node.src[0].type]
+    if node.op == "soft_max" and len(node.src) > 1 and node.src[1] is not None:
+        return f"soft_max_{t}_{SUFFIX[node.src[1].type]}"
+    return f"{node.op}_{t}"
+
+
+def supports(node) -> bool:
+    srcs = [s for s in node.src if s is not None]
+    if node.op not in OPS or not srcs or any(s.type not in FLOATS for s in srcs):
+        return False
+    out = I32 if node.op == "argmax" else srcs[0].type
+    return node.type == out and _rows(node) < 2 ** 31
+
+
+def params(node) -> tuple:
+    return tuple(node.op_params[k] for k in PARAMS.get(node.op, ()))
+
+
+def source() -> str:
+    parts = [_SOURCE]
+    for t in FLOATS:
+        c, s = C_TYPES[t], SUFFIX[t]
+        for name, body in (("norm", f"norm_row<{c}, false>"), ("rms_norm", f"norm_row<{c}, true>"),
+                           ("soft_max", f"soft_max_row<{c}, float>"), ("sum_rows", f"sum_row<{c}, false>"),
+                           ("mean", f"sum_row<{c}, true>"), ("sum", f"sum_all<{c}>"), ("argmax", f"argmax_row<{c}>")):
+            parts.append(f'extern "C" __global__ void {name}_{s}(const Args a) {{ {body}(a); }}\n')
+        for m in FLOATS:
+            parts.append(f'extern "C" __global__ void soft_max_{s}_{SUFFIX[m]}(const Args a) '
+                         f'{{ soft_max_row<{c}, {C_TYPES[m]}>(a); }}\n')
+    return "".join(parts)

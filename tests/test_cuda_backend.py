@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 import ggpy
-from ggpy.test_backend_ops.cases import elementwise, layout, matmul, norm, reduce, softmax
+from ggpy.test_backend_ops.cases import (
+    elementwise,
+    layout,
+    matmul,
+    norm,
+    reduce,
+    softmax,
+)
 from ggpy.test_backend_ops.harness import run_case
 
 pytest.importorskip("cuda.bindings.driver")

@@ -74,7 +74,7 @@ class Gemm:
 
     def __init__(self, backend, node, name: str, a, b, ptrs: list, batch: int, tf32: bool, workspace: int):
         self.node, self.name = node, name
-        (pa, ta, (ka, lda)), (pb, tb, (kb, ldb)) = a, b
+        (_, ta, (ka, lda)), (_, tb, (kb, ldb)) = a, b
         K, M = ta.ne[:2]
         N = tb.ne[1]
         gtype = ta.type

@@ -182,6 +182,9 @@ class Tensor:
                 f"nb={self.nb})")
 
 
+TENSOR_HOOKS: list = []   # callables given every tensor an op adds to a Context (the scheduler's `with sched.on(...)`)
+
+
 class Context:
     """Makes tensors (ggml_context without the memory pool: data lives in backend buffers)."""
 
@@ -208,4 +211,6 @@ class Context:
 
     def add(self, t: Tensor) -> Tensor:
         self.tensors.append(t)
+        for hook in TENSOR_HOOKS:
+            hook(t)
         return t

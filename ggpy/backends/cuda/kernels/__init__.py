@@ -5,10 +5,10 @@
 node instead of one kernel, e.g. cuBLASLt). Pure Python: importing them needs no cuda-python."""
 from __future__ import annotations
 
-from . import conv, copies, elementwise, layout, matmul, pool, rows
+from . import conv, copies, elementwise, extra, layout, matmul, pool, rows
 from .common import HEADER
 
-FAMILIES = (elementwise, copies, rows, layout, matmul, conv, pool)
+FAMILIES = (elementwise, copies, rows, layout, matmul, conv, pool, extra)
 VIEW_OPS = ("view", "reshape", "permute", "transpose")
 FAMILY_OF = {op: fam for fam in FAMILIES for op in fam.OPS}
 

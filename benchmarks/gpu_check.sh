@@ -19,3 +19,11 @@ echo "cuda tests exit status: $status"
 bench=$(PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} $PY benchmarks/cuda_mul_mat.py 4096 2>&1 | tail -n 1)
 echo "$bench"
 echo "SUMMARY: tests: $(tail -n 1 /tmp/ggpy-tests.log | tr -d '=') (exit $status) | $bench"
+# MobileSAM on the GPU (needs torch; mobile_sam and gguf come as wheels in wheels/): correctness vs PyTorch,
+# CUDA graphs, then the side-by-side benchmark (ggpy CUDA vs PyTorch eager and torch.compile)
+if [ -z "${GGPY_SKIP_MOBILESAM:-}" ]; then
+    $PY -m pytest -q -p no:cacheprovider -rfE -s tests/test_mobilesam_cuda.py 2>&1 | tee /tmp/ggpy-mobilesam-tests.log | grep -E "relative error|passed|failed|skipped|Error|error" | tail -n 30
+    echo "mobilesam cuda tests exit status: ${PIPESTATUS[0]}"
+    PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} $PY benchmarks/mobilesam_gpu.py ${MOBILESAM_BENCH_ARGS:-} 2>&1 | tee /tmp/ggpy-mobilesam-bench.log | tail -n 45
+    echo "SUMMARY mobilesam: tests $(tail -n 1 /tmp/ggpy-mobilesam-tests.log | tr -d '=') | $(grep '^SUMMARY' /tmp/ggpy-mobilesam-bench.log)"
+fi

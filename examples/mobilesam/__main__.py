@@ -1,7 +1,8 @@
 """MobileSAM on ggpy, from the repository root:
 
     python -m examples.mobilesam convert CHECKPOINT.pt -o model.gguf [--type f32|f16]
-    python -m examples.mobilesam encode [-m model.gguf] [-i image.jpg] [-o embedding.npy] [-b cpu] [-t THREADS] [--bench N]
+    python -m examples.mobilesam encode [-m model.gguf] [-i image.jpg] [-o embedding.npy] [-b cpu|cuda] [-t THREADS] [--bench N]
+                                [--tf32] [--no-cuda-graphs]
 
 Without -m, `encode` uses seeded random weights in the official architecture (converted once and cached),
 so it runs out of the box; its embedding is then meaningless.
@@ -58,7 +59,8 @@ def cmd_encode(args):
         model = random_model()
     image = load_image(args.image)
     t0 = time.perf_counter()
-    enc = ImageEncoder(model, backend=args.backend, n_threads=args.threads)
+    enc = ImageEncoder(model, backend=args.backend, n_threads=args.threads, tf32=args.tf32,
+                       cuda_graphs=not args.no_cuda_graphs)
     print(f"model {model}: {len(enc.graph.nodes)} nodes, planned in {(time.perf_counter() - t0) * 1e3:.0f} ms on "
           f"{enc.backend}")
     print(f"planned compute memory: {_mib(enc.planned_bytes)} (all intermediates without reuse: "
@@ -71,8 +73,9 @@ def cmd_encode(args):
     print(f"embedding {embedding.shape} float32 -> {args.output}")
     by_stage, _ = enc.profile()
     total = sum(by_stage.values())
-    print("time per stage: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in by_stage.items())
-          + f"; total {total * 1e3:.0f} ms")
+    d = 0 if args.backend == "cpu" else 2            # GPU stages take fractions of a millisecond
+    print("time per stage: " + ", ".join(f"{k} {v * 1e3:.{d}f} ms" for k, v in by_stage.items())
+          + f"; total {total * 1e3:.{d}f} ms")
     if args.bench:
         times = np.array(enc.bench(args.bench)) * 1e3
         gflops = flops_per_image(enc.hp) / 1e9
@@ -95,6 +98,9 @@ def main(argv=None):
     p.add_argument("-b", "--backend", default="cpu")
     p.add_argument("-t", "--threads", type=int, default=None)
     p.add_argument("--bench", type=int, default=0, metavar="N", help="time N evaluations after a warm-up")
+    p.add_argument("--tf32", action="store_true", help="CUDA: let F32 matrix products round their inputs to TF32")
+    p.add_argument("--no-cuda-graphs", action="store_true",
+                   help="CUDA: launch every kernel from Python instead of replaying one captured CUDA graph")
     p.set_defaults(func=cmd_encode)
     args = parser.parse_args(argv)
     try:

@@ -17,8 +17,15 @@ from .preprocess import preprocess
 class ImageEncoder:
     """The encoder graph of one model file on one backend; `encode` re-evaluates it without re-planning."""
 
-    def __init__(self, model_path, backend: str = "cpu", n_threads: int | None = None):
-        self.backend = make_backend(backend, n_threads)
+    def __init__(self, model_path, backend="cpu", n_threads: int | None = None, tf32: bool = False,
+                 cuda_graphs: bool = True):
+        """backend: a name ('cpu', 'cuda', 'cuda:N') or a Backend. On CUDA, tf32 lets F32 GEMMs round their
+        inputs to TF32 and cuda_graphs replays the planned graph as one captured CUDA graph."""
+        self.backend = make_backend(backend, n_threads) if isinstance(backend, str) else backend
+        if hasattr(self.backend, "allow_tf32"):
+            self.backend.allow_tf32 = self.backend.allow_tf32 or tf32
+        if hasattr(self.backend, "graphs") and not cuda_graphs:
+            self.backend.graphs = False
         self.model = load_gguf(model_path, self.backend, architecture="mobilesam")
         self.hp = EncoderParams.from_metadata(self.model.metadata)
         self.pixel_mean = tuple(self.model.metadata["mobilesam.pixel_mean"])
@@ -78,7 +85,7 @@ class ImageEncoder:
         return by_stage, dict(by_kernel)
 
     def bench(self, runs: int) -> list:
-        """Times (seconds) of `runs` evaluations after one warm-up."""
+        """Times (seconds) of `runs` evaluations after one warm-up (compute() returns once the device is done)."""
         self.evaluate()
         times = []
         for _ in range(runs):

@@ -3,19 +3,25 @@
 A planned graph becomes a list of steps, made once per plan: kernel `Launch`es with their arguments packed,
 and Python-side callables that a family's `steps(backend, node)` returns (cuBLASLt GEMMs). Each step has
 `node` and `name` and is called with the stream.
+
+With graphs=True (the default) the first compute of a plan runs the steps one by one and then captures them
+as a CUDA graph (ggpy/backends/cuda/graphs.py); every later compute of the same plan replays that graph
+with one cuGraphLaunch. A new plan (or a changed graph) is captured again; when capture fails the steps are
+launched one by one, the reason logged once.
 """
 from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
 
-from ...errors import AllocationError, UnsupportedOpError
+from ...errors import AllocationError, CudaError, UnsupportedOpError
 from ..base import Backend
 from . import kernels
 from .buffer import CUDABuffer, CUDABufferType
 from .compiler import Module, compile_cubin
 from .device import Event, Stream, get_device
 from .driver import check, driver
+from .graphs import capture
 from .kernels.common import elementwise_config, pack_args
 
 
@@ -52,9 +58,11 @@ class CUDABackend(Backend):
     """Evaluates planned graphs on device `device` ('cuda', 'cuda:N'). compute() returns once the GPU is
     done; compute_async() only queues the kernels on the backend's stream."""
 
-    def __init__(self, device: str = "cuda:0", allow_tf32: bool = False):
+    def __init__(self, device: str = "cuda:0", allow_tf32: bool = False, graphs: bool = True):
         self.device = get_device(device)
         self.allow_tf32 = allow_tf32        # F32 GEMMs may round their inputs to TF32
+        self.graphs = graphs                # replay each plan as a captured CUDA graph
+        self.captures = 0                   # how many CUDA graphs this backend captured (for tests and reports)
         self.stream = Stream(self.device)
         super().__init__(CUDABufferType(self.device, self.stream))
         self.name = f"cuda:{self.device.index}"
@@ -136,25 +144,75 @@ class CUDABackend(Backend):
         graph.backend_cache[self] = (key, launches)
         return launches
 
+    def cuda_graph(self, graph):
+        """The CapturedGraph of the graph's current plan (None: not captured yet, graphs off, or capture failed)."""
+        cached = graph.backend_cache.get((self, "cuda_graph"))
+        program = graph.backend_cache.get(self)
+        if cached is None or program is None or cached[0] != program[0]:
+            return None
+        return cached[1]
+
     def compute_async(self, graph):
-        """Queue every node of a planned graph on the stream, in order."""
+        """Queue every node of a planned graph on the stream, in order (a CUDA graph replay when captured)."""
         self.device.activate()
-        for run in self.program(graph):
+        steps = self.program(graph)
+        if not self.graphs:
+            for run in steps:
+                run(self.stream)
+            return
+        key = graph.backend_cache[self][0]
+        cached = graph.backend_cache.get((self, "cuda_graph"))
+        if cached is not None and cached[0] == key:
+            if cached[1] is not None:
+                cached[1].launch()
+                return
+            for run in steps:               # capture failed for this plan: plain launches
+                run(self.stream)
+            return
+        for run in steps:                   # first compute of a plan: run (warms up lazy loading), then capture
             run(self.stream)
+        captured = capture(steps, self.stream)
+        self.captures += captured is not None
+        graph.backend_cache[(self, "cuda_graph")] = (key, captured)
 
     def compute(self, graph):
         self.compute_async(graph)
         self.synchronize()
 
     def profile(self, graph) -> list:
-        """Run a planned graph and return [(node, kernel name, seconds of GPU time)] per step, in order."""
+        """Run a planned graph once and return [(node, kernel name, seconds of GPU time)] per step, in order
+        (the GPU is done when it returns)."""
         self.device.activate()
         launches = self.program(graph)
+        if self.graphs:
+            try:
+                return self._profile_captured(launches)
+            except CudaError:
+                pass                        # event records could not be captured or timed: plain launches
         events = [Event() for _ in range(len(launches) + 1)]
         events[0].record(self.stream)
         for run, end in zip(launches, events[1:]):
             run(self.stream)
             end.record(self.stream)
+        self.synchronize()
+        return [(run.node, run.name, Event.elapsed(a, b)) for run, a, b in zip(launches, events, events[1:])]
+
+    def _profile_captured(self, launches) -> list:
+        """profile() with the steps and external event-record nodes between them replayed as one CUDA graph,
+        so the GPU never waits for Python between two events and each time is the kernel's own."""
+        events = [Event() for _ in range(len(launches) + 1)]
+        external = driver.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL
+
+        def recorder(event):
+            return lambda stream: check(driver.cuEventRecordWithFlags(event.handle, stream.handle, external),
+                                        "cuEventRecordWithFlags")
+        seq = [recorder(events[0])]
+        for run, end in zip(launches, events[1:]):
+            seq += [run, recorder(end)]
+        captured = capture(seq, self.stream)
+        if captured is None:
+            raise CudaError("profile capture failed")
+        captured.launch()
         self.synchronize()
         return [(run.node, run.name, Event.elapsed(a, b)) for run, a, b in zip(launches, events, events[1:])]
 

@@ -13,7 +13,7 @@ $PY -c "from nvmath.bindings import cublasLt; import nvmath; print('nvmath', nvm
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 $PY -c "import cuda.bindings, numpy, numba; print('cuda-bindings', cuda.bindings.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__)"
 $PY -c "import time; t = time.perf_counter(); import ggpy; b = ggpy.backends.make_backend('cuda'); b.module; print(b, f'kernels ready in {time.perf_counter() - t:.2f} s')"
-$PY -m pytest -q -p no:cacheprovider -rfE tests/test_cuda_backend.py tests/test_cuda_conv.py "$@" 2>&1 | tee /tmp/ggpy-tests.log | tail -n 40
+$PY -m pytest -q -p no:cacheprovider -rfE tests/test_cuda_backend.py tests/test_cuda_conv.py tests/test_scheduler.py "$@" 2>&1 | tee /tmp/ggpy-tests.log | tail -n 40
 status=${PIPESTATUS[0]}
 echo "cuda tests exit status: $status"
 bench=$(PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} $PY benchmarks/cuda_mul_mat.py 4096 2>&1 | tail -n 1)

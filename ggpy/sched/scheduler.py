@@ -38,9 +38,11 @@ def _base(t):
 
 
 def _is_constant(t) -> bool:
-    """A weight: a leaf (or a view of one) whose memory the user placed (not a graph allocator's)."""
+    """A weight: a leaf (or a view of one), not a graph input, whose memory the user placed (not a graph
+    allocator's). Inputs are copied on every compute; weights once."""
     b = _base(t)
-    return b.op is None and b.buffer is not None and not getattr(b.buffer, "planned", False)
+    return (b.op is None and not b.is_input and not t.is_input and b.buffer is not None
+            and not getattr(b.buffer, "planned", False))
 
 
 def _label(t) -> str:
@@ -151,7 +153,7 @@ class Scheduler:
         where = st.backend_of
         for leaf in graph.leafs:
             pin = self._pins.get(id(leaf))
-            if leaf.buffer is not None and getattr(leaf.buffer, "planned", False) is False:
+            if leaf.buffer is not None and not getattr(leaf.buffer, "planned", False):
                 where[id(leaf)] = self._backend_of_buffer(leaf)
             elif pin is not None:
                 where[id(leaf)] = pin[1]
@@ -164,7 +166,8 @@ class Scheduler:
                 base = node.view_src
                 b = where.get(id(base))
                 if b is None:
-                    b = self._backend_of_buffer(base) if _is_constant(base) else (pin[1] if pin else last)
+                    placed = base.buffer is not None and not getattr(base.buffer, "planned", False)
+                    b = self._backend_of_buffer(base) if placed else (pin[1] if pin else last)
                     where[id(base)] = b
             elif pin is not None:
                 b = pin[1]
@@ -173,7 +176,7 @@ class Scheduler:
                 for s in node.src:
                     if s is not None and _is_constant(s):
                         wb = where.get(id(_base(s))) or self._backend_of_buffer(s)
-                        if not (self.offload_host_weights and wb.buffer_type.is_host):
+                        if not (self.offload_host_weights and wb is last):
                             cands.append(wb)
                 if prev is not None and prev is not last:
                     cands.append(prev)
@@ -366,9 +369,9 @@ class Scheduler:
             return "scheduler: no graph scheduled (call alloc_graph or compute first)"
         n_copy = sum(len(sp.inputs) for sp in st.splits)
         copy_bytes = sum(c.nbytes for sp in st.splits for _, c in sp.inputs)
-        lines = [f"scheduler: {len(st.splits)} split(s) over {', '.join(b.name for b in self.backends)}; "
-                 f"{n_copy} copies per compute ({copy_bytes} bytes); {len(st.weights)} weight copies "
-                 f"({sum(e[1].nbytes for e in st.weights)} bytes, uploaded once)"]
+        lines = [(f"scheduler: {len(st.splits)} split(s) over {', '.join(b.name for b in self.backends)}; "
+                  f"{n_copy} copies per compute ({copy_bytes} bytes); {len(st.weights)} weight copies "
+                  f"({sum(e[1].nbytes for e in st.weights)} bytes, uploaded once)")]
         index = {id(n): i for i, n in enumerate(st.graph.nodes)}
         for sp in st.splits:
             lines.append(f"split {sp.index}: {sp.backend.name}, {len(sp.nodes)} node(s)")

@@ -86,6 +86,65 @@ def test_mul_mat_plan(blas_backend):
     assert y.temp is not None and y.temp[2] == blas_backend.temp_size(y) > (32 << 20)
 
 
+def _np_mul_mat(a, b):
+    """ggml mul_mat on numpy arrays in reversed-ne order (dims 3, 2 of a broadcast over b's)."""
+    r3, r2 = b.shape[0] // a.shape[0], b.shape[1] // a.shape[1]
+    a = np.repeat(np.repeat(a, r3, axis=0), r2, axis=1)
+    return np.einsum("...mk,...nk->...nm", a.astype(np.float64), b.astype(np.float64))
+
+
+@pytest.mark.parametrize("perm", [(0, 2, 1, 3), (0, 1, 2, 3)], ids=["heads_permuted", "contiguous"])
+def test_mul_mat_batches(blas_backend, perm):
+    """Attention-like products over (heads, windows): few cuBLASLt calls (dims merged or the larger one
+    batched), one GEMM over all rows for a single weight matrix; results as numpy's."""
+    ctx = ggpy.Context()
+    q = ctx.new_tensor(ggpy.F32, (16, 5, 49, 25)).set_input()       # (K, heads, tokens, windows) in memory
+    k = ctx.new_tensor(ggpy.F32, (16, 5, 49, 25)).set_input()
+    w = ctx.new_tensor(ggpy.F32, (16, 24)).set_input()
+    qp, kp = ggpy.permute(q, *perm), ggpy.permute(k, *perm)         # perm (0, 2, 1, 3): ne = (16, 49, 5, 25)
+    s = ggpy.mul_mat(kp, qp)
+    y = ggpy.mul_mat(w, q)
+    graph = ggpy.Graph()
+    graph.build_forward_expand(s)
+    graph.build_forward_expand(y)
+    ggpy.GraphAllocator(blas_backend).alloc_graph(graph)
+    rng = np.random.default_rng(0)
+    for t in (q, k, w):
+        t.set(rng.standard_normal(t.shape).astype(np.float32))
+    blas_backend.compute(graph)
+    gemms = [st for st in blas_backend.program(graph) if st.name.startswith("cublaslt")]
+    assert [len(g.calls) for g in gemms] == [5 if perm[1] == 2 else 1, 1]     # heads looped, windows batched
+    qn, kn = (np.ascontiguousarray(np.transpose(t.numpy(), [3 - p for p in reversed(perm)])) for t in (q, k))
+    assert np.allclose(s.numpy(), _np_mul_mat(kn, qn), atol=1e-4)
+    assert np.allclose(y.numpy(), _np_mul_mat(w.numpy()[None, None], q.numpy()), atol=1e-4)
+
+
+@pytest.mark.parametrize("act", [None, "gelu_erf"])
+def test_mul_mat_bias_epilogue(blas_backend, act):
+    """mul_mat + add(bias over ne[0]) is one GEMM with cuBLASLt's BIAS epilogue writing the add's memory."""
+    ctx = ggpy.Context()
+    w = ctx.new_tensor(ggpy.F32, (64, 40)).set_input()
+    x = ctx.new_tensor(ggpy.F32, (64, 30, 3)).set_input()
+    bias = ctx.new_tensor(ggpy.F32, (40,)).set_input()
+    y = ggpy.add(ggpy.mul_mat(w, x), bias)
+    if act:
+        y = getattr(ggpy, act)(y)
+    graph = ggpy.Graph()
+    graph.build_forward_expand(y)
+    ggpy.GraphAllocator(blas_backend).alloc_graph(graph)
+    rng = np.random.default_rng(1)
+    for t in (w, x, bias):
+        t.set(rng.standard_normal(t.shape).astype(np.float32))
+    blas_backend.compute(graph)
+    names = [st.name for st in blas_backend.program(graph)]
+    assert names == ["cublaslt_f32_f32+bias"] + (["gelu_erf_c_f32"] if act else [])
+    ref = _np_mul_mat(w.numpy()[None, None], x.numpy()[None]) + bias.numpy()
+    if act:
+        from math import erf
+        ref = 0.5 * ref * (1 + np.vectorize(erf)(ref / np.sqrt(2)))
+    assert np.allclose(y.numpy(), ref, atol=1e-4)
+
+
 @pytest.mark.parametrize("type_", [ggpy.F32, ggpy.F16, ggpy.I32], ids=lambda t: t.name)
 def test_round_trip(backend, type_):
     ctx = ggpy.Context()
@@ -116,7 +175,7 @@ def test_graph_reuses_its_launches(backend):
     backend.compute(graph)
     assert backend.program(graph) is first and len(first) == 3
     times = backend.profile(graph)
-    assert [name for _, name, _ in times] == ["scale_f32", "add_f32_f32", "gelu_f32"]
+    assert [name for _, name, _ in times] == ["scale_c_f32", "add_c_f32_f32", "gelu_c_f32"]
     assert all(s >= 0 for _, _, s in times)
     assert np.allclose(y.numpy(), 3 / (1 + np.exp(-1.5957691216 * (3 + 0.044715 * 27))), rtol=1e-5)
 

@@ -8,6 +8,10 @@ With graphs=True (the default) the first compute of a plan runs the steps one by
 as a CUDA graph (ggpy/backends/cuda/graphs.py); every later compute of the same plan replays that graph
 with one cuGraphLaunch. A new plan (or a changed graph) is captured again; when capture fails the steps are
 launched one by one, the reason logged once.
+
+Fusion (fuse=True): a mul_mat whose only user is an add of an F32 bias vector over ne[0] (the CPU backend's
+find_fusions patterns, mul_mat heads only) runs as one cuBLASLt GEMM with the BIAS epilogue writing the add's
+memory; fused_groups gives the planner those [mul_mat, add] pairs so the add takes the mul_mat's block.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 
 from ...errors import AllocationError, CudaError, UnsupportedOpError
 from ..base import Backend
+from ..cpu.fusion import find_fusions
 from . import kernels
 from .buffer import CUDABuffer, CUDABufferType
 from .compiler import Module, compile_cubin
@@ -58,8 +63,9 @@ class CUDABackend(Backend):
     """Evaluates planned graphs on device `device` ('cuda', 'cuda:N'). compute() returns once the GPU is
     done; compute_async() only queues the kernels on the backend's stream."""
 
-    def __init__(self, device: str = "cuda:0", allow_tf32: bool = False, graphs: bool = True):
+    def __init__(self, device: str = "cuda:0", allow_tf32: bool = False, graphs: bool = True, fuse: bool = True):
         self.device = get_device(device)
+        self.fuse = fuse                    # mul_mat + bias add as one GEMM with cuBLASLt's BIAS epilogue
         self.allow_tf32 = allow_tf32        # F32 GEMMs may round their inputs to TF32
         self.graphs = graphs                # replay each plan as a captured CUDA graph
         self.captures = 0                   # how many CUDA graphs this backend captured (for tests and reports)
@@ -94,6 +100,39 @@ class CUDABackend(Backend):
         """Scratch bytes of the node's family (cuBLASLt workspace, operand conversions) from the temp heap."""
         fam = kernels.family(node)
         return fam.temp_size(node) if fam is not None and hasattr(fam, "temp_size") else 0
+
+    # -- fusion ------------------------------------------------------------------------------------
+    def _fusions(self, graph) -> dict:
+        """{id(mul_mat): add} of the mul_mat + bias-add pairs run as one GEMM with the BIAS epilogue."""
+        if not self.fuse:
+            return {}
+        out = {}
+        for f in find_fusions(graph, lambda n: n.op == "mul_mat" and kernels.family(n) is not None).values():
+            if f.head.op == "mul_mat" and f.add_node.nb == f.head.nb and f.head.nelements > 0:
+                out[id(f.head)] = f.add_node
+        return out
+
+    def fused_groups(self, graph) -> list:
+        fusions = self._fusions(graph)
+        return [[n, fusions[id(n)]] for n in graph.nodes if id(n) in fusions]
+
+    def _can_fuse(self, node, add) -> bool:
+        """Whether the GEMM may write the add's memory: everything on this GPU, the bias 16-byte aligned, and
+        the add's memory clear of the GEMM's operands and scratch (a plan made without fused_groups)."""
+        tensors = [node, add, add.src[1]] + list(node.src[:2])
+        if any(not isinstance(t.buffer, CUDABuffer) for t in tensors) or getattr(node, "temp", None) is None:
+            return False
+        if tensor_ptr(add.src[1]) % 16:
+            return False
+
+        def extent(t):
+            p = tensor_ptr(t)
+            return p, p + sum((n - 1) * b for n, b in zip(t.ne, t.nb)) + t.type.size
+        lo, hi = extent(add)
+        others = [extent(s) for s in node.src[:2]]
+        tp = self.temp_ptr(node)
+        others.append((tp, tp + self.temp_size(node)))
+        return all(hi <= a or b <= lo for a, b in others)
 
     # -- evaluation --------------------------------------------------------------------------------
     def launch(self, node, name: str, dst_ptr: int, dst, srcs: list, params: tuple = (), config=None) -> Launch:
@@ -140,7 +179,17 @@ class CUDABackend(Backend):
         cached = graph.backend_cache.get(self)
         if cached is not None and cached[0] == key:
             return cached[1]
-        launches = [step for node in graph.nodes for step in self._steps(node)]
+        fusions = self._fusions(graph)
+        launches, skipped = [], set()
+        for node in graph.nodes:
+            if id(node) in skipped:
+                continue
+            add = fusions.get(id(node))
+            if add is not None and node.buffer is not None and self._can_fuse(node, add):
+                launches += kernels.family(node).steps(self, node, add)
+                skipped.add(id(add))
+                continue
+            launches += self._steps(node)
         graph.backend_cache[self] = (key, launches)
         return launches
 

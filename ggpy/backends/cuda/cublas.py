@@ -1,9 +1,11 @@
 """mul_mat as cuBLASLt GEMMs (nvmath-python's low-level bindings), planned once per graph plan.
 
 ggml's result[n, m] = sum_k a[m, k] b[n, k] is, column-major, D (M x N) = op(A) op(B): a's K-contiguous rows
-are a K x M matrix read transposed, b's a K x N matrix. Batches: dim 2 by cuBLASLt's strided batches (a's
-stride 0 when it is broadcast), dim 3 (and dim 2 when a repeats r2 > 1 times over several matrices) by a
-loop of calls.
+are a K x M matrix read transposed, b's a K x N matrix. Batches (plan_batches): one GEMM over all rows when a
+is one matrix and b's rows are uniform; else dims 2 and 3 as one strided batch when their strides allow (a's
+stride 0 when it is broadcast); else the dim with more matrices strided-batched and the other looped (a dim
+where a repeats r > 1 times over several matrices is always looped). A bias add fused after the node runs as
+cuBLASLt's BIAS epilogue (backend.py: fused_groups).
 """
 from __future__ import annotations
 
@@ -70,28 +72,36 @@ def _alignment(ptrs, strides) -> int:
 
 
 class Gemm:
-    """One mul_mat node's cuBLASLt calls: descriptors, algorithm and (A, B, D) pointers fixed per plan."""
+    """One mul_mat node's cuBLASLt calls: descriptors, algorithm and (A, B, D) pointers fixed per plan.
+    N is the columns of D per call (all the rows of b when they merge into one GEMM), `strides` the byte
+    strides of A, B and D between the `batch` matrices of one strided-batched call, `bias` the device
+    address of an F32 vector of M added to every column of D (cuBLASLt's BIAS epilogue), `dst` the tensor D
+    is laid out as (the node, or the add it is fused with)."""
 
-    def __init__(self, backend, node, name: str, a, b, ptrs: list, batch: int, tf32: bool, workspace: int):
+    def __init__(self, backend, node, name: str, a, b, N: int, ptrs: list, batch: int, strides: tuple,
+                 tf32: bool, workspace: int, bias: int | None = None, dst=None):
         self.node, self.name = node, name
-        (_, ta, (ka, lda)), (_, tb, (kb, ldb)) = a, b
+        dst = node if dst is None else dst
+        (_, ta, (ka, lda)), (_, _, (kb, ldb)) = a, b
         K, M = ta.ne[:2]
-        N = tb.ne[1]
         gtype = ta.type
         es = gtype.size
-        sa = ta.nb[2] // es if ta.ne[2] == node.ne[2] else 0
-        sb, sd = tb.nb[2] // es, node.nb[2] // F32.size
+        sa, sb, sd = (strides[0] // es, strides[1] // es, strides[2] // F32.size) if batch > 1 else (0, 0, 0)
         self.handle = handle(backend.device)
         compute = ComputeType.COMPUTE_32F_FAST_TF32 if tf32 else ComputeType.COMPUTE_32F
         self.desc = call(lt.matmul_desc_create, compute, DATA_TYPE[F32])
-        for attr, v in ((lt.MatmulDescAttribute.TRANSA, OP_T if ka else OP_N),
-                        (lt.MatmulDescAttribute.TRANSB, OP_N if kb else OP_T)):
+        attrs = [(lt.MatmulDescAttribute.TRANSA, OP_T if ka else OP_N),
+                 (lt.MatmulDescAttribute.TRANSB, OP_N if kb else OP_T)]
+        if bias is not None:
+            attrs += [(lt.MatmulDescAttribute.EPILOGUE, int(lt.Epilogue.BIAS)),
+                      (lt.MatmulDescAttribute.BIAS_POINTER, bias)]
+        for attr, v in attrs:
             _set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, self.desc, attr, v)
         self.a_layout = _layout(gtype, *((K, M) if ka else (M, K)), lda, batch, sa)
         self.b_layout = _layout(gtype, *((K, N) if kb else (N, K)), ldb, batch, sb)
-        self.d_layout = _layout(F32, M, N, node.nb[1] // F32.size, batch, sd)
+        self.d_layout = _layout(F32, M, N, dst.nb[1] // F32.size if dst.ne[1] > 1 else M, batch, sd)
         self.pref = call(lt.matmul_preference_create)
-        strides = (sa * es, sb * es, sd * F32.size) if batch > 1 else ()
+        strides = tuple(strides) if batch > 1 else ()
         P = lt.MatmulPreferenceAttribute
         for attr, v in ((P.MAX_WORKSPACE_BYTES, mm.WORKSPACE),
                         (P.MIN_ALIGNMENT_A_BYTES, _alignment([p[0] for p in ptrs], strides[:1])),
@@ -107,7 +117,7 @@ class Gemm:
              self.d_layout, self.pref, 1, self.algo.ptr, found.ctypes.data)
         if found[0] == 0:
             raise CudaError(f"cublasLt found no algorithm for node '{node.name}' (mul_mat {gtype.name}, "
-                            f"M={M} N={N} K={K} batch={batch})")
+                            f"M={M} N={N} K={K} batch={batch}{', bias' if bias is not None else ''})")
         self.alpha, self.beta = np.ones(1, np.float32), np.zeros(1, np.float32)
         stream = int(backend.stream.handle)
         self.calls = [(self.handle, self.desc, self.alpha.ctypes.data, pa_, self.a_layout, pb_, self.b_layout,
@@ -119,8 +129,52 @@ class Gemm:
             call(lt.matmul, *args)
 
 
-def gemm_steps(backend, node) -> list:
-    """The steps of a mul_mat node: copies of operands cuBLASLt cannot read in place, then the GEMMs."""
+def _rows_uniform(t, row_stride: int) -> bool:
+    """Whether t's rows (dim 1) continue through dims 2 and 3 at one stride (one matrix of ne1*ne2*ne3 rows)."""
+    expected = row_stride * t.ne[1]
+    for k in (2, 3):
+        if t.ne[k] > 1:
+            if t.nb[k] != expected:
+                return False
+            expected *= t.ne[k]
+    return True
+
+
+def plan_batches(ta, tb, kb: bool, ldb: int, d, ldd: int):
+    """How the (A2*A3 vs B2*B3) matrices of a mul_mat become cuBLASLt calls: (N per call, batch count, byte
+    strides (A, B, D) between batched matrices, [(A, B, D) byte offsets of each call]).
+    One GEMM over all rows when a is one matrix and b's and d's rows are uniform; else dims 2 and 3 merged into
+    one strided batch when their strides allow; else the larger strided dim batched, the other looped."""
+    es = ta.type.size
+    N = tb.ne[1]
+    B2, B3 = tb.ne[2:]
+    if ta.ne[2] == ta.ne[3] == 1 and kb and _rows_uniform(tb, ldb * es) and _rows_uniform(d, ldd * F32.size):
+        return N * B2 * B3, 1, (0, 0, 0), [(0, 0, 0)]
+    r = {k: tb.ne[k] // ta.ne[k] for k in (2, 3)}
+
+    def stride(k):
+        sa = ta.nb[k] if ta.ne[k] == tb.ne[k] else 0 if ta.ne[k] == 1 else None
+        return None if sa is None else (sa, tb.nb[k], d.nb[k])
+    dims = [k for k in (2, 3) if tb.ne[k] > 1]
+    s = {k: stride(k) for k in dims}
+    if len(dims) == 2 and s[2] is not None and s[3] is not None and all(s[3][j] == s[2][j] * B2 for j in range(3)):
+        return N, B2 * B3, s[2], [(0, 0, 0)]
+    strided = [k for k in dims if s[k] is not None]
+    bdim = max(strided, key=lambda k: tb.ne[k]) if strided else None
+    loop = [k for k in dims if k != bdim]
+    offsets = [(0, 0, 0)]
+    for k in loop:
+        offsets = [(oa + (i // r[k]) * ta.nb[k], ob + i * tb.nb[k], od + i * d.nb[k])
+                   for oa, ob, od in offsets for i in range(tb.ne[k])]
+    if bdim is None:
+        return N, 1, (0, 0, 0), offsets
+    return N, tb.ne[bdim], s[bdim], offsets
+
+
+def gemm_steps(backend, node, add=None) -> list:
+    """The steps of a mul_mat node: copies of operands cuBLASLt cannot read in place, then the GEMMs. With
+    `add` (an add of an F32 bias vector over ne[0] fused after the node), D goes to add's memory with the bias
+    added by cuBLASLt's BIAS epilogue."""
     temp = backend.temp_ptr(node)
     gtype = mm.gemm_type(node)
     ops = [[tensor_ptr(t), t, mm.operand_layout(t, gtype)] for t in node.src[:2]]
@@ -129,16 +183,14 @@ def gemm_steps(backend, node) -> list:
         ptr, t = ops[i][:2]
         steps.append(backend.launch(node, f"copy_{SUFFIX[t.type]}_{SUFFIX[gtype]}", temp + offset, c, [(ptr, t)]))
         ops[i] = [temp + offset, c, (True, c.ne[0])]
-    (pa, ta, _), (pb, tb, _) = ops
-    A2, A3 = ta.ne[2:]
-    B2, B3 = tb.ne[2:]
-    r2, r3 = B2 // A2, B3 // A3
-    pd = tensor_ptr(node)
-    batched = A2 in (1, B2)
-    ptrs = [(pa + (i2 // r2) * ta.nb[2] + (i3 // r3) * ta.nb[3], pb + i2 * tb.nb[2] + i3 * tb.nb[3],
-             pd + i2 * node.nb[2] + i3 * node.nb[3])
-            for i3 in range(B3) for i2 in (range(1) if batched else range(B2))]
+    (pa, ta, _), (pb, tb, (kb, ldb)) = ops
+    dst = node if add is None else add
+    pd = tensor_ptr(dst)
+    ldd = dst.nb[1] // F32.size if dst.ne[1] > 1 else dst.ne[0]
+    N, batch, strides, offsets = plan_batches(ta, tb, kb, ldb, dst, ldd)
+    ptrs = [(pa + oa, pb + ob, pd + od) for oa, ob, od in offsets]
     tf32 = gtype == F32 and backend.allow_tf32
-    name = mm.kernel_name(node) + ("_tf32" if tf32 else "")
-    steps.append(Gemm(backend, node, name, ops[0], ops[1], ptrs, B2 if batched else 1, tf32, temp))
+    name = mm.kernel_name(node) + ("_tf32" if tf32 else "") + ("+bias" if add is not None else "")
+    bias = tensor_ptr(add.src[1]) if add is not None else None
+    steps.append(Gemm(backend, node, name, ops[0], ops[1], N, ptrs, batch, strides, tf32, temp, bias, dst))
     return steps

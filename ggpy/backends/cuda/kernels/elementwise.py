@@ -1,6 +1,9 @@
 """Binary ops with ggml broadcasting (b repeats over a), the unary functions, scale, clamp and leaky_relu.
 
 dst has a's ne; every source may have any strides. Math runs in float, F16 is converted on load and store.
+Fast path (`_c_` kernels): when dst and the sources are contiguous, under 2^31 elements, and b repeats as a
+whole over a (same shape, a row vector over ne[0], ...), flat 32-bit indices replace the per-element
+unravel (b's index is i % b's elements).
 """
 from __future__ import annotations
 
@@ -38,6 +41,27 @@ template <typename TA, typename TB> __device__ void binary_%(op)s(const Args& a)
     }
 }
 """
+_BINARY_FLAT_TEMPLATE = r"""
+template <typename TA, typename TB> __device__ void binary_c_%(op)s(const Args& a) {
+    const unsigned n = (unsigned)a.n, n1 = (unsigned)(a.ne1[0] * a.ne1[1] * a.ne1[2] * a.ne1[3]);
+    const TA* x0 = (const TA*)a.src0; const TB* y0 = (const TB*)a.src1; TA* d = (TA*)a.dst;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        float x = to_f(x0[i]);
+        float y = to_f(y0[n1 == n ? i : i %% n1]);
+        d[i] = from_f<TA>(%(expr)s);
+    }
+}
+"""
+_UNARY_FLAT_TEMPLATE = r"""
+template <typename T> __device__ void unary_c_%(op)s(const Args& a) {
+    const unsigned n = (unsigned)a.n;
+    const T* x0 = (const T*)a.src0; T* d = (T*)a.dst;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        float x = to_f(x0[i]);
+        d[i] = from_f<T>(%(expr)s);
+    }
+}
+"""
 _UNARY_TEMPLATE = r"""
 template <typename T> __device__ void unary_%(op)s(const Args& a) {
     FOR_EACH_ELEMENT(a, i) {
@@ -50,10 +74,37 @@ template <typename T> __device__ void unary_%(op)s(const Args& a) {
 """
 
 
-def kernel_name(node) -> str:
+def _contiguous(t) -> bool:
+    nb = t.type.size
+    for ne, stride in zip(t.ne, t.nb):
+        if ne > 1 and stride != nb:
+            return False
+        nb *= ne
+    return True
+
+
+def flat(node) -> bool:
+    """Whether the node runs on flat 32-bit indices: everything contiguous, and b (binary ops) a leading
+    block of a's dims (b.ne[k] == a.ne[k] up to some dim, 1 after it), so b's index is i % b's elements."""
+    if node.nelements >= 1 << 31 or not _contiguous(node):
+        return False
+    srcs = [s for s in node.src if s is not None]
+    if not all(_contiguous(s) for s in srcs) or srcs[0].ne != node.ne:
+        return False
     if node.op in BINARY:
-        return f"{node.op}_{SUFFIX[node.src[0].type]}_{SUFFIX[node.src[1].type]}"
-    return f"{node.op}_{SUFFIX[node.type]}"
+        b = srcs[1]
+        k = 0
+        while k < 4 and b.ne[k] == node.ne[k]:
+            k += 1
+        return all(n == 1 for n in b.ne[k:])
+    return True
+
+
+def kernel_name(node) -> str:
+    c = "c_" if flat(node) else ""
+    if node.op in BINARY:
+        return f"{node.op}_{c}{SUFFIX[node.src[0].type]}_{SUFFIX[node.src[1].type]}"
+    return f"{node.op}_{c}{SUFFIX[node.type]}"
 
 
 def supports(node) -> bool:
@@ -72,12 +123,17 @@ def source() -> str:
     parts = []
     for op, expr in BINARY.items():
         parts.append(_BINARY_TEMPLATE % {"op": op, "expr": expr})
+        parts.append(_BINARY_FLAT_TEMPLATE % {"op": op, "expr": expr})
         for ta in FLOATS:
             for tb in FLOATS:
-                parts.append(f'extern "C" __global__ void {op}_{SUFFIX[ta]}_{SUFFIX[tb]}(const Args a) '
-                             f'{{ binary_{op}<{C_TYPES[ta]}, {C_TYPES[tb]}>(a); }}\n')
+                for c in ("", "c_"):
+                    parts.append(f'extern "C" __global__ void {op}_{c}{SUFFIX[ta]}_{SUFFIX[tb]}(const Args a) '
+                                 f'{{ binary_{c}{op}<{C_TYPES[ta]}, {C_TYPES[tb]}>(a); }}\n')
     for op, expr in UNARY.items():
         parts.append(_UNARY_TEMPLATE % {"op": op, "expr": expr})
+        parts.append(_UNARY_FLAT_TEMPLATE % {"op": op, "expr": expr})
         for t in FLOATS:
-            parts.append(f'extern "C" __global__ void {op}_{SUFFIX[t]}(const Args a) {{ unary_{op}<{C_TYPES[t]}>(a); }}\n')
+            for c in ("", "c_"):
+                parts.append(f'extern "C" __global__ void {op}_{c}{SUFFIX[t]}(const Args a) '
+                             f'{{ unary_{c}{op}<{C_TYPES[t]}>(a); }}\n')
     return "".join(parts)

@@ -96,6 +96,7 @@ def temp_size(node) -> int:
     return WORKSPACE + sum(_align(c.nbytes) for _, _, c in conversions(node))
 
 
-def steps(backend, node) -> list:
+def steps(backend, node, add=None) -> list:
+    """The node's cuBLASLt steps; with `add` (a bias add fused after it) D goes to add's memory, bias added."""
     from ..cublas import gemm_steps
-    return gemm_steps(backend, node)
+    return gemm_steps(backend, node, add)

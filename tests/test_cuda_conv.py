@@ -33,7 +33,7 @@ def test_op_case(backend, case):
 
 def test_cwhn_result_keeps_its_layout(backend):
     case = conv_dw.dw_case((9, 7, 6, 1), (3, 3), (1, 1), (1, 1), (1, 1), cwhn=True)
-    assert backend.kernel_name(case.build(ggpy.Context())) == "conv_2d_dw_f32_f32"
+    assert backend.kernel_name(case.build(ggpy.Context())) == "conv_2d_dw_cwhn_f32_f32"
     assert run_case(case, backend).ok
 
 

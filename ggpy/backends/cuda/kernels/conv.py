@@ -67,13 +67,20 @@ template <typename TA, typename TB> __device__ void conv_1d(const Args& a) {
     }
 }
 
-// depthwise: kernel src0 (KW, KH, 1, C), input src1 (W, H, C, N) any strides; dst F32 (OW, OH, C, N) by its nb
-template <typename TA, typename TB> __device__ void conv_dw(const Args& a) {
+// depthwise: kernel src0 (KW, KH, 1, C), input src1 (W, H, C, N) any strides; dst F32 (OW, OH, C, N) by its nb.
+// CF: threads walk dst channels first (its memory order when it is CWHN), so loads and stores coalesce
+template <typename TA, typename TB, bool CF> __device__ void conv_dw(const Args& a) {
     CONV_PARAMS(a);
     const i64 KW = a.ne0[0], KH = a.ne0[1], IW = a.ne1[0], IH = a.ne1[1];
     FOR_EACH_ELEMENT(a, i) {
         i64 c[4];
-        unravel(i, a.ne, c);
+        if (CF) {
+            c[2] = i % a.ne[2]; i64 r = i / a.ne[2];
+            c[0] = r % a.ne[0]; r /= a.ne[0];
+            c[1] = r % a.ne[1]; c[3] = r / a.ne[1];
+        } else {
+            unravel(i, a.ne, c);
+        }
         const char* k = a.src0 + c[2] * a.nb0[3];
         const char* in = a.src1 + c[2] * a.nb1[2] + c[3] * a.nb1[3];
         float sum = 0.f;
@@ -190,6 +197,8 @@ def kernel_name(node) -> str:
     a, b = node.src[0], node.src[1]
     if node.op == "im2col":
         return f"im2col_{'2d' if node.op_params['is_2D'] else '1d'}_{SUFFIX[b.type]}_{SUFFIX[node.type]}"
+    if node.op == "conv_2d_dw" and node.nb[2] < node.nb[0]:       # channels innermost in dst's memory
+        return f"conv_2d_dw_cwhn_{SUFFIX[a.type]}_{SUFFIX[b.type]}"
     return f"{node.op}_{SUFFIX[a.type]}_{SUFFIX[b.type]}"
 
 
@@ -236,7 +245,8 @@ def _instances():
             pair = f"{SUFFIX[ta]}_{SUFFIX[tb]}"
             yield f"conv_1d_{pair}", f"conv_1d<{types}>"
             yield f"conv_2d_{pair}", f"conv_2d_tiled<{types}>"
-            yield f"conv_2d_dw_{pair}", f"conv_dw<{types}>"
+            yield f"conv_2d_dw_{pair}", f"conv_dw<{types}, false>"
+            yield f"conv_2d_dw_cwhn_{pair}", f"conv_dw<{types}, true>"
             yield f"conv_transpose_2d_{pair}", f"conv_transpose<{types}>"
 
 

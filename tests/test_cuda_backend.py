@@ -239,3 +239,24 @@ def test_driver_errors_name_the_call(backend):
         check(driver.cuMemAlloc(1 << 60), "cuMemAlloc")
     with pytest.raises(ggpy.OutOfMemoryError, match="cannot allocate a buffer of"):
         backend.buffer_type.alloc_buffer(1 << 60)
+
+
+@pytest.mark.parametrize("n", [64, 320, 3000])
+def test_norm_affine_fused(backend, n):
+    """norm -> mul(weight) -> add(bias) (LayerNorm's affine) is one row kernel writing the add's memory."""
+    ctx = ggpy.Context()
+    x = ctx.new_tensor(ggpy.F32, (n, 7, 3)).set_input()
+    w = ctx.new_tensor(ggpy.F32, (n,)).set_input()
+    b = ctx.new_tensor(ggpy.F32, (n,)).set_input()
+    y = ggpy.add(ggpy.mul(ggpy.norm(x, 1e-5), w), b)
+    graph = ggpy.Graph()
+    graph.build_forward_expand(y)
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    rng = np.random.default_rng(2)
+    for t in (x, w, b):
+        t.set((rng.standard_normal(t.shape) + 3).astype(np.float32))
+    backend.compute(graph)
+    assert [st.name for st in backend.program(graph)] == ["norm_affine_f32"]
+    xv = x.numpy().astype(np.float64)
+    ref = (xv - xv.mean(-1, keepdims=True)) / np.sqrt(xv.var(-1, keepdims=True) + 1e-5) * w.numpy() + b.numpy()
+    assert np.allclose(y.numpy(), ref, atol=1e-4)

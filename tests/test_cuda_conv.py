@@ -41,3 +41,18 @@ def test_large_parameters_are_refused(backend):
     ctx = ggpy.Context()
     node = ggpy.conv_2d(ctx.new_tensor(ggpy.F32, (3, 3, 2, 2)), ctx.new_tensor(ggpy.F32, (300, 8, 2, 1)), p0=256)
     assert not backend.supports_op(node)
+
+
+CONV_2D = [c for c in conv.cases() if c.op == "conv_2d"]
+
+
+@pytest.mark.parametrize("case", CONV_2D, ids=lambda c: c.id)
+def test_conv_2d_im2col_gemm(backend, case, monkeypatch):
+    """conv_2d as im2col bands (a small scratch budget: several bands) + cuBLASLt GEMMs."""
+    pytest.importorskip("nvmath")
+    monkeypatch.setattr(conv_kernels, "MODE", "im2col")
+    monkeypatch.setattr(conv_kernels, "COLS_BUDGET", 4096)
+    node = case.build(ggpy.Context())
+    assert conv_kernels.uses_im2col(node) == (node.nb[0] == 4 and (node.ne[1] == 1 or node.nb[1] == 4 * node.ne[0]))
+    result = run_case(case, backend)
+    assert result.ok, f"{case.id}: {result.message}"

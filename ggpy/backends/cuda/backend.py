@@ -10,14 +10,16 @@ with one cuGraphLaunch. A new plan (or a changed graph) is captured again; when 
 launched one by one, the reason logged once.
 
 Fusion (fuse=True): a mul_mat whose only user is an add of an F32 bias vector over ne[0] (the CPU backend's
-find_fusions patterns, mul_mat heads only) runs as one cuBLASLt GEMM with the BIAS epilogue writing the add's
-memory; fused_groups gives the planner those [mul_mat, add] pairs so the add takes the mul_mat's block.
+find_fusions patterns) runs as one cuBLASLt GEMM with the BIAS epilogue writing the add's memory, and a norm
+followed by mul(weight) and add(bias) (LayerNorm's affine) as one row kernel (norm_affine); fused_groups gives
+the planner those [mul_mat, add] and [norm, mul, add] runs so the last node takes the head's block.
 """
 from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
 
+from ...types import F32
 from ...errors import AllocationError, CudaError, UnsupportedOpError
 from ..base import Backend
 from ..cpu.fusion import find_fusions
@@ -103,24 +105,41 @@ class CUDABackend(Backend):
 
     # -- fusion ------------------------------------------------------------------------------------
     def _fusions(self, graph) -> dict:
-        """{id(mul_mat): add} of the mul_mat + bias-add pairs run as one GEMM with the BIAS epilogue."""
+        """{id(head): Epilogue} of the fused runs: mul_mat + bias add as one GEMM with the BIAS epilogue, and
+        norm -> mul(weight) -> add(bias) as one row kernel (any activation after them stays a node)."""
         if not self.fuse:
             return {}
         out = {}
-        for f in find_fusions(graph, lambda n: n.op == "mul_mat" and kernels.family(n) is not None).values():
-            if f.head.op == "mul_mat" and f.add_node.nb == f.head.nb and f.head.nelements > 0:
-                out[id(f.head)] = f.add_node
+
+        def fusable(n):
+            return n.op in ("mul_mat", "norm") and kernels.family(n) is not None
+        for f in find_fusions(graph, fusable).values():
+            if f.head.nelements == 0:
+                continue
+            if f.head.op == "mul_mat" and f.add_node.nb == f.head.nb:
+                out[id(f.head)] = f
+            elif f.head.op == "norm" and f.scale is not None and f.scale.type == F32 and f.scale.nb[0] == 4:
+                out[id(f.head)] = f
         return out
+
+    @staticmethod
+    def _fused_nodes(f) -> list:
+        return [n for n in (f.head, f.scale_node, f.add_node) if n is not None]
 
     def fused_groups(self, graph) -> list:
         fusions = self._fusions(graph)
-        return [[n, fusions[id(n)]] for n in graph.nodes if id(n) in fusions]
+        return [self._fused_nodes(fusions[id(n)]) for n in graph.nodes if id(n) in fusions]
 
-    def _can_fuse(self, node, add) -> bool:
-        """Whether the GEMM may write the add's memory: everything on this GPU, the bias 16-byte aligned, and
-        the add's memory clear of the GEMM's operands and scratch (a plan made without fused_groups)."""
-        tensors = [node, add, add.src[1]] + list(node.src[:2])
-        if any(not isinstance(t.buffer, CUDABuffer) for t in tensors) or getattr(node, "temp", None) is None:
+    def _can_fuse(self, node, f) -> bool:
+        """Whether the fused kernel may write the add's memory: everything on this GPU, the bias 16-byte
+        aligned, and the add's memory clear of the head's operands and scratch (a plan made without
+        fused_groups); a norm may write its source's memory when the layouts match (each row read first)."""
+        add = f.add_node
+        extra = [add.src[1]] + ([f.scale] if f.scale is not None else [])
+        tensors = [node, add] + extra + list(node.src[:2 if node.op == "mul_mat" else 1])
+        if any(not isinstance(t.buffer, CUDABuffer) for t in tensors):
+            return False
+        if node.op == "mul_mat" and getattr(node, "temp", None) is None:
             return False
         if tensor_ptr(add.src[1]) % 16:
             return False
@@ -129,9 +148,14 @@ class CUDABackend(Backend):
             p = tensor_ptr(t)
             return p, p + sum((n - 1) * b for n, b in zip(t.ne, t.nb)) + t.type.size
         lo, hi = extent(add)
-        others = [extent(s) for s in node.src[:2]]
-        tp = self.temp_ptr(node)
-        others.append((tp, tp + self.temp_size(node)))
+        if node.op == "norm":
+            x = node.src[0]
+            same = tensor_ptr(x) == lo and x.nb == add.nb and x.type == add.type
+            others = [extent(t) for t in extra] + ([] if same else [extent(x)])
+        else:
+            others = [extent(s) for s in node.src[:2]]
+            tp = self.temp_ptr(node)
+            others.append((tp, tp + self.temp_size(node)))
         return all(hi <= a or b <= lo for a, b in others)
 
     # -- evaluation --------------------------------------------------------------------------------
@@ -184,10 +208,13 @@ class CUDABackend(Backend):
         for node in graph.nodes:
             if id(node) in skipped:
                 continue
-            add = fusions.get(id(node))
-            if add is not None and node.buffer is not None and self._can_fuse(node, add):
-                launches += kernels.family(node).steps(self, node, add)
-                skipped.add(id(add))
+            f = fusions.get(id(node))
+            if f is not None and node.buffer is not None and self._can_fuse(node, f):
+                if node.op == "norm":
+                    launches += kernels.rows.norm_affine_steps(self, node, f)
+                else:
+                    launches += kernels.family(node).steps(self, node, f.add_node)
+                skipped.update(id(n) for n in self._fused_nodes(f)[1:])
                 continue
             launches += self._steps(node)
         graph.backend_cache[self] = (key, launches)

@@ -124,6 +124,13 @@ class Gemm:
                        self.beta.ctypes.data, pd, self.d_layout, pd, self.d_layout, self.algo.ptr, workspace,
                        mm.WORKSPACE, stream) for pa_, pb_, pd in ptrs]
 
+    def at(self, i: int) -> "Gemm":
+        """A step running only call i (the descriptors and algorithm shared; self kept alive with it)."""
+        other = object.__new__(Gemm)
+        other.__dict__.update(self.__dict__)
+        other.calls, other._parent = [self.calls[i]], self
+        return other
+
     def __call__(self, stream):
         for args in self.calls:
             call(lt.matmul, *args)

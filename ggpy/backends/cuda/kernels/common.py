@@ -25,6 +25,7 @@ struct Args {
     i64 ne0[4]; i64 nb0[4];                       // src0
     i64 ne1[4]; i64 nb1[4];                       // src1
     float p0, p1;                                 // op parameters
+    const char* src2;                             // a third operand (fused epilogues: a bias vector)
 };
 
 __device__ __forceinline__ float to_f(float x) { return x; }
@@ -81,13 +82,16 @@ class Args(ctypes.Structure):
     _fields_ = [("dst", ctypes.c_void_p), ("src0", ctypes.c_void_p), ("src1", ctypes.c_void_p),
                 ("n", ctypes.c_int64),
                 ("ne", _I64x4), ("nb", _I64x4), ("ne0", _I64x4), ("nb0", _I64x4), ("ne1", _I64x4), ("nb1", _I64x4),
-                ("p0", ctypes.c_float), ("p1", ctypes.c_float)]
+                ("p0", ctypes.c_float), ("p1", ctypes.c_float), ("src2", ctypes.c_void_p)]
 
 
 def pack_args(dst_ptr: int, dst, srcs: list, params: tuple = ()) -> Args:
-    """Args for `dst` (a tensor) at `dst_ptr` and up to two (pointer, tensor) sources."""
+    """Args for `dst` (a tensor) at `dst_ptr` and up to two (pointer, tensor) sources; a third source's
+    pointer alone goes to src2 (its layout is the kernel's to know)."""
     a = Args(dst=dst_ptr, n=dst.nelements, ne=_I64x4(*dst.ne), nb=_I64x4(*dst.nb))
-    for k, (ptr, t) in enumerate(srcs):
+    if len(srcs) > 2:
+        a.src2 = srcs[2][0]
+    for k, (ptr, t) in enumerate(srcs[:2]):
         setattr(a, f"src{k}", ptr)
         setattr(a, f"ne{k}", _I64x4(*t.ne))
         setattr(a, f"nb{k}", _I64x4(*t.nb))

@@ -8,6 +8,9 @@ p0 = s0 | s1 << 8 | d0 << 16, p1 = p0 | p1 << 8 | d1 << 16 (24-bit integers, exa
 """
 from __future__ import annotations
 
+import os
+from types import SimpleNamespace
+
 from ....types import F16, F32
 from .common import C_TYPES, SUFFIX
 
@@ -121,6 +124,24 @@ template <typename TA, typename TB> __device__ void conv_transpose(const Args& a
             }
         }
         *(float*)(a.dst + byte_offset(c, a.nb)) = sum;
+    }
+}
+// conv_2d's im2col for cuBLASLt, a band of output rows at a time: dst (contiguous, D) is the K x (OW * rows)
+// matrix with k = (ci, kh, kw) innermost; dst.ne = (K, OW, rows, oh0) where oh0 (the band's first output row)
+// rides in ne[3] and a.n = K * OW * rows. src0 is the kernel (KW, KH, Cin, Cout), src1 one image (W, H, Cin).
+template <typename S, typename D> __device__ void im2col_rows(const Args& a) {
+    CONV_PARAMS(a);
+    const int KW = (int)a.ne0[0], KH = (int)a.ne0[1], K = (int)a.ne[0], OW = (int)a.ne[1], oh0 = (int)a.ne[3];
+    const int IW = (int)a.ne1[0], IH = (int)a.ne1[1];
+    FOR_EACH_ELEMENT(a, i) {
+        const int k = (int)(i % K); const i64 r = i / K;
+        const int ow = (int)(r % OW), oh = oh0 + (int)(r / OW);
+        const int kw = k % KW, kh = (k / KW) % KH, ci = k / (KW * KH);
+        const int x = ow * s0 + kw * d0 - q0, y = oh * s1 + kh * d1 - q1;
+        float v = 0.f;
+        if (x >= 0 && x < IW && y >= 0 && y < IH)
+            v = to_f(*(const S*)(a.src1 + x * a.nb1[0] + y * a.nb1[1] + ci * a.nb1[2]));
+        ((D*)a.dst)[i] = from_f<D>(v);
     }
 }
 // conv_2d as an implicit GEMM: dst[co, pos] = sum_k kernel[co, k] * patch[k, pos] with k = (ci, kh, kw) and
@@ -243,6 +264,7 @@ def _instances():
         for tb in FLOATS:
             types = f"{C_TYPES[ta]}, {C_TYPES[tb]}"
             pair = f"{SUFFIX[ta]}_{SUFFIX[tb]}"
+            yield f"im2col_rows_{pair}", f"im2col_rows<{types}>"
             yield f"conv_1d_{pair}", f"conv_1d<{types}>"
             yield f"conv_2d_{pair}", f"conv_2d_tiled<{types}>"
             yield f"conv_2d_dw_{pair}", f"conv_dw<{types}, false>"
@@ -253,3 +275,118 @@ def _instances():
 def source() -> str:
     return UNPACK + _TEMPLATE + "".join(f'extern "C" __global__ void {name}(const Args a) {{ {call}(a); }}\n'
                                         for name, call in _instances())
+
+
+# -- conv_2d as im2col + cuBLASLt ------------------------------------------------------------------------------
+# Where the reduction K = Cin * KH * KW is deep enough, conv_2d runs as im2col bands of output rows written to
+# the temp block (at most COLS_BUDGET bytes per band) each followed by one cuBLASLt GEMM
+# dst[pos, co] = cols[k, pos]^T kernel[k, co] straight into dst's memory; shallower ones keep the implicit GEMM.
+# GGPY_CUDA_CONV=implicit|im2col forces one way (tests, benchmarks); MODE is read when a plan's steps are made.
+COLS_BUDGET = 32 << 20
+IM2COL_MIN_K = 64
+MODE = os.environ.get("GGPY_CUDA_CONV", "auto")
+
+
+def _gemm_type(node):
+    return F16 if node.src[0].type == F16 and node.src[1].type == F16 else F32
+
+
+def _contiguous(t) -> bool:
+    nb = t.type.size
+    for ne, stride in zip(t.ne, t.nb):
+        if ne > 1 and stride != nb:
+            return False
+        nb *= ne
+    return True
+
+
+def uses_im2col(node) -> bool:
+    if node.op != "conv_2d" or MODE == "implicit":
+        return False
+    from .matmul import _nvmath_missing
+    if _nvmath_missing() is not None:
+        return False
+    OW = node.ne[0]
+    if node.nb[0] != 4 or (node.ne[1] > 1 and node.nb[1] != 4 * OW) or node.ne[2] * node.ne[1] * OW * 4 >= 1 << 31:
+        return False
+    k = node.src[0].ne[0] * node.src[0].ne[1] * node.src[0].ne[2]
+    return MODE == "im2col" or k >= IM2COL_MIN_K
+
+
+def _bands(node) -> list:
+    """[(n, oh0, rows)] of the im2col bands."""
+    a = node.src[0]
+    K, OW, OH = a.ne[0] * a.ne[1] * a.ne[2], node.ne[0], node.ne[1]
+    per_row = K * OW * _gemm_type(node).size
+    rows = max(1, min(OH, COLS_BUDGET // per_row))
+    count = -(-OH // rows)
+    rows = -(-OH // count)
+    return [(n, oh0, min(rows, OH - oh0)) for n in range(node.ne[3]) for oh0 in range(0, OH, rows)]
+
+
+def _align(n: int) -> int:
+    return (n + 255) // 256 * 256
+
+
+def _kernel_copy(node):
+    """The contiguous copy (in the GEMM type) of the kernel the GEMM needs, or None when it reads it in place."""
+    from .matmul import contiguous
+    a, gtype = node.src[0], _gemm_type(node)
+    return None if a.type == gtype and _contiguous(a) else contiguous(a, gtype)
+
+
+def temp_size(node) -> int:
+    """im2col conv_2d: cuBLASLt's workspace, the largest band of im2col matrix, a kernel copy when needed."""
+    if not uses_im2col(node):
+        return 0
+    from .matmul import WORKSPACE
+    a = node.src[0]
+    K = a.ne[0] * a.ne[1] * a.ne[2]
+    cols = K * node.ne[0] * max(r for _, _, r in _bands(node)) * _gemm_type(node).size
+    c = _kernel_copy(node)
+    return WORKSPACE + _align(cols) + (_align(c.nbytes) if c is not None else 0)
+
+
+def steps(backend, node) -> list:
+    from ..backend import tensor_ptr
+    if not uses_im2col(node):
+        return [backend.launch(node, kernel_name(node), tensor_ptr(node), node,
+                               [(tensor_ptr(s), s) for s in node.src[:2] if s is not None], params(node),
+                               launch_config(node))]
+    from ..cublas import Gemm
+    from .matmul import WORKSPACE
+    a, b = node.src[:2]
+    gtype = _gemm_type(node)
+    KW, KH, CI, CO = a.ne
+    K, OW = KW * KH * CI, node.ne[0]
+    temp = backend.temp_ptr(node)
+    cols = temp + WORKSPACE
+    bands = _bands(node)
+    pk, steps_ = tensor_ptr(a), []
+    c = _kernel_copy(node)
+    if c is not None:
+        pk = cols + _align(K * OW * max(r for _, _, r in bands) * gtype.size)
+        steps_.append(backend.launch(node, f"copy_{SUFFIX[a.type]}_{SUFFIX[gtype]}", pk, c, [(tensor_ptr(a), a)]))
+    kmat = SimpleNamespace(ne=(K, CO, 1, 1), type=gtype)
+    tf32 = gtype == F32 and backend.allow_tf32
+    name = f"cublaslt_conv_{SUFFIX[a.type]}_{SUFFIX[b.type]}" + ("_tf32" if tf32 else "")
+    pb, pd = tensor_ptr(b), tensor_ptr(node)
+    img = SimpleNamespace(ne=b.ne, nb=b.nb)
+    calls = {}              # rows -> [(band index, (A, B, D) pointers)]: one Gemm per band height
+    for j, (n, oh0, rows) in enumerate(bands):
+        calls.setdefault(rows, []).append((j, (cols, pk, pd + n * node.nb[3] + oh0 * node.nb[1])))
+    gemm_of = {}
+    for rows, items in calls.items():
+        P = OW * rows
+        d = SimpleNamespace(ne=(P, CO, 1, 1), nb=(4, node.nb[2], 0, 0))
+        g = Gemm(backend, node, name, (cols, SimpleNamespace(ne=(K, P, 1, 1), type=gtype), (True, K)),
+                 (pk, kmat, (True, K)), CO, [p for _, p in items], 1, (0, 0, 0), tf32, temp, None, d)
+        for i, (j, _) in enumerate(items):
+            gemm_of[j] = g.at(i)
+    for j, (n, oh0, rows) in enumerate(bands):
+        band = SimpleNamespace(ne=(K, OW, rows, oh0), nb=(gtype.size, K * gtype.size, K * OW * gtype.size, 0),
+                               nelements=K * OW * rows)
+        steps_.append(backend.launch(node, f"im2col_rows_{SUFFIX[b.type]}_{SUFFIX[gtype]}", cols, band,
+                                     [(pk, a), (pb + n * b.nb[3], img)], params(node)))
+        steps_.append(gemm_of[j])
+    return steps_

@@ -36,6 +36,41 @@ template <typename T, bool RMS> __device__ void norm_row(const Args& a) {      /
     ROW_LOOP(i) *(T*)(y + i * a.nb[0]) = from_f<T>((X(i) - mean) * inv);
 }
 
+// LayerNorm with its affine fused (norm -> mul(weight) -> add(bias)): src1 the F32 weight, src2 the F32 bias
+// (contiguous, ne0[0] each); dst F32 (the add's memory) by its nb. Sums in float over the row held in registers
+// when it fits (ne0[0] <= 8 * blockDim.x), else re-read.
+template <typename T> __device__ void norm_affine_row(const Args& a) {      // p0: eps
+    i64 c[4]; row_coords(a, c);
+    const char* x = a.src0 + byte_offset(c, a.nb0); char* y = a.dst + byte_offset(c, a.nb);
+    const float* w = (const float*)a.src1; const float* b = (const float*)a.src2;
+    const int n = (int)a.ne0[0];
+    float v[8];
+    float s = 0.f;
+    #pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        v[j] = i < n ? X(i) : 0.f;
+        s += v[j];
+    }
+    for (int i = threadIdx.x + 8 * blockDim.x; i < n; i += blockDim.x) s += X(i);
+    const float mean = block_reduce(s, Sum(), 0.f) / n;
+    float q = 0.f;
+    #pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < n) { const float d = v[j] - mean; q += d * d; }
+    }
+    for (int i = threadIdx.x + 8 * blockDim.x; i < n; i += blockDim.x) { const float d = X(i) - mean; q += d * d; }
+    const float inv = rsqrtf(block_reduce(q, Sum(), 0.f) / n + a.p0);
+    #pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < n) *(float*)(y + i * a.nb[0]) = (v[j] - mean) * inv * w[i] + b[i];
+    }
+    for (int i = threadIdx.x + 8 * blockDim.x; i < n; i += blockDim.x)
+        *(float*)(y + i * a.nb[0]) = (X(i) - mean) * inv * w[i] + b[i];
+}
+
 // softmax(x * p0 + slope * mask); slope = 1, or with max_bias p1 > 0 ggml's ALiBi slope of head i2
 template <typename T, typename M> __device__ void soft_max_row(const Args& a) {
     i64 c[4]; row_coords(a, c);
@@ -115,6 +150,18 @@ def launch_config(node) -> tuple:
     return (1 if node.op == "sum" else _rows(node)), (1024 if node.op == "sum" else block)
 
 
+def norm_affine_steps(backend, node, fused) -> list:
+    """A norm with its affine (fused: the CPU backend's Epilogue, scale and bias F32 row vectors) as one row
+    kernel writing the add's memory."""
+    from ..backend import tensor_ptr
+    add = fused.add_node
+    n = node.src[0].ne[0]
+    block = 32 if n <= 256 else 128 if n <= 1024 else 256
+    return [backend.launch(node, f"norm_affine_{SUFFIX[node.src[0].type]}", tensor_ptr(add), add,
+                           [(tensor_ptr(node.src[0]), node.src[0]), (tensor_ptr(fused.scale), fused.scale),
+                            (tensor_ptr(fused.bias), fused.bias)], params(node), (_rows(node), block))]
+
+
 def kernel_name(node) -> str:
     t = SUFFIX[node.src[0].type]
     if node.op == "soft_max" and len(node.src) > 1 and node.src[1] is not None:
@@ -142,6 +189,7 @@ def source() -> str:
                            ("soft_max", f"soft_max_row<{c}, float>"), ("sum_rows", f"sum_row<{c}, false>"),
                            ("mean", f"sum_row<{c}, true>"), ("sum", f"sum_all<{c}>"), ("argmax", f"argmax_row<{c}>")):
             parts.append(f'extern "C" __global__ void {name}_{s}(const Args a) {{ {body}(a); }}\n')
+        parts.append(f'extern "C" __global__ void norm_affine_{s}(const Args a) {{ norm_affine_row<{c}>(a); }}\n')
         for m in FLOATS:
             parts.append(f'extern "C" __global__ void soft_max_{s}_{SUFFIX[m]}(const Args a) '
                          f'{{ soft_max_row<{c}, {C_TYPES[m]}>(a); }}\n')

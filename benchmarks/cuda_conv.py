@@ -9,12 +9,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ggpy  # noqa: E402
+from ggpy.backends.cuda.backend import CUDABackend  # noqa: E402
 from ggpy.backends.cuda.kernels import conv  # noqa: E402
 
 SHAPES = [("patch_embed 3->32 s2 @1024", 3, 32, 1024, 2), ("patch_embed 32->64 s2 @512", 32, 64, 512, 2),
           ("neck 3x3 256->256 @64", 256, 256, 64, 1)]
 for tf32 in (False, True):
-    be = ggpy.backends.make_backend("cuda", allow_tf32=tf32) if tf32 else ggpy.backends.make_backend("cuda")
+    be = CUDABackend(allow_tf32=tf32)
     for label, ci, co, hw, s in SHAPES:
         row = []
         for mode in ("implicit", "im2col"):

@@ -82,18 +82,9 @@ def _only_user(node, users):
     return readers[0] if len(readers) == 1 else None
 
 
-def _is_contiguous(t) -> bool:
-    nb = t.type.size
-    for ne, stride in zip(t.ne, t.nb):
-        if ne > 1 and stride != nb:
-            return False
-        nb *= ne
-    return True
-
-
 def _same_order_view(view, head) -> bool:
     """A view that reads head's memory from its start in memory order (contiguous strides)."""
-    return (view is head or (view.view_src is head and view.view_offs == 0 and _is_contiguous(view)
+    return (view is head or (view.view_src is head and view.view_offs == 0 and view.is_contiguous()
                              and view.nelements == head.nelements))
 
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from ..alloc import GraphAllocator
-from ..alloc.dynamic import align_up
-from ..errors import AllocationError, OutOfMemoryError, UnsupportedOpError
+from ..alloc.tensor_alloc import alloc_tensors
+from ..errors import AllocationError, UnsupportedOpError
 from ..graph import FLAG_OUTPUT, Graph, Tensor
 from ..graph import tensor as _tensor_mod
 
@@ -312,18 +312,7 @@ class Scheduler:
             if c.buffer is None:
                 by_backend.setdefault(id(b), (b, []))[1].append(c)
         for b, cs in by_backend.values():
-            btype = b.buffer_type
-            offsets, size = [], 0
-            for c in cs:
-                offsets.append(size)
-                size += align_up(max(c.nbytes, 1), btype.alignment)
-            if size > btype.max_size:
-                raise OutOfMemoryError(f"{b.name}: weight copies need {size} bytes, more than the buffer type's "
-                                       f"maximum of {btype.max_size}")
-            buf = btype.alloc_buffer(max(size, btype.alignment))
-            self._weight_buffers.append(buf)
-            for c, off in zip(cs, offsets):
-                c.buffer, c.offset = buf, off
+            self._weight_buffers.append(alloc_tensors(cs, b))
 
     def invalidate_weights(self):
         """Copy the weights again at the next compute (after their values changed)."""

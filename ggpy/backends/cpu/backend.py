@@ -12,7 +12,7 @@ from ...errors import AllocationError, UnsupportedOpError
 from ..base import Backend
 from . import autotune, kernels  # noqa: F401 - kernels registers every kernel module
 from .buffer import HostBufferType
-from .fusion import consumers, find_fusions
+from .fusion import find_fusions
 from .kernels.blas import single_threaded_blas
 from .kernels.conv_dw import bind_dw_cwhn_epilogue, fuses_epilogue
 from .kernels.matmul import bind_mul_mat_epilogue
@@ -160,14 +160,13 @@ class CPUBackend(Backend):
             return cached[1]
         runs, skipped = [], set()
         fusions = find_fusions(graph, self._fusable_head) if self.fuse else {}
-        users = consumers(graph) if fusions else {}
         for node in graph.nodes:
             if id(node) in skipped:
                 continue
             fused = fusions.get(id(node))
             run = self._bind_fused(fused) if fused is not None else None
             if run is not None:
-                skipped.update(id(n) for n in fused.skipped(users))
+                skipped.update(id(n) for n in fused.skipped)
                 runs.append((node, run, fused.name(self.kernel_name(node))))
                 continue
             run = self._bind(node)

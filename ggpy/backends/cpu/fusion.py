@@ -28,6 +28,7 @@ class Epilogue:
     add_node: Tensor
     act_node: Tensor | None = None
     scale_node: Tensor | None = None
+    views: tuple = ()          # same-order views between a conv_2d_dw head and its add
 
     @property
     def bias(self) -> Tensor:
@@ -51,13 +52,10 @@ class Epilogue:
         """The node whose memory receives the fused result."""
         return self.nodes[-1]
 
-    def skipped(self, users: dict) -> list:
+    @property
+    def skipped(self) -> list:
         """The nodes after the head that the fused kernel computes (views in between included)."""
-        chain, node = [], self.head
-        while node is not self.add_node:
-            node = users[id(node)][0]
-            chain.append(node)
-        return chain + ([self.act_node] if self.act_node is not None else [])
+        return list(self.views) + self.nodes[1:]
 
     def name(self, head_kernel: str) -> str:
         return (head_kernel + ("+scale" if self.scale_node is not None else "") + "+bias"
@@ -94,16 +92,19 @@ def _is_row_vector(v, node) -> bool:
 
 
 def _add_after(head, users, keep_order: bool, op: str = "add"):
-    """The `op` node reading head directly (or, with keep_order, through same-order views), or None."""
-    node = head
+    """(the `op` node reading head directly (or, with keep_order, through same-order views), the views in
+    between), or (None, ())."""
+    node, views = head, []
     while True:
         user = _only_user(node, users)
         if user is None:
-            return None
+            return None, ()
         if user.op == op:
-            return user if user.src[0] is node and (node is head or keep_order) else None
+            ok = user.src[0] is node and (node is head or keep_order)
+            return (user, tuple(views)) if ok else (None, ())
         if not keep_order or user.op not in VIEW_OPS:
-            return None
+            return None, ()
+        views.append(user)
         node = user
 
 
@@ -122,11 +123,11 @@ def find_fusions(graph, fusable_head) -> dict:
             continue
         scale = None
         if node.op == "norm":
-            scale = _add_after(node, users, keep_order=False, op="mul")
+            scale, _ = _add_after(node, users, keep_order=False, op="mul")
             if scale is None or not _is_row_vector(scale.src[1], node) or not ready(scale.src[1]):
                 continue
         channels_first = node.op == "conv_2d_dw"
-        add = _add_after(scale or node, users, keep_order=channels_first)
+        add, views = _add_after(scale or node, users, keep_order=channels_first)
         if add is None or add.type != F32 or add.nelements != node.nelements:
             continue
         if channels_first and not (_same_order_view(add.src[0], node) and add.ne[0] == node.ne[2]):
@@ -135,7 +136,7 @@ def find_fusions(graph, fusable_head) -> dict:
             continue
         if not _is_row_vector(add.src[1], add) or not ready(add.src[1]):
             continue
-        fused = Epilogue(node, add, scale_node=scale)
+        fused = Epilogue(node, add, scale_node=scale, views=views)
         act = _only_user(add, users)
         if act is not None and act.op in EPILOGUE_ACTS and act.src[0] is add and act.type == F32:
             fused.act_node = act

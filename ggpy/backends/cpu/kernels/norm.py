@@ -27,6 +27,14 @@ def row_sum_sq(row, center):
     return s
 
 
+@njit(nogil=True, cache=True, error_model="numpy")
+def row_mean_inv_std(row, eps):
+    """(mean, 1 / sqrt(var + eps)) of a 1-d array, two-pass in float64."""
+    n = row.shape[0]
+    mean = row_sum(row) / n
+    return mean, 1.0 / math.sqrt(row_sum_sq(row, mean) / n + eps)
+
+
 @kernel
 def norm_rows(d, a, eps, ith, nth):
     """d = (a - mean) / sqrt(var + eps) along ne[0], d.ne = a.ne."""
@@ -36,8 +44,7 @@ def norm_rows(d, a, eps, ith, nth):
     for r in range(r0, r1):
         i3, i2, i1 = row_index(r, ne2, ne1)
         arow = a[i3, i2, i1]
-        mean = row_sum(arow) / ne0
-        inv = 1.0 / math.sqrt(row_sum_sq(arow, mean) / ne0 + eps)
+        mean, inv = row_mean_inv_std(arow, eps)
         drow = d[i3, i2, i1]
         for i0 in range(ne0):
             drow[i0] = store(np.float32((load(arow[i0]) - mean) * inv), dt)
@@ -54,8 +61,7 @@ def norm_affine_rows(act, d, a, w, bias, eps, ith, nth):
     for r in range(r0, r1):
         i3, i2, i1 = row_index(r, ne2, ne1)
         arow = a[i3, i2, i1]
-        mean = row_sum(arow) / ne0
-        inv = 1.0 / math.sqrt(row_sum_sq(arow, mean) / ne0 + eps)
+        mean, inv = row_mean_inv_std(arow, eps)
         m32, inv32 = np.float32(mean), np.float32(inv)
         drow = d[i3, i2, i1]
         for i0 in range(ne0):

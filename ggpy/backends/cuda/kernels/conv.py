@@ -291,15 +291,6 @@ def _gemm_type(node):
     return F16 if node.src[0].type == F16 and node.src[1].type == F16 else F32
 
 
-def _contiguous(t) -> bool:
-    nb = t.type.size
-    for ne, stride in zip(t.ne, t.nb):
-        if ne > 1 and stride != nb:
-            return False
-        nb *= ne
-    return True
-
-
 def uses_im2col(node) -> bool:
     if node.op != "conv_2d" or MODE == "implicit":
         return False
@@ -332,7 +323,7 @@ def _kernel_copy(node):
     """The contiguous copy (in the GEMM type) of the kernel the GEMM needs, or None when it reads it in place."""
     from .matmul import contiguous
     a, gtype = node.src[0], _gemm_type(node)
-    return None if a.type == gtype and _contiguous(a) else contiguous(a, gtype)
+    return None if a.type == gtype and a.is_contiguous() else contiguous(a, gtype)
 
 
 def temp_size(node) -> int:

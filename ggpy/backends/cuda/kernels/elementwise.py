@@ -74,22 +74,13 @@ template <typename T> __device__ void unary_%(op)s(const Args& a) {
 """
 
 
-def _contiguous(t) -> bool:
-    nb = t.type.size
-    for ne, stride in zip(t.ne, t.nb):
-        if ne > 1 and stride != nb:
-            return False
-        nb *= ne
-    return True
-
-
 def flat(node) -> bool:
     """Whether the node runs on flat 32-bit indices: everything contiguous, and b (binary ops) a leading
     block of a's dims (b.ne[k] == a.ne[k] up to some dim, 1 after it), so b's index is i % b's elements."""
-    if node.nelements >= 1 << 31 or not _contiguous(node):
+    if node.nelements >= 1 << 31 or not node.is_contiguous():
         return False
     srcs = [s for s in node.src if s is not None]
-    if not all(_contiguous(s) for s in srcs) or srcs[0].ne != node.ne:
+    if not all(s.is_contiguous() for s in srcs) or srcs[0].ne != node.ne:
         return False
     if node.op in BINARY:
         b = srcs[1]

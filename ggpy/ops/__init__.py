@@ -4,8 +4,8 @@ They never compute. Names, argument order and result shapes follow ggml.
 """
 from .conv import *  # noqa: F401,F403 - im2col, conv_1d, conv_2d
 from .conv_dw import *  # noqa: F401,F403 - conv_2d_dw, conv_transpose_2d
-from .elementwise import (UNARY_OPS, abs, add, clamp, div, elu, exp, gelu, gelu_erf, gelu_quick, hardsigmoid,
-                          hardswish, leaky_relu, log, mul, neg, relu, scale, scale_bias, sgn, sigmoid, silu, sqr,
+from .elementwise import (UNARY_OPS, abs, add, clamp, cos, div, elu, exp, gelu, gelu_erf, gelu_quick, hardsigmoid,
+                          hardswish, leaky_relu, log, mul, neg, relu, scale, scale_bias, sgn, sigmoid, silu, sin, sqr,
                           sqrt, step, sub, tanh, unary)
 from .layout import (add_rel_pos, concat, cont, cont_1d, cont_2d, cont_3d, cont_4d, cpy, dup, get_rel_pos,
                      get_rows, pad, pad_ext, repeat, win_part, win_unpart)

@@ -72,6 +72,18 @@ def unary(a, op: str):
     return new_node(op, a.type, a.ne, [a])
 
 
+def sin(a):
+    """Sine, elementwise (ggml_sin; an op of its own, not a ggml unary). ne = a.ne."""
+    check_float("sin", a)
+    return new_node("sin", a.type, a.ne, [a])
+
+
+def cos(a):
+    """Cosine, elementwise (ggml_cos; an op of its own, not a ggml unary). ne = a.ne."""
+    check_float("cos", a)
+    return new_node("cos", a.type, a.ne, [a])
+
+
 def _make_unary(name: str, doc: str):
     def f(a):
         return unary(a, name)

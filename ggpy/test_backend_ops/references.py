@@ -58,6 +58,8 @@ UNARY = {
     "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
     "hardswish": lambda x: x * np.clip((x + 3) / 6, 0, 1),
     "hardsigmoid": lambda x: np.clip((x + 3) / 6, 0, 1),
+    "sin": np.sin,
+    "cos": np.cos,
 }
 
 

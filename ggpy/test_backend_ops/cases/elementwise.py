@@ -1,4 +1,4 @@
-"""Cases for binary ops (with broadcasting), unary functions, scale, clamp and leaky_relu."""
+"""Cases for binary ops (with broadcasting), unary functions, sin, cos, scale, clamp and leaky_relu."""
 from __future__ import annotations
 
 from ... import ops
@@ -61,6 +61,14 @@ def cases():
             for how in LAYOUTS[1:]:
                 out.append(OpCase(op, f"{t.name},{how}", lambda ctx, op=op, t=t, how=how: ops.unary(
                     layout(ctx, t, (11, 6, 5, 2), how), op), fill=fill))
+    for op in ("sin", "cos"):       # ops of their own in ggml (not unary); arguments as in Fourier features
+        f = getattr(ops, op)
+        for t in (F32, F16):
+            for how in LAYOUTS:
+                out.append(OpCase(op, f"{t.name},{how}", lambda ctx, f=f, t=t, how=how: f(
+                    layout(ctx, t, (13, 6, 5, 2), how)), fill=uniform(-20.0, 20.0)))
+            out.append(OpCase(op, f"{t.name},ne=(50000,1,1,1)", lambda ctx, f=f, t=t: f(
+                layout(ctx, t, (50000, 1, 1, 1))), fill=uniform(-20.0, 20.0)))
     for t in (F32, F16):
         for how in LAYOUTS:
             out.append(OpCase("scale", f"{t.name},{how}", lambda ctx, t=t, how=how: ops.scale(

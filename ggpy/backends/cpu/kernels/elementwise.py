@@ -156,10 +156,20 @@ def _leaky_relu(x, p0, p1):
     return x if x > _ZERO else x * p0
 
 
+@scalar
+def _sin(x, p0, p1):
+    return np.float32(math.sin(np.float64(x)))
+
+
+@scalar
+def _cos(x, p0, p1):
+    return np.float32(math.cos(np.float64(x)))
+
+
 UNARY = {"sqr": _sqr, "sqrt": _sqrt, "log": _log, "exp": _exp, "abs": _abs, "neg": _neg, "sgn": _sgn,
          "step": _step, "relu": _relu, "gelu": _gelu, "gelu_erf": _gelu_erf, "gelu_quick": _gelu_quick,
          "silu": _silu, "sigmoid": _sigmoid, "tanh": _tanh, "elu": _elu, "hardswish": _hardswish,
-         "hardsigmoid": _hardsigmoid, "scale": _scale, "clamp": _clamp, "leaky_relu": _leaky_relu}
+         "hardsigmoid": _hardsigmoid, "scale": _scale, "clamp": _clamp, "leaky_relu": _leaky_relu, "sin": _sin, "cos": _cos}
 UNARY_FUNCS = tuple(UNARY.values())
 UNARY_CODES = {name: i for i, name in enumerate(UNARY)}
 

@@ -161,6 +161,10 @@ def test_metadata(f32, f16):
     assert m["mobilesam.num_heads"] == [2, 4, 5, 10] and m["mobilesam.window_sizes"] == [7, 7, 14, 7]
     assert m["mobilesam.mlp_ratio"] == 4.0 and m["mobilesam.mbconv_expand_ratio"] == 4.0
     assert m["mobilesam.local_conv_size"] == 3
+    assert m["mobilesam.prompt_embed_dim"] == 256 and m["mobilesam.mask_in_chans"] == 16
+    assert (m["mobilesam.decoder_depth"], m["mobilesam.decoder_num_heads"], m["mobilesam.decoder_mlp_dim"]) == (2, 8, 2048)
+    assert m["mobilesam.decoder_attention_downsample_rate"] == 2 and m["mobilesam.num_multimask_outputs"] == 3
+    assert m["mobilesam.iou_head_hidden_dim"] == 256
     np.testing.assert_allclose(m["mobilesam.pixel_mean"], PIXEL_MEAN, rtol=1e-7)
     np.testing.assert_allclose(m["mobilesam.pixel_std"], PIXEL_STD, rtol=1e-7)
     assert m["mobilesam.file_type"] == "f32" and f16.metadata["mobilesam.file_type"] == "f16"

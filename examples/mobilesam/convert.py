@@ -2,10 +2,12 @@
 
 The file (written with the `gguf` package) holds:
 - metadata `general.architecture = "mobilesam"` and `mobilesam.*`: image_size, embed_dims, depths, num_heads,
-  window_sizes, mlp_ratio, mbconv_expand_ratio, local_conv_size, neck_dim, pixel_mean, pixel_std, file_type
-  ("f32"/"f16") and layout = "ggml-ne": every array is written as the C-order numpy array of its torch shape,
-  so the ggml `ne` a loader sees is the torch shape reversed (a Linear weight (out, in) has ne (in, out),
-  a conv weight (Cout, Cin/groups, KH, KW) has ne (KW, KH, Cin/groups, Cout)).
+  window_sizes, mlp_ratio, mbconv_expand_ratio, local_conv_size, neck_dim (image encoder), prompt_embed_dim,
+  mask_in_chans (prompt encoder), decoder_depth, decoder_num_heads, decoder_mlp_dim,
+  decoder_attention_downsample_rate, num_multimask_outputs, iou_head_hidden_dim (mask decoder), pixel_mean,
+  pixel_std, file_type ("f32"/"f16") and layout = "ggml-ne": every array is written as the C-order numpy array
+  of its torch shape, so the ggml `ne` a loader sees is the torch shape reversed (a Linear weight (out, in) has
+  ne (in, out), a conv weight (Cout, Cin/groups, KH, KW) has ne (KW, KH, Cin/groups, Cout)).
 - `<P>.weight`, `<P>.bias` for every TinyViT Conv2d_BN `<P>`: the BatchNorm (eps 1e-5) folded into the
   convolution as Conv2d_BN.fuse() does, in float64.
 - `<P>.ab` (torch shape (heads, N, N), N = window²) for every TinyViT Attention `<P>`: attention_biases
@@ -30,7 +32,7 @@ from tqdm import tqdm
 
 from ggpy import ModelFileError
 
-from .architecture import TINYVIT_5M, attention_bias_index, official_shapes
+from .architecture import DECODER, TINYVIT_5M, attention_bias_index, official_shapes
 
 ARCH = "mobilesam"
 PIXEL_MEAN = [123.675, 116.28, 103.53]
@@ -128,6 +130,28 @@ def derive_hparams(state: dict) -> dict:
     }
 
 
+def derive_decoder_hparams(state: dict) -> dict:
+    """Prompt encoder and mask decoder hyper-parameters read off the checkpoint's shapes (all but the head count,
+    which the shapes do not show: the architecture's)."""
+    t = "mask_decoder.transformer."
+    q_proj = state[t + "layers.0.cross_attn_token_to_image.q_proj.weight"]
+    layer = re.compile(rf"{re.escape(t)}layers\.(\d+)\.")
+    return {
+        "prompt_embed_dim": state["prompt_encoder.no_mask_embed.weight"].shape[1],
+        "mask_in_chans": state["prompt_encoder.mask_downscaling.3.weight"].shape[0],
+        "decoder_depth": 1 + max(int(m.group(1)) for k in state if (m := layer.match(k))),
+        "decoder_num_heads": DECODER["num_heads"],
+        "decoder_mlp_dim": state[t + "layers.0.mlp.lin1.weight"].shape[0],
+        "decoder_attention_downsample_rate": q_proj.shape[1] // q_proj.shape[0],
+        "num_multimask_outputs": state["mask_decoder.mask_tokens.weight"].shape[0] - 1,
+        "iou_head_hidden_dim": state["mask_decoder.iou_prediction_head.layers.0.weight"].shape[0],
+    }
+
+
+DECODER_HPARAMS = ("prompt_embed_dim", "mask_in_chans", "decoder_depth", "decoder_num_heads", "decoder_mlp_dim",
+                   "decoder_attention_downsample_rate", "num_multimask_outputs", "iou_head_hidden_dim")
+
+
 def check_hparams(hparams: dict, path) -> None:
     for name, want in TINYVIT_5M.items():
         if hparams[name] != want:
@@ -185,6 +209,8 @@ def _write(out_path: str, tensors: dict, hparams: dict, file_type: str, progress
     writer.add_float32(f"{ARCH}.mbconv_expand_ratio", hparams["mbconv_expand_ratio"])
     writer.add_uint32(f"{ARCH}.local_conv_size", hparams["local_conv_size"])
     writer.add_uint32(f"{ARCH}.neck_dim", hparams["neck_dim"])
+    for name in DECODER_HPARAMS:
+        writer.add_uint32(f"{ARCH}.{name}", int(hparams[name]))
     writer.add_array(f"{ARCH}.pixel_mean", PIXEL_MEAN)
     writer.add_array(f"{ARCH}.pixel_std", PIXEL_STD)
     writer.add_string(f"{ARCH}.layout", "ggml-ne")
@@ -229,6 +255,7 @@ def convert_state_dict(state: dict, out_path, type: str = "f32", progress: bool 
     check_state_dict(state, {k: tuple(v) for k, v in _without_counters(expected_shapes).items()}, source)
     hparams = derive_hparams(state)
     check_hparams(hparams, source)
+    hparams.update(derive_decoder_hparams(state))
     tensors = dict(tqdm(convert_tensors(state, hparams), desc="folding BatchNorm, gathering biases",
                         unit="tensor", disable=not progress))
     out_path = os.fspath(out_path)

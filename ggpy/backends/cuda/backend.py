@@ -10,17 +10,19 @@ with one cuGraphLaunch. A new plan (or a changed graph) is captured again; when 
 launched one by one, the reason logged once.
 
 Fusion (fuse=True): a mul_mat whose only user is an add of an F32 bias vector over ne[0] (the CPU backend's
-find_fusions patterns) runs as one cuBLASLt GEMM with the BIAS epilogue writing the add's memory, and a norm
-followed by mul(weight) and add(bias) (LayerNorm's affine) as one row kernel (norm_affine); fused_groups gives
-the planner those [mul_mat, add] and [norm, mul, add] runs so the last node takes the head's block.
+find_fusions patterns) runs as one cuBLASLt GEMM with the BIAS epilogue writing the add's memory, a norm
+followed by mul(weight) and add(bias) (LayerNorm's affine) as one row kernel (norm_affine), and a 3x3 CWHN
+depthwise conv followed by add(bias) and optionally an activation as one conv_dw3_cwhn kernel; fused_groups
+gives the planner those [mul_mat, add], [norm, mul, add] and [conv_2d_dw, add(, act)] runs so the last node
+takes the head's block.
 """
 from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
 
-from ...types import F32
 from ...errors import AllocationError, CudaError, UnsupportedOpError
+from ...types import F32
 from ..base import Backend
 from ..cpu.fusion import find_fusions
 from . import kernels
@@ -112,18 +114,29 @@ class CUDABackend(Backend):
         out = {}
 
         def fusable(n):
+            if n.op == "conv_2d_dw":
+                return kernels.family(n) is not None and kernels.conv.dw_fast(n) is not None
             return n.op in ("mul_mat", "norm") and kernels.family(n) is not None
         for f in find_fusions(graph, fusable).values():
-            if f.head.nelements == 0:
-                continue
-            if f.head.op == "mul_mat" and f.add_node.nb == f.head.nb:
-                out[id(f.head)] = f
-            elif f.head.op == "norm" and f.scale is not None and f.scale.type == F32 and f.scale.nb[0] == 4:
+            if f.head.nelements > 0 and self._fusion_ok(f):
                 out[id(f.head)] = f
         return out
 
     @staticmethod
+    def _fusion_ok(f) -> bool:
+        """Whether the fused kernel of `f` takes its layouts."""
+        if f.head.op == "mul_mat":
+            return f.add_node.nb == f.head.nb
+        if f.head.op == "norm":
+            return f.scale is not None and f.scale.type == F32 and f.scale.nb[0] == 4
+        return all(n.is_contiguous() and n.type == F32 for n in f.nodes[1:])      # conv_2d_dw
+
+    @staticmethod
     def _fused_nodes(f) -> list:
+        """The nodes one fused kernel computes: a depthwise conv with its bias and activation; a GEMM with its
+        bias (an activation after it stays a node: cuBLASLt's GELU is the tanh form); a norm with its affine."""
+        if f.head.op == "conv_2d_dw":
+            return f.nodes
         return [n for n in (f.head, f.scale_node, f.add_node) if n is not None]
 
     def fused_groups(self, graph) -> list:
@@ -134,21 +147,23 @@ class CUDABackend(Backend):
         """Whether the fused kernel may write the add's memory: everything on this GPU, the bias 16-byte
         aligned, and the add's memory clear of the head's operands and scratch (a plan made without
         fused_groups); a norm may write its source's memory when the layouts match (each row read first)."""
-        add = f.add_node
-        extra = [add.src[1]] + ([f.scale] if f.scale is not None else [])
-        tensors = [node, add] + extra + list(node.src[:2 if node.op == "mul_mat" else 1])
+        add = self._fused_nodes(f)[-1]
+        extra = [f.bias] + ([f.scale] if f.scale is not None else [])
+        tensors = [node, add] + extra + list(node.src[:1 if node.op == "norm" else 2])
         if any(not isinstance(t.buffer, CUDABuffer) for t in tensors):
             return False
         if node.op == "mul_mat" and getattr(node, "temp", None) is None:
             return False
-        if tensor_ptr(add.src[1]) % 16:
+        if tensor_ptr(f.bias) % 16:
             return False
 
         def extent(t):
             p = tensor_ptr(t)
             return p, p + sum((n - 1) * b for n, b in zip(t.ne, t.nb)) + t.type.size
         lo, hi = extent(add)
-        if node.op == "norm":
+        if node.op == "conv_2d_dw":         # taps read neighbours: the result may not overlap any source
+            others = [extent(t) for t in extra + list(node.src[:2])]
+        elif node.op == "norm":
             x = node.src[0]
             same = tensor_ptr(x) == lo and x.nb == add.nb and x.type == add.type
             others = [extent(t) for t in extra] + ([] if same else [extent(x)])
@@ -159,10 +174,12 @@ class CUDABackend(Backend):
         return all(hi <= a or b <= lo for a, b in others)
 
     # -- evaluation --------------------------------------------------------------------------------
-    def launch(self, node, name: str, dst_ptr: int, dst, srcs: list, params: tuple = (), config=None) -> Launch:
+    def launch(self, node, name: str, dst_ptr: int, dst, srcs: list, params: tuple = (), config=None,
+               iop: int = 0) -> Launch:
         """A Launch of kernel `name` on Args packed for `dst` (any object with ne, nb, nelements) at `dst_ptr`
-        and (pointer, tensor) `srcs`; config (grid, block) defaults to a grid-stride pass over dst."""
-        args = pack_args(dst_ptr, dst, srcs, params)
+        and (pointer, tensor) `srcs`; config (grid, block) defaults to a grid-stride pass over dst; `iop` the
+        kernel's integer parameter."""
+        args = pack_args(dst_ptr, dst, srcs, params, iop)
         grid, block = config if config is not None else elementwise_config(dst)
         return Launch(node, name, self.module.function(name), _dim3(grid), _dim3(block), args,
                       (ctypes.c_void_p * 1)(ctypes.addressof(args)))
@@ -194,7 +211,8 @@ class CUDABackend(Backend):
             return fam.steps(self, node)
         srcs = [(tensor_ptr(s), s) for s in node.src[:2] if s is not None]
         config = fam.launch_config(node) if hasattr(fam, "launch_config") else None
-        return [self.launch(node, fam.kernel_name(node), tensor_ptr(node), node, srcs, fam.params(node), config)]
+        iop = fam.iparam(node) if hasattr(fam, "iparam") else 0
+        return [self.launch(node, fam.kernel_name(node), tensor_ptr(node), node, srcs, fam.params(node), config, iop)]
 
     def program(self, graph) -> list:
         """The graph's steps in order, made once per plan and reused by every compute."""
@@ -212,6 +230,8 @@ class CUDABackend(Backend):
             if f is not None and node.buffer is not None and self._can_fuse(node, f):
                 if node.op == "norm":
                     launches += kernels.rows.norm_affine_steps(self, node, f)
+                elif node.op == "conv_2d_dw":
+                    launches += kernels.conv.dw_steps(self, node, f)
                 else:
                     launches += kernels.family(node).steps(self, node, f.add_node)
                 skipped.update(id(n) for n in self._fused_nodes(f)[1:])

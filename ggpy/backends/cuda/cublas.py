@@ -124,7 +124,7 @@ class Gemm:
                        self.beta.ctypes.data, pd, self.d_layout, pd, self.d_layout, self.algo.ptr, workspace,
                        mm.WORKSPACE, stream) for pa_, pb_, pd in ptrs]
 
-    def at(self, i: int) -> "Gemm":
+    def at(self, i: int) -> Gemm:
         """A step running only call i (the descriptors and algorithm shared; self kept alive with it)."""
         other = object.__new__(Gemm)
         other.__dict__.update(self.__dict__)

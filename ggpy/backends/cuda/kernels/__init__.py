@@ -1,8 +1,9 @@
 """The CUDA kernels: one module per op family. A family module has OPS, its CUDA C `source()`, and per node
 `supports`, `kernel_name` (the extern "C" function) and `params` (the floats packed into Args). Optional:
 `launch_config(node) -> (grid, block)` (default: grid-stride over dst), `temp_size(node)` (scratch bytes),
-`refusal(node)` (why a node is not supported), and `steps(backend, node)` (Python-side steps that run the
-node instead of one kernel, e.g. cuBLASLt). Pure Python: importing them needs no cuda-python."""
+`refusal(node)` (why a node is not supported), `iparam(node)` (the integer parameter Args.iop, e.g. 32-bit
+indexing), and `steps(backend, node)` (Python-side steps that run the node instead of one kernel, e.g.
+cuBLASLt). Pure Python: importing them needs no cuda-python."""
 from __future__ import annotations
 
 from . import conv, copies, elementwise, extra, layout, matmul, pool, rows

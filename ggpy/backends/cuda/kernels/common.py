@@ -26,6 +26,7 @@ struct Args {
     i64 ne1[4]; i64 nb1[4];                       // src1
     float p0, p1;                                 // op parameters
     const char* src2;                             // a third operand (fused epilogues: a bias vector)
+    int iop;                                      // an integer parameter (fused epilogues: the activation)
 };
 
 __device__ __forceinline__ float to_f(float x) { return x; }
@@ -47,6 +48,17 @@ __device__ __forceinline__ void unravel(i64 i, const i64* ne, i64* c) {
 __device__ __forceinline__ i64 byte_offset(const i64* c, const i64* nb) {
     return c[0] * nb[0] + c[1] * nb[1] + c[2] * nb[2] + c[3] * nb[3];
 }
+// 32-bit twins of unravel and byte_offset, for tensors whose elements and byte extents fit in 31 bits (fits32);
+// kernels that take either pick by a.iop (iparam32 in Python): integer division is much cheaper in 32 bits
+__device__ __forceinline__ void unravel(unsigned i, const i64* ne, unsigned* c) {
+    const unsigned n0 = (unsigned)ne[0], n1 = (unsigned)ne[1], n2 = (unsigned)ne[2];
+    c[0] = i % n0; i /= n0;
+    c[1] = i % n1; i /= n1;
+    c[2] = i % n2; c[3] = i / n2;
+}
+__device__ __forceinline__ int byte_offset(const unsigned* c, const i64* nb) {
+    return (int)(c[0] * (unsigned)nb[0] + c[1] * (unsigned)nb[1] + c[2] * (unsigned)nb[2] + c[3] * (unsigned)nb[3]);
+}
 // op (Sum, Max) of v over the block, `identity` its neutral value; every thread gets the result (blockDim.x a multiple of 32, <= 1024)
 template <typename T, typename Op> __device__ T block_reduce(T v, Op op, T identity) {
     __shared__ T part[32];
@@ -64,7 +76,30 @@ struct Max { __device__ float operator()(float a, float b) const { return fmaxf(
 
 #define FOR_EACH_ELEMENT(a, i) \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (a).n; i += (i64)gridDim.x * blockDim.x)
+// the same with index type I (i64, or unsigned where fits32)
+#define FOR_EACH_ELEMENT_I(a, i, I) \
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (I)(a).n; i += (I)gridDim.x * blockDim.x)
+// kernel `name` running body<..., unsigned> when a.iop is set (fits32), else body<..., i64>
+#define DISPATCH_I(a, body, ...) do { if ((a).iop) body<__VA_ARGS__, unsigned>(a); else body<__VA_ARGS__, i64>(a); } while (0)
 """
+
+
+def fits32(*tensors) -> bool:
+    """Whether 32-bit index math covers these tensors (None entries ignored): fewer than 2^31 elements and byte
+    extents (from the first element to past the last) under 2^31, strides not negative."""
+    for t in tensors:
+        if t is None:
+            continue
+        if t.nelements >= 1 << 31 or any(nb < 0 for nb in t.nb):
+            return False
+        if sum((n - 1) * nb for n, nb in zip(t.ne, t.nb)) + t.type.size >= 1 << 31:
+            return False
+    return True
+
+
+def iparam32(node) -> int:
+    """The `iop` of kernels dispatching on index width (DISPATCH_I): 1 when the node and its sources fit32."""
+    return int(fits32(node, *node.src[:2]))
 
 _I64x4 = ctypes.c_int64 * 4
 BLOCK = 256
@@ -82,13 +117,13 @@ class Args(ctypes.Structure):
     _fields_ = [("dst", ctypes.c_void_p), ("src0", ctypes.c_void_p), ("src1", ctypes.c_void_p),
                 ("n", ctypes.c_int64),
                 ("ne", _I64x4), ("nb", _I64x4), ("ne0", _I64x4), ("nb0", _I64x4), ("ne1", _I64x4), ("nb1", _I64x4),
-                ("p0", ctypes.c_float), ("p1", ctypes.c_float), ("src2", ctypes.c_void_p)]
+                ("p0", ctypes.c_float), ("p1", ctypes.c_float), ("src2", ctypes.c_void_p), ("iop", ctypes.c_int)]
 
 
-def pack_args(dst_ptr: int, dst, srcs: list, params: tuple = ()) -> Args:
+def pack_args(dst_ptr: int, dst, srcs: list, params: tuple = (), iop: int = 0) -> Args:
     """Args for `dst` (a tensor) at `dst_ptr` and up to two (pointer, tensor) sources; a third source's
-    pointer alone goes to src2 (its layout is the kernel's to know)."""
-    a = Args(dst=dst_ptr, n=dst.nelements, ne=_I64x4(*dst.ne), nb=_I64x4(*dst.nb))
+    pointer alone goes to src2 (its layout is the kernel's to know); `iop` an integer parameter."""
+    a = Args(dst=dst_ptr, n=dst.nelements, ne=_I64x4(*dst.ne), nb=_I64x4(*dst.nb), iop=iop)
     if len(srcs) > 2:
         a.src2 = srcs[2][0]
     for k, (ptr, t) in enumerate(srcs[:2]):

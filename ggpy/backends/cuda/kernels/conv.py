@@ -12,11 +12,17 @@ import os
 from types import SimpleNamespace
 
 from ....types import F16, F32
+from ...cpu.fusion import EPILOGUE_ACTS
 from .common import C_TYPES, SUFFIX
+from .elementwise import UNARY
 
 OPS = ("im2col", "conv_1d", "conv_2d", "conv_2d_dw", "conv_transpose_2d")
 FLOATS = (F32, F16)
 MAX_PARAM = 255
+DW3_STRIDES = (1, 2)            # the strides of the fast 3x3 CWHN depthwise kernel (conv_dw3_cwhn)
+DW3_BLOCK = 128
+DW3_TW = 4                      # outputs along a row per thread
+ACT_IDS = {act: i + 1 for i, act in enumerate(EPILOGUE_ACTS)}    # fused activations (epilogue_act)
 
 UNPACK = r"""
 #ifndef GGPY_UNPACK3
@@ -98,6 +104,89 @@ template <typename TA, typename TB, bool CF> __device__ void conv_dw(const Args&
             }
         }
         *(float*)(a.dst + byte_offset(c, a.nb)) = sum;
+    }
+}
+
+// depthwise 3x3, stride S (both ways), dilation 1, for a channels-contiguous input src1 (nb1[2] == sizeof(TB))
+// and a contiguous CWHN F32 result (C, OW, OH, N) written at a.dst (the conv's memory, or a fused epilogue's last
+// node: then + bias src2 (F32, C) and activation iop, see epilogue_act). One thread computes VEC channels
+// (vector loads and stores) of TW outputs along a row, sliding over the (TW - 1) * S + 3 input columns it
+// needs once per tap row; threads walk channels first, so a warp reads and writes contiguous bytes. 32-bit
+// index math within one image (dw_fast checks the extents).
+template <int VEC> struct DwVec;
+template <> struct DwVec<1> {
+    template <typename T> static __device__ __forceinline__ void load(const char* p, float* v) { v[0] = to_f(*(const T*)p); }
+    static __device__ __forceinline__ void store(char* p, const float* v) { *(float*)p = v[0]; }
+};
+template <> struct DwVec<4> {                    // F32 input only
+    template <typename T> static __device__ __forceinline__ void load(const char* p, float* v);
+    static __device__ __forceinline__ void store(char* p, const float* v) { *(float4*)p = make_float4(v[0], v[1], v[2], v[3]); }
+};
+template <> __device__ __forceinline__ void DwVec<4>::load<float>(const char* p, float* v) {
+    const float4 q = *(const float4*)p; v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+}
+template <typename TA, typename TB, int VEC, int S> __device__ void conv_dw3_cwhn(const Args& a) {
+    constexpr int K = 3, TW = 4, NIN = (TW - 1) * S + K;
+    int s0, s1, d0, q0, q1, d1; unpack3(a.p0, s0, s1, d0); unpack3(a.p1, q0, q1, d1);
+    const int C = (int)a.ne[2], OW = (int)a.ne[0], OH = (int)a.ne[1];
+    const int IW = (int)a.ne1[0], IH = (int)a.ne1[1];
+    const int CG = C / VEC, TWN = (OW + TW - 1) / TW;
+    const int total = CG * TWN * OH * (int)a.ne[3];
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= total) return;
+    const int cg = t % CG; int r = t / CG;
+    const int tw = r % TWN; r /= TWN;
+    const int oh = r % OH, n = r / OH;
+    const int c0 = cg * VEC, ow0 = tw * TW;
+    const int ib0 = (int)a.nb1[0], ib1 = (int)a.nb1[1];
+    float w[K * K][VEC];
+    #pragma unroll
+    for (int k = 0; k < K * K; ++k)
+        #pragma unroll
+        for (int v = 0; v < VEC; ++v)
+            w[k][v] = to_f(*(const TA*)(a.src0 + (k % K) * a.nb0[0] + (k / K) * a.nb0[1] + (i64)(c0 + v) * a.nb0[3]));
+    float acc[TW][VEC];
+    #pragma unroll
+    for (int o = 0; o < TW; ++o)
+        #pragma unroll
+        for (int v = 0; v < VEC; ++v) acc[o][v] = 0.f;
+    const char* img = a.src1 + (i64)n * a.nb1[3] + c0 * (int)sizeof(TB);
+    const int x0 = ow0 * S - q0;
+    #pragma unroll
+    for (int kh = 0; kh < K; ++kh) {
+        const int y = oh * S - q1 + kh;
+        if (y < 0 || y >= IH) continue;
+        const char* row = img + y * ib1;
+        #pragma unroll
+        for (int j = 0; j < NIN; ++j) {
+            const int x = x0 + j;
+            float in[VEC];
+            if (x >= 0 && x < IW) {
+                DwVec<VEC>::template load<TB>(row + x * ib0, in);
+            } else {
+                #pragma unroll
+                for (int v = 0; v < VEC; ++v) in[v] = 0.f;
+            }
+            #pragma unroll
+            for (int o = 0; o < TW; ++o) {
+                const int kw = j - o * S;
+                if (kw >= 0 && kw < K)
+                    #pragma unroll
+                    for (int v = 0; v < VEC; ++v) acc[o][v] += w[kh * K + kw][v] * in[v];
+            }
+        }
+    }
+    float b[VEC];
+    #pragma unroll
+    for (int v = 0; v < VEC; ++v) b[v] = a.src2 ? ((const float*)a.src2)[c0 + v] : 0.f;
+    char* d = a.dst + (i64)n * a.nb[3] + oh * (int)a.nb[1] + c0 * 4;
+    #pragma unroll
+    for (int o = 0; o < TW; ++o) {
+        if (ow0 + o >= OW) break;
+        float out[VEC];
+        #pragma unroll
+        for (int v = 0; v < VEC; ++v) out[v] = epilogue_act(a.iop, acc[o][v] + b[v]);
+        DwVec<VEC>::store(d + (ow0 + o) * (int)a.nb[0], out);
     }
 }
 
@@ -214,10 +303,73 @@ def _conv_params(node) -> tuple:
     return pack3(p["s0"], p["s1"], p["d0"]), pack3(p["p0"], p["p1"], p["d1"])
 
 
+def _extent(t) -> int:
+    """Bytes from t's first to past its last element within one image (dims 0-2)."""
+    return sum((n - 1) * b for n, b in zip(t.ne[:3], t.nb[:3])) + t.type.size
+
+
+def dw_fast(node) -> int | None:
+    """The stride of the fast 3x3 CWHN depthwise kernel (conv_dw3_cwhn) that runs `node`, or None: a 3x3
+    kernel (F32 or F16), equal strides in DW3_STRIDES, dilation 1, a channels-contiguous F32 input, a
+    contiguous CWHN F32 result, and 32-bit offsets within one image."""
+    if node.op != "conv_2d_dw" or node.type != F32 or node.src[1].type != F32:
+        return None
+    a, b = node.src[:2]
+    p = node.op_params
+    OW, OH, C, N = node.ne
+    if a.ne[:2] != (3, 3) or p["s0"] != p["s1"] or p["s0"] not in DW3_STRIDES or p["d0"] != 1 or p["d1"] != 1:
+        return None
+    if b.nb[2] != b.type.size or node.nb[:3] != (4 * C, 4 * C * OW, 4) or (N > 1 and node.nb[3] != 4 * C * OW * OH):
+        return None
+    if max(_extent(b), _extent(node)) >= 1 << 31 or C * -(-OW // DW3_TW) * OH * N >= 1 << 31:
+        return None
+    return p["s0"]
+
+
+def dw_vec(node, ptrs=()) -> int:
+    """Channels per thread of conv_dw3_cwhn: 4 (vector loads and stores) when C % 4 == 0 and the input's
+    strides and the given device addresses allow, else 1."""
+    b, es = node.src[1], node.src[1].type.size
+    if node.ne[2] % 4 or any(nb % (4 * es) for nb, n in zip(b.nb, b.ne) if n > 1 and nb != es):
+        return 1
+    return 4 if all(p % 16 == 0 for p in ptrs) else 1
+
+
+def _dw3_name(node, vec: int) -> str:
+    a, b = node.src[:2]
+    return f"conv_dw3_cwhn_s{dw_fast(node)}_v{vec}_{SUFFIX[a.type]}_{SUFFIX[b.type]}"
+
+
+def _dw3_config(node, vec: int) -> tuple:
+    OW, OH, C, N = node.ne
+    total = C // vec * -(-OW // DW3_TW) * OH * N
+    return -(-total // DW3_BLOCK), DW3_BLOCK
+
+
+def dw_steps(backend, node, fused=None) -> list:
+    """conv_2d_dw by conv_dw3_cwhn (dw_fast(node) is not None); with `fused` (the CPU backend's Epilogue:
+    bias add, optional activation) the result goes to the epilogue's last node with bias and activation."""
+    from ..backend import tensor_ptr
+    a, b = node.src[:2]
+    dst = fused.last if fused is not None else node
+    pa, pb, pd = tensor_ptr(a), tensor_ptr(b), tensor_ptr(dst)
+    vec = dw_vec(node, (pb, pd))
+    srcs = [(pa, a), (pb, b)]
+    if fused is not None:
+        srcs.append((tensor_ptr(fused.bias), fused.bias))
+    launch = backend.launch(node, _dw3_name(node, vec), pd, node, srcs, params(node), _dw3_config(node, vec),
+                            ACT_IDS.get(fused.act, 0) if fused is not None else 0)
+    if fused is not None:
+        launch.name = fused.name(launch.name)
+    return [launch]
+
+
 def kernel_name(node) -> str:
     a, b = node.src[0], node.src[1]
     if node.op == "im2col":
         return f"im2col_{'2d' if node.op_params['is_2D'] else '1d'}_{SUFFIX[b.type]}_{SUFFIX[node.type]}"
+    if dw_fast(node) is not None:
+        return _dw3_name(node, dw_vec(node))
     if node.op == "conv_2d_dw" and node.nb[2] < node.nb[0]:       # channels innermost in dst's memory
         return f"conv_2d_dw_cwhn_{SUFFIX[a.type]}_{SUFFIX[b.type]}"
     return f"{node.op}_{SUFFIX[a.type]}_{SUFFIX[b.type]}"
@@ -269,11 +421,22 @@ def _instances():
             yield f"conv_2d_{pair}", f"conv_2d_tiled<{types}>"
             yield f"conv_2d_dw_{pair}", f"conv_dw<{types}, false>"
             yield f"conv_2d_dw_cwhn_{pair}", f"conv_dw<{types}, true>"
+            for stride in DW3_STRIDES if tb == F32 else ():
+                for vec in (1, 4):
+                    yield f"conv_dw3_cwhn_s{stride}_v{vec}_{pair}", f"conv_dw3_cwhn<{types}, {vec}, {stride}>"
             yield f"conv_transpose_2d_{pair}", f"conv_transpose<{types}>"
 
 
+def _epilogue_act_source() -> str:
+    """epilogue_act(op, x): x through the activation with id `op` (0: none; ACT_IDS)."""
+    cases = "".join(f"        case {i}: return {UNARY[act]};\n" for act, i in ACT_IDS.items())
+    return ("#ifndef GGPY_EPILOGUE_ACT\n#define GGPY_EPILOGUE_ACT\n"
+            "__device__ __forceinline__ float epilogue_act(int op, float x) {\n    switch (op) {\n" + cases
+            + "        default: return x;\n    }\n}\n#endif\n")
+
+
 def source() -> str:
-    return UNPACK + _TEMPLATE + "".join(f'extern "C" __global__ void {name}(const Args a) {{ {call}(a); }}\n'
+    return UNPACK + _epilogue_act_source() + _TEMPLATE + "".join(f'extern "C" __global__ void {name}(const Args a) {{ {call}(a); }}\n'
                                         for name, call in _instances())
 
 
@@ -340,6 +503,8 @@ def temp_size(node) -> int:
 
 def steps(backend, node) -> list:
     from ..backend import tensor_ptr
+    if dw_fast(node) is not None:
+        return dw_steps(backend, node)
     if not uses_im2col(node):
         return [backend.launch(node, kernel_name(node), tensor_ptr(node), node,
                                [(tensor_ptr(s), s) for s in node.src[:2] if s is not None], params(node),

@@ -1,15 +1,15 @@
 """Binary ops with ggml broadcasting (b repeats over a), the unary functions, scale, clamp and leaky_relu.
 
 dst has a's ne; every source may have any strides. Math runs in float, F16 is converted on load and store.
-Fast path (`_c_` kernels): when dst and the sources are contiguous, under 2^31 elements, and b repeats as a
-whole over a (same shape, a row vector over ne[0], ...), flat 32-bit indices replace the per-element
-unravel (b's index is i % b's elements).
-"""
+Fast path (`_c_` kernels): when dst and the sources are contiguous, under 2^31 elements, and b's dims are one
+block of a's (same shape, a row vector over ne[0], a per-channel vector over ne[2], ...), flat 32-bit indices
+replace the per-element unravel (b's index is (i / inner) % b's elements). The others unravel in 32 bits
+where the tensors fit (iparam32)."""
 from __future__ import annotations
 
 from ....ops.elementwise import UNARY_OPS
 from ....types import F16, F32
-from .common import C_TYPES, SUFFIX
+from .common import C_TYPES, SUFFIX, iparam32
 
 FLOATS = (F32, F16)
 BINARY = {"add": "x + y", "sub": "x - y", "mul": "x * y", "div": "x / y"}
@@ -30,24 +30,28 @@ PARAMS = {"scale": ("s", "b"), "clamp": ("min", "max"), "leaky_relu": ("slope",)
 OPS = tuple(BINARY) + tuple(UNARY)
 
 _BINARY_TEMPLATE = r"""
-template <typename TA, typename TB> __device__ void binary_%(op)s(const Args& a) {
-    FOR_EACH_ELEMENT(a, i) {
-        i64 c[4], cb[4];
+template <typename TA, typename TB, typename I> __device__ void binary_i_%(op)s(const Args& a) {
+    FOR_EACH_ELEMENT_I(a, i, I) {
+        I c[4], cb[4];
         unravel(i, a.ne, c);
-        for (int k = 0; k < 4; ++k) cb[k] = c[k] %% a.ne1[k];
+        for (int k = 0; k < 4; ++k) cb[k] = c[k] %% (I)a.ne1[k];
         float x = to_f(*(const TA*)(a.src0 + byte_offset(c, a.nb0)));
         float y = to_f(*(const TB*)(a.src1 + byte_offset(cb, a.nb1)));
         *(TA*)(a.dst + byte_offset(c, a.nb)) = from_f<TA>(%(expr)s);
     }
 }
+template <typename TA, typename TB> __device__ void binary_%(op)s(const Args& a) { DISPATCH_I(a, binary_i_%(op)s, TA, TB); }
 """
+# b's element of flat index i: i itself (same shape), else (i / inner) %% n1 with inner = a.iop (b's dims
+# a block of a's: a row vector over ne[0] has inner 1, a per-channel vector over ne[2] inner ne[0] * ne[1])
 _BINARY_FLAT_TEMPLATE = r"""
 template <typename TA, typename TB> __device__ void binary_c_%(op)s(const Args& a) {
     const unsigned n = (unsigned)a.n, n1 = (unsigned)(a.ne1[0] * a.ne1[1] * a.ne1[2] * a.ne1[3]);
+    const unsigned inner = (unsigned)a.iop;
     const TA* x0 = (const TA*)a.src0; const TB* y0 = (const TB*)a.src1; TA* d = (TA*)a.dst;
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         float x = to_f(x0[i]);
-        float y = to_f(y0[n1 == n ? i : i %% n1]);
+        float y = to_f(y0[n1 == n ? i : (inner > 1 ? i / inner : i) %% n1]);
         d[i] = from_f<TA>(%(expr)s);
     }
 }
@@ -63,32 +67,50 @@ template <typename T> __device__ void unary_c_%(op)s(const Args& a) {
 }
 """
 _UNARY_TEMPLATE = r"""
-template <typename T> __device__ void unary_%(op)s(const Args& a) {
-    FOR_EACH_ELEMENT(a, i) {
-        i64 c[4];
+template <typename T, typename I> __device__ void unary_i_%(op)s(const Args& a) {
+    FOR_EACH_ELEMENT_I(a, i, I) {
+        I c[4];
         unravel(i, a.ne, c);
         float x = to_f(*(const T*)(a.src0 + byte_offset(c, a.nb0)));
         *(T*)(a.dst + byte_offset(c, a.nb)) = from_f<T>(%(expr)s);
     }
 }
+template <typename T> __device__ void unary_%(op)s(const Args& a) { DISPATCH_I(a, unary_i_%(op)s, T); }
 """
 
 
+def _inner(node) -> int | None:
+    """For b of a binary op: the product of a's dims before b's first non-broadcast dim when b's dims are one
+    block of a's (b.ne[k] == a.ne[k] for k in [k0, k1), 1 elsewhere), so b's flat index is (i / inner) % b's
+    elements; None otherwise."""
+    b = node.src[1]
+    full = [k for k in range(4) if node.ne[k] > 1 and b.ne[k] == node.ne[k]]
+    if any(b.ne[k] not in (1, node.ne[k]) for k in range(4)):
+        return None
+    if full and any(b.ne[k] == 1 and node.ne[k] > 1 for k in range(full[0], full[-1])):
+        return None
+    inner = 1
+    for k in range(full[0] if full else 0):
+        inner *= node.ne[k]
+    return inner
+
+
 def flat(node) -> bool:
-    """Whether the node runs on flat 32-bit indices: everything contiguous, and b (binary ops) a leading
-    block of a's dims (b.ne[k] == a.ne[k] up to some dim, 1 after it), so b's index is i % b's elements."""
+    """Whether the node runs on flat 32-bit indices: everything contiguous, and b (binary ops) one block of
+    a's dims (_inner: a row vector over ne[0], a per-channel vector over ne[2], same shape, ...)."""
     if node.nelements >= 1 << 31 or not node.is_contiguous():
         return False
     srcs = [s for s in node.src if s is not None]
     if not all(s.is_contiguous() for s in srcs) or srcs[0].ne != node.ne:
         return False
-    if node.op in BINARY:
-        b = srcs[1]
-        k = 0
-        while k < 4 and b.ne[k] == node.ne[k]:
-            k += 1
-        return all(n == 1 for n in b.ne[k:])
-    return True
+    return node.op not in BINARY or _inner(node) is not None
+
+
+def iparam(node) -> int:
+    """Flat binary kernels: b's `inner` (see _inner); the others: 32-bit index math where the tensors fit."""
+    if flat(node):
+        return _inner(node) if node.op in BINARY else 0
+    return iparam32(node)
 
 
 def kernel_name(node) -> str:

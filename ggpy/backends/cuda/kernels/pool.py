@@ -4,7 +4,7 @@ as in conv.py (pool_2d: p0 = k0 | k1 << 8 | s0 << 16, p1 = s1 | p0 << 8 | p1 << 
 from __future__ import annotations
 
 from ....types import F16, F32
-from .common import C_TYPES, SUFFIX
+from .common import C_TYPES, SUFFIX, iparam32
 from .conv import MAX_PARAM, UNPACK, pack3
 
 OPS = ("pool_2d", "upscale", "win_part", "win_unpart")
@@ -68,29 +68,33 @@ template <typename T, int MODE> __device__ void upscale(const Args& a) {
 }
 
 // win_part: src0 (C, W, H, 1) -> dst (C, w, w, npx * npy), window p = py * npx + px, zeros past the image
-template <typename T> __device__ void win_part(const Args& a) {
-    const i64 w = a.ne[1], npx = (a.ne0[1] + w - 1) / w;
-    FOR_EACH_ELEMENT(a, i) {
-        i64 c[4];
+template <typename T, typename I> __device__ void win_part_i(const Args& a) {
+    const I w = (I)a.ne[1], npx = ((I)a.ne0[1] + w - 1) / w;
+    FOR_EACH_ELEMENT_I(a, i, I) {
+        I c[4];
         unravel(i, a.ne, c);
-        const i64 x = (c[3] % npx) * w + c[1], y = (c[3] / npx) * w + c[2];
+        const I x = (c[3] % npx) * w + c[1], y = (c[3] / npx) * w + c[2];
         float v = 0.f;
-        if (x < a.ne0[1] && y < a.ne0[2]) v = to_f(*(const T*)(a.src0 + c[0] * a.nb0[0] + x * a.nb0[1] + y * a.nb0[2]));
+        if (x < (I)a.ne0[1] && y < (I)a.ne0[2])
+            v = to_f(*(const T*)(a.src0 + (c[0] * (I)a.nb0[0] + x * (I)a.nb0[1] + y * (I)a.nb0[2])));
         *(T*)(a.dst + byte_offset(c, a.nb)) = from_f<T>(v);
     }
 }
+template <typename T> __device__ void win_part(const Args& a) { DISPATCH_I(a, win_part_i, T); }
 
 // win_unpart: src0 (C, w, w, npx * npy) -> dst (C, W, H, 1), the inverse of win_part
-template <typename T> __device__ void win_unpart(const Args& a) {
-    const i64 w = a.ne0[1], npx = (a.ne[1] + w - 1) / w;
-    FOR_EACH_ELEMENT(a, i) {
-        i64 c[4];
+template <typename T, typename I> __device__ void win_unpart_i(const Args& a) {
+    const I w = (I)a.ne0[1], npx = ((I)a.ne[1] + w - 1) / w;
+    FOR_EACH_ELEMENT_I(a, i, I) {
+        I c[4];
         unravel(i, a.ne, c);
-        const i64 p = (c[2] / w) * npx + c[1] / w;
-        const T v = *(const T*)(a.src0 + c[0] * a.nb0[0] + (c[1] % w) * a.nb0[1] + (c[2] % w) * a.nb0[2] + p * a.nb0[3]);
+        const I p = (c[2] / w) * npx + c[1] / w;
+        const T v = *(const T*)(a.src0 + (c[0] * (I)a.nb0[0] + (c[1] % w) * (I)a.nb0[1] + (c[2] % w) * (I)a.nb0[2]
+                                          + p * (I)a.nb0[3]));
         *(T*)(a.dst + byte_offset(c, a.nb)) = v;
     }
 }
+template <typename T> __device__ void win_unpart(const Args& a) { DISPATCH_I(a, win_unpart_i, T); }
 """
 
 
@@ -112,6 +116,11 @@ def supports(node) -> bool:
     if node.op == "upscale":
         return (node.op_params["mode"], node.op_params["align_corners"]) in UPSCALE_MODES
     return node.type == node.src[0].type
+
+
+def iparam(node) -> int:
+    """win_part / win_unpart: 32-bit index math where the tensors fit."""
+    return iparam32(node) if node.op in ("win_part", "win_unpart") else 0
 
 
 def params(node) -> tuple:

@@ -94,6 +94,52 @@ template <typename T, typename M> __device__ void soft_max_row(const Args& a) {
 #undef V
 }
 
+// soft_max of short rows (ne0[0] <= 32 * SOFT_MAX_WARP_V): one warp per row, the row in registers, warp
+// shuffles for the max and the sum (no shared memory, no block barrier); blockDim.x / 32 rows per block
+#define SOFT_MAX_WARP_V 8
+template <typename T, typename M> __device__ void soft_max_warp(const Args& a) {
+    const int rows = (int)(a.ne0[1] * a.ne0[2] * a.ne0[3]);
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= rows) return;                      // the whole warp leaves together
+    int r = row;
+    const int c1 = r % (int)a.ne0[1]; r /= (int)a.ne0[1];
+    const int c2 = r % (int)a.ne0[2], c3 = r / (int)a.ne0[2];
+    const char* x = a.src0 + c1 * a.nb0[1] + c2 * a.nb0[2] + c3 * a.nb0[3];
+    char* y = a.dst + c1 * a.nb[1] + c2 * a.nb[2] + c3 * a.nb[3];
+    const char* m = 0;
+    if (a.src1) m = a.src1 + c1 * a.nb1[1] + (c2 % (int)a.ne1[2]) * a.nb1[2] + (c3 % (int)a.ne1[3]) * a.nb1[3];
+    float slope = 1.f;
+    if (a.p1 > 0.f) {
+        int h = c2, n_log2 = 1 << (int)floorf(log2f((float)a.ne0[2]));
+        float m0 = exp2f(-a.p1 / n_log2), m1 = exp2f(-(a.p1 / 2.f) / n_log2);
+        slope = h < n_log2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - n_log2) + 1));
+    }
+    const int n = (int)a.ne0[0], xs = (int)a.nb0[0], ys = (int)a.nb[0], ms = (int)a.nb1[0];
+    float v[SOFT_MAX_WARP_V];
+    float mx = NEG_INF;
+    #pragma unroll
+    for (int j = 0; j < SOFT_MAX_WARP_V; ++j) {
+        const int i = lane + 32 * j;
+        v[j] = NEG_INF;
+        if (i < n) {
+            v[j] = to_f(*(const T*)(x + i * xs)) * a.p0 + (m ? slope * to_f(*(const M*)(m + i * ms)) : 0.f);
+            mx = fmaxf(mx, v[j]);
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float s = 0.f;
+    #pragma unroll
+    for (int j = 0; j < SOFT_MAX_WARP_V; ++j)
+        if (lane + 32 * j < n) { v[j] = expf(v[j] - mx); s += v[j]; }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const float inv = 1.f / s;
+    #pragma unroll
+    for (int j = 0; j < SOFT_MAX_WARP_V; ++j) {
+        const int i = lane + 32 * j;
+        if (i < n) *(T*)(y + i * ys) = from_f<T>(v[j] * inv);
+    }
+}
+
 template <typename T, bool MEAN> __device__ void sum_row(const Args& a) {
     i64 c[4]; row_coords(a, c);
     const char* x = a.src0 + byte_offset(c, a.nb0);
@@ -143,8 +189,22 @@ def _rows(node) -> int:
     return s.ne[1] * s.ne[2] * s.ne[3]
 
 
+SOFT_MAX_WARP_MAX = 32 * 8          # rows up to this long run one warp per row (soft_max_warp)
+SOFT_MAX_WARP_BLOCK = 128
+
+
+def _soft_max_warp(node) -> bool:
+    """Whether soft_max runs one warp per row: short rows, 32-bit row offsets within the tensors."""
+    if node.op != "soft_max" or node.src[0].ne[0] > SOFT_MAX_WARP_MAX:
+        return False
+    ts = [t for t in (node, node.src[0], node.src[1] if len(node.src) > 1 else None) if t is not None]
+    return all(abs(nb) * n < 1 << 31 for t in ts for n, nb in zip(t.ne, t.nb))
+
+
 def launch_config(node) -> tuple:
-    """One block per row (one block in all for sum); threads by row length."""
+    """One block per row (one block in all for sum); threads by row length. Short soft_max rows: a warp each."""
+    if _soft_max_warp(node):
+        return -(-_rows(node) // (SOFT_MAX_WARP_BLOCK // 32)), SOFT_MAX_WARP_BLOCK
     n = node.src[0].ne[0]
     block = 32 if n <= 64 else 256 if n <= 4096 else 1024
     return (1 if node.op == "sum" else _rows(node)), (1024 if node.op == "sum" else block)
@@ -164,9 +224,10 @@ def norm_affine_steps(backend, node, fused) -> list:
 
 def kernel_name(node) -> str:
     t = SUFFIX[node.src[0].type]
+    op = "soft_max_warp" if _soft_max_warp(node) else node.op
     if node.op == "soft_max" and len(node.src) > 1 and node.src[1] is not None:
-        return f"soft_max_{t}_{SUFFIX[node.src[1].type]}"
-    return f"{node.op}_{t}"
+        return f"{op}_{t}_{SUFFIX[node.src[1].type]}"
+    return f"{op}_{t}"
 
 
 def supports(node) -> bool:
@@ -190,7 +251,10 @@ def source() -> str:
                            ("mean", f"sum_row<{c}, true>"), ("sum", f"sum_all<{c}>"), ("argmax", f"argmax_row<{c}>")):
             parts.append(f'extern "C" __global__ void {name}_{s}(const Args a) {{ {body}(a); }}\n')
         parts.append(f'extern "C" __global__ void norm_affine_{s}(const Args a) {{ norm_affine_row<{c}>(a); }}\n')
+        parts.append(f'extern "C" __global__ void soft_max_warp_{s}(const Args a) {{ soft_max_warp<{c}, float>(a); }}\n')
         for m in FLOATS:
             parts.append(f'extern "C" __global__ void soft_max_{s}_{SUFFIX[m]}(const Args a) '
                          f'{{ soft_max_row<{c}, {C_TYPES[m]}>(a); }}\n')
+            parts.append(f'extern "C" __global__ void soft_max_warp_{s}_{SUFFIX[m]}(const Args a) '
+                         f'{{ soft_max_warp<{c}, {C_TYPES[m]}>(a); }}\n')
     return "".join(parts)

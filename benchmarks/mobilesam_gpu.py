@@ -6,7 +6,8 @@ Batch 1, 1024x1024, one seeded random checkpoint (BatchNorms, LayerNorms and att
 the official architecture: PyTorch runs the official `mobile_sam` model, ggpy its GGUF conversions (F32 and
 F16 weights). Rows: ggpy F32, TF32 (F32 GEMMs rounding inputs to TF32), F16 weights, each replaying one
 captured CUDA graph (plus F32 with plain launches from Python); PyTorch eager F32 (TF32 off), TF32 (matmul
-and cuDNN), F16 (autocast, and the model in half precision), and torch.compile (default mode, F32 and TF32)
+and cuDNN), F16 (autocast, and the model in half precision), F32 and F16 at batch 8 (time per image), and
+torch.compile (default mode, F32 and TF32)
 in a subprocess given --compile-timeout seconds to compile and run (skipped, and said so, past it).
 Each time is the median (and min) of N timed calls after warm-ups, every call ending with a synchronize;
 errors are ||a-b||/||b|| against PyTorch's F32 embedding. Also printed: ggpy's GPU time per kernel (one
@@ -143,7 +144,14 @@ def main():
         xh = x.half()
         out = half(xh).float().cpu().numpy()
         rows.append(("PyTorch eager", "F16 model.half()", timed(lambda: half(xh), args.runs), rel_err(out, ref), ""))
-    enc = half = None
+        # batch 8 (the figure): time per image of one call on 8 copies of the input
+        x8, xh8 = x.expand(8, -1, -1, -1).contiguous(), xh.expand(8, -1, -1, -1).contiguous()
+        for label, model, inp in (("F32 batch 8, per image", enc, x8), ("F16 model.half() batch 8, per image",
+                                                                         half, xh8)):
+            out = model(inp)[:1].float().cpu().numpy()
+            rows.append(("PyTorch eager", label, timed(lambda m=model, i=inp: m(i), args.runs) / 8,
+                         rel_err(out, ref), "8 images per call"))
+    enc = half = x8 = xh8 = None
     torch.cuda.empty_cache()
     np.save(tmp / "x.npy", x_np)
     np.save(tmp / "ref.npy", ref)
@@ -221,12 +229,15 @@ def main():
         print(f"\nggpy {label}: GPU time {total * 1e3:.2f} ms (profiled, median of 3); per stage: "
               + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in by_stage.items()))
         top = sorted(by_kernel.items(), key=lambda kv: -kv[1])
-        print("  per kernel (ms): " + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in top[:14])
-              + (f", {len(top) - 14} more {sum(v for _, v in top[14:]) * 1e3:.3f}" if len(top) > 14 else ""))
+        print("  per kernel (ms): " + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in top[:20])
+              + (f", {len(top) - 20} more {sum(v for _, v in top[20:]) * 1e3:.3f}" if len(top) > 20 else ""))
     g = {prec: float(np.median(t)) for rt, prec, t, _, _ in rows if rt == "ggpy CUDA"}
+    tc = {prec: float(np.median(t)) for rt, prec, t, _, _ in rows if rt == "torch.compile"}
     print(f"\nSUMMARY mobilesam_gpu: ggpy F32 {g.get('F32', 0) * 1e3:.2f} ms / TF32 {g.get('TF32', 0) * 1e3:.2f} / "
           f"F16w {g.get('F16 weights', 0) * 1e3:.2f} | torch eager F32 {base['F32'] * 1e3:.2f} / "
-          f"TF32 {base['TF32'] * 1e3:.2f} / F16 half {base['F16 model.half()'] * 1e3:.2f}")
+          f"TF32 {base['TF32'] * 1e3:.2f} / F16 half {base['F16 model.half()'] * 1e3:.2f} / "
+          f"F32 batch 8 {base['F32 batch 8, per image'] * 1e3:.2f} per image"
+          + (f" | torch.compile F32 {tc.get('F32', 0) * 1e3:.2f} / TF32 {tc.get('TF32', 0) * 1e3:.2f}" if tc else ""))
 
 
 if __name__ == "__main__":

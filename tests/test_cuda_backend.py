@@ -260,3 +260,105 @@ def test_norm_affine_fused(backend, n):
     xv = x.numpy().astype(np.float64)
     ref = (xv - xv.mean(-1, keepdims=True)) / np.sqrt(xv.var(-1, keepdims=True) + 1e-5) * w.numpy() + b.numpy()
     assert np.allclose(y.numpy(), ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("wtype", [ggpy.F32, ggpy.F16], ids=lambda t: t.name)
+@pytest.mark.parametrize("order", ["residual_first", "residual_second"])
+def test_mul_mat_bias_residual(blas_backend, order, wtype):
+    """mul_mat -> add(bias) -> reshape -> add(residual) is one GEMM: BIAS epilogue, the residual as cuBLASLt's C
+    matrix (beta = 1), D in the residual add's memory; an activation after it stays a node."""
+    ctx = ggpy.Context()
+    w = ctx.new_tensor(wtype, (64, 40)).set_input()
+    x = ctx.new_tensor(ggpy.F32, (64, 30, 3)).set_input()
+    bias = ctx.new_tensor(ggpy.F32, (40,)).set_input()
+    r = ctx.new_tensor(ggpy.F32, (40, 10, 9)).set_input()
+    v = ggpy.reshape_3d(ggpy.add(ggpy.mul_mat(w, x), bias), 40, 10, 9)
+    y = ggpy.gelu_erf(ggpy.add(r, v) if order == "residual_first" else ggpy.add(v, r))
+    graph = ggpy.Graph()
+    graph.build_forward_expand(y)
+    ggpy.GraphAllocator(blas_backend).alloc_graph(graph)
+    rng = np.random.default_rng(6)
+    vals = {t: rng.standard_normal(t.shape).astype(np.float32) for t in (w, x, bias, r)}
+    for t, val in vals.items():
+        t.set(val)
+    blas_backend.compute(graph)
+    names = [st.name for st in blas_backend.program(graph)]
+    assert names[-2:] == [f"cublaslt_{wtype.name.lower()}_f32+bias+residual", "gelu_erf_c_f32"]
+    wv = vals[w].astype(np.float16) if wtype == ggpy.F16 else vals[w]
+    ref = _np_mul_mat(wv[None, None], vals[x][None]).reshape(vals[r].shape) + vals[bias] + vals[r]
+    from math import erf
+    ref = 0.5 * ref * (1 + np.vectorize(erf)(ref / np.sqrt(2)))
+    assert np.allclose(y.numpy(), ref, atol=1e-4)
+
+
+def test_residual_read_twice_is_not_fused(blas_backend):
+    """A bias add read by the residual add and another node keeps the residual add a node."""
+    ctx = ggpy.Context()
+    w = ctx.new_tensor(ggpy.F32, (16, 8)).set_input()
+    x = ctx.new_tensor(ggpy.F32, (16, 12)).set_input()
+    bias = ctx.new_tensor(ggpy.F32, (8,)).set_input()
+    r = ctx.new_tensor(ggpy.F32, (8, 12)).set_input()
+    h = ggpy.add(ggpy.mul_mat(w, x), bias)
+    y = ggpy.mul(ggpy.add(h, r), h)
+    graph = ggpy.Graph()
+    graph.build_forward_expand(y)
+    ggpy.GraphAllocator(blas_backend).alloc_graph(graph)
+    rng = np.random.default_rng(7)
+    vals = {t: rng.standard_normal(t.shape).astype(np.float32) for t in (w, x, bias, r)}
+    for t, val in vals.items():
+        t.set(val)
+    blas_backend.compute(graph)
+    assert [st.name for st in blas_backend.program(graph)] == ["cublaslt_f32_f32+bias", "add_c_f32_f32",
+                                                               "mul_c_f32_f32"]
+    hv = vals[x].astype(np.float64) @ vals[w].T.astype(np.float64) + vals[bias]
+    assert np.allclose(y.numpy(), (hv + vals[r]) * hv, atol=1e-4)
+
+
+@pytest.mark.parametrize("n,mtype", [(49, ggpy.F32), (196, ggpy.F32), (196, ggpy.F16), (256, ggpy.F32),
+                                     (257, ggpy.F32), (5, None)])
+def test_soft_max_rows(backend, n, mtype):
+    """Windowed attention's soft_max: rows of n (one warp each up to 256, else one block), the per-head bias
+    table broadcast over windows, a scale; float64 reference."""
+    heads, windows = 3, 5
+    ctx = ggpy.Context()
+    x = ctx.new_tensor(ggpy.F32, (n, n if n < 200 else 7, heads, windows)).set_input()
+    mask = ctx.new_tensor(mtype, (n, x.ne[1], heads)).set_input() if mtype else None
+    y = ggpy.soft_max_ext(x, mask, 0.3, 0.0) if mtype else ggpy.soft_max(x)
+    graph = ggpy.Graph()
+    graph.build_forward_expand(y)
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    rng = np.random.default_rng(8)
+    xv = rng.uniform(-5, 5, x.shape).astype(np.float32)
+    x.set(xv)
+    v = xv.astype(np.float64) * (0.3 if mtype else 1.0)
+    if mtype:
+        mv = rng.uniform(-2, 2, mask.shape).astype(np.float32)
+        mask.set(mv)
+        v = v + mask.numpy().astype(np.float64)[None]
+    backend.compute(graph)
+    suffix = f"_f32_{mtype.name.lower()}" if mtype else "_f32"
+    assert backend.kernel_name(y) == ("soft_max_warp" if n <= 256 else "soft_max") + suffix
+    e = np.exp(v - v.max(-1, keepdims=True))
+    assert np.allclose(y.numpy(), e / e.sum(-1, keepdims=True), atol=1e-6)
+
+
+@pytest.mark.parametrize("bne,flat", [((1, 1, 5), True), ((33, 7, 1), True), ((1, 7, 5), True),
+                                      ((33, 1, 5), False)])
+def test_add_broadcast_block(backend, bne, flat):
+    """add of b whose dims are one block of a's (a per-channel vector, ...) runs the flat kernel; a broadcast
+    dim inside the block takes the strided kernel (32-bit indices); both as numpy's."""
+    ctx = ggpy.Context()
+    a = ctx.new_tensor(ggpy.F32, (33, 7, 5)).set_input()
+    b = ctx.new_tensor(ggpy.F32, bne).set_input()
+    y = ggpy.add(a, b)
+    graph = ggpy.Graph()
+    graph.build_forward_expand(y)
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    rng = np.random.default_rng(9)
+    av, bv = rng.standard_normal(a.shape).astype(np.float32), rng.standard_normal(b.shape).astype(np.float32)
+    a.set(av)
+    b.set(bv)
+    backend.compute(graph)
+    assert backend.kernel_name(y) == ("add_c_f32_f32" if flat else "add_f32_f32")
+    assert backend.program(graph)[0].args.iop == (kernels.elementwise._inner(y) if flat else 1)
+    assert np.allclose(y.numpy(), av + bv, atol=1e-6)

@@ -1,8 +1,12 @@
 """The convolution family on the CUDA backend: every test-backend-ops case of im2col, conv_1d, conv_2d,
 conv_2d_dw, conv_transpose_2d, pool_2d, upscale and win_part/win_unpart (same float64 references and
-tolerances as the CPU). Skips where cuda-python or a GPU is missing."""
+tolerances as the CPU), the fast 3x3 CWHN depthwise kernel alone and with its bias + activation epilogue
+fused. Skips where cuda-python or a GPU is missing."""
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 
 import ggpy
@@ -11,7 +15,8 @@ from ggpy.test_backend_ops.harness import run_case
 
 pytest.importorskip("cuda.bindings.driver")
 
-from ggpy.backends.cuda.kernels import conv as conv_kernels, pool as pool_kernels  # noqa: E402
+from ggpy.backends.cuda.kernels import conv as conv_kernels
+from ggpy.backends.cuda.kernels import pool as pool_kernels
 
 OPS = conv_kernels.OPS + pool_kernels.OPS
 CASES = [c for c in conv.cases() + conv_dw.cases() + pool.cases() + layout.cases() if c.op in OPS]
@@ -32,9 +37,81 @@ def test_op_case(backend, case):
 
 
 def test_cwhn_result_keeps_its_layout(backend):
-    case = conv_dw.dw_case((9, 7, 6, 1), (3, 3), (1, 1), (1, 1), (1, 1), cwhn=True)
+    case = conv_dw.dw_case((9, 7, 6, 1), (3, 3), (1, 1), (2, 2), (2, 2), cwhn=True)    # dilated: the generic kernel
     assert backend.kernel_name(case.build(ggpy.Context())) == "conv_2d_dw_cwhn_f32_f32"
     assert run_case(case, backend).ok
+
+
+# (W, H, C, N), stride, padding: the fast 3x3 CWHN depthwise kernel (conv_dw3_cwhn), 1 or 4 channels a thread,
+# row lengths not a multiple of its 4 outputs, padding 0-2, batches
+DW3 = [((17, 13, 5, 2), 1, 1), ((17, 13, 5, 2), 2, 1), ((23, 9, 12, 1), 1, 1), ((23, 9, 12, 1), 2, 1),
+       ((31, 6, 36, 2), 1, 0), ((30, 11, 8, 1), 2, 2), ((1, 1, 7, 2), 1, 1), ((64, 3, 160, 1), 1, 1),
+       ((5, 4, 4, 1), 2, 0)]
+
+
+@pytest.mark.parametrize("ta", [ggpy.F32, ggpy.F16], ids=lambda t: t.name)
+@pytest.mark.parametrize("ne,s,p", DW3, ids=[f"{ne}-s{s}-p{p}" for ne, s, p in DW3])
+def test_dw3_cwhn(backend, ne, s, p, ta):
+    case = conv_dw.dw_case(ne, (3, 3), (s, s), (p, p), (1, 1), ta, cwhn=True)
+    node = case.build(ggpy.Context())
+    vec = 4 if ne[2] % 4 == 0 else 1
+    assert conv_kernels.dw_fast(node) == s
+    assert backend.kernel_name(node) == f"conv_dw3_cwhn_s{s}_v{vec}_{ta.name.lower()}_f32"
+    result = run_case(case, backend)
+    assert result.ok, f"{case.id}: {result.message}"
+
+
+def _np_dw_tokens(x, w, b, s, p):
+    """Depthwise 3x3 of tokens x (H, W, C) with kernel w (C, 1, 3, 3) and bias b (C,), float64."""
+    H, W, C = x.shape
+    xp = np.zeros((H + 2 * p, W + 2 * p, C))
+    xp[p:p + H, p:p + W] = x
+    OH, OW = (H + 2 * p - 3) // s + 1, (W + 2 * p - 3) // s + 1
+    out = np.zeros((OH, OW, C))
+    for kh in range(3):
+        for kw in range(3):
+            out += xp[kh:kh + s * (OH - 1) + 1:s, kw:kw + s * (OW - 1) + 1:s] * w[:, 0, kh, kw]
+    return out + b
+
+
+ERF = np.vectorize(math.erf)
+ACTS = {None: lambda u: u, "gelu_erf": lambda u: 0.5 * u * (1 + ERF(u / np.sqrt(2))),
+        "relu": lambda u: np.maximum(u, 0), "silu": lambda u: u / (1 + np.exp(-u))}
+
+
+@pytest.mark.parametrize("act", list(ACTS) + ["read twice"])
+@pytest.mark.parametrize("ne,s,wtype", [((20, 7, 24), 1, ggpy.F32), ((15, 9, 6), 2, ggpy.F32),
+                                        ((33, 10, 16), 1, ggpy.F16)], ids=["s1-v4", "s2-v1", "f16w"])
+def test_dw3_bias_act_fused(backend, ne, s, wtype, act):
+    """Tokens (C, W, H) -> CWHN depthwise -> permute back -> add(bias) [-> activation] is one kernel writing the
+    last node's memory (MobileSAM's depthwise blocks); an add read twice keeps its reader a node."""
+    W, H, C = ne
+    ctx = ggpy.Context()
+    x = ctx.new_tensor(ggpy.F32, (C, W, H)).set_input()
+    w = ctx.new_tensor(wtype, (3, 3, 1, C)).set_input()
+    b = ctx.new_tensor(ggpy.F32, (C,)).set_input()
+    y = ggpy.conv_2d_dw(w, ggpy.permute(ggpy.reshape_4d(x, C, W, H, 1), 2, 0, 1, 3), s, s, 1, 1, 1, 1)
+    tokens = ggpy.permute(y, 1, 2, 0, 3)
+    out = ggpy.add(ggpy.reshape_3d(tokens, C, tokens.ne[1], tokens.ne[2]), b)
+    if act == "read twice":
+        out = ggpy.mul(out, out)
+    elif act:
+        out = getattr(ggpy, act)(out)
+    graph = ggpy.Graph()
+    graph.build_forward_expand(out)
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    rng = np.random.default_rng(5)
+    vals = {t: rng.standard_normal(t.shape).astype(np.float32) for t in (x, w, b)}
+    for t, v in vals.items():
+        t.set(v)
+    backend.compute(graph)
+    wv = vals[w].astype(np.float16) if wtype == ggpy.F16 else vals[w]
+    ref = _np_dw_tokens(vals[x].astype(np.float64), wv.astype(np.float64), vals[b], s, 1)
+    ref = ref * ref if act == "read twice" else ACTS[act](ref)
+    head = f"conv_dw3_cwhn_s{s}_v{4 if C % 4 == 0 else 1}_{wtype.name.lower()}_f32+bias"
+    names = [st.name for st in backend.program(graph)]
+    assert names == ([head, "mul_c_f32_f32"] if act == "read twice" else [head + (f"+{act}" if act else "")])
+    np.testing.assert_allclose(out.numpy().reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
 
 
 def test_large_parameters_are_refused(backend):

@@ -8,6 +8,8 @@ Epilogues: a head (mul_mat, or a channels-contiguous conv_2d_dw), then add(bias 
 an activation; or a norm followed by mul(weight) and add(bias) over ne[0] (LayerNorm's affine). The kernel applies them to each block of output rows right after computing it, while the
 rows are in cache, instead of two more passes over memory. Between a conv_2d_dw head and its add there
 may be views that keep the memory order (the permute back to the (C, W, H) token layout, reshapes).
+Opt-in (find_fusions(residual=True), the CUDA backend): after a mul_mat's bias add, an add of a residual
+operand of the same shape (through reshapes), run as the GEMM's C matrix.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ class Epilogue:
     act_node: Tensor | None = None
     scale_node: Tensor | None = None
     views: tuple = ()          # same-order views between a conv_2d_dw head and its add
+    residual_node: Tensor | None = None     # mul_mat heads, find_fusions(residual=True): add(bias out, r)
+    residual_views: tuple = ()              # same-order views between the bias add and the residual add
 
     @property
     def bias(self) -> Tensor:
@@ -43,9 +47,18 @@ class Epilogue:
         return None if self.act_node is None else self.act_node.op
 
     @property
+    def residual(self) -> Tensor | None:
+        """The residual operand r of residual_node (the same shape and layout as its result)."""
+        if self.residual_node is None:
+            return None
+        a, b = self.residual_node.src[:2]
+        return b if a is self.add_node or any(a is v for v in self.residual_views) else a
+
+    @property
     def nodes(self) -> list:
         """The nodes whose memory the fused result goes through, in order (views left out)."""
-        return [n for n in (self.head, self.scale_node, self.add_node, self.act_node) if n is not None]
+        return [n for n in (self.head, self.scale_node, self.add_node, self.residual_node, self.act_node)
+                if n is not None]
 
     @property
     def last(self) -> Tensor:
@@ -55,11 +68,11 @@ class Epilogue:
     @property
     def skipped(self) -> list:
         """The nodes after the head that the fused kernel computes (views in between included)."""
-        return list(self.views) + self.nodes[1:]
+        return list(self.views) + list(self.residual_views) + self.nodes[1:]
 
     def name(self, head_kernel: str) -> str:
         return (head_kernel + ("+scale" if self.scale_node is not None else "") + "+bias"
-                + (f"+{self.act}" if self.act else ""))
+                + ("+residual" if self.residual_node is not None else "") + (f"+{self.act}" if self.act else ""))
 
 
 def consumers(graph) -> dict:
@@ -108,9 +121,32 @@ def _add_after(head, users, keep_order: bool, op: str = "add"):
         node = user
 
 
-def find_fusions(graph, fusable_head) -> dict:
+def _residual_after(add, users):
+    """(the add reading `add`'s result (directly or through same-order views) and a second operand of the same
+    shape, both contiguous F32, the views in between), or (None, ())."""
+    node, views = add, []
+    while True:
+        user = _only_user(node, users)
+        if user is None:
+            return None, ()
+        if user.op == "add":
+            a, b = user.src[:2]
+            other = b if a is node else a if b is node else None
+            ok = (other is not None and other is not node and other.type == F32 and user.type == F32
+                  and other.ne == user.ne and other.is_contiguous() and user.is_contiguous()
+                  and user.nelements == add.nelements)
+            return (user, tuple(views)) if ok else (None, ())
+        if user.op not in ("view", "reshape") or not _same_order_view(user, add):
+            return None, ()
+        views.append(user)
+        node = user
+
+
+def find_fusions(graph, fusable_head, residual: bool = False) -> dict:
     """{id(head): Epilogue} for every fusable pattern of `graph`. fusable_head(node) says whether the
-    backend has an epilogue kernel for the node (mul_mat; conv_2d_dw when it runs channels-contiguous; norm)."""
+    backend has an epilogue kernel for the node (mul_mat; conv_2d_dw when it runs channels-contiguous; norm).
+    residual=True also finds, after a mul_mat's bias add with no activation, an add of a residual operand
+    of the same shape (Epilogue.residual_node; a GEMM's C matrix with beta = 1)."""
     users = consumers(graph)
     position = {id(n): i for i, n in enumerate(graph.nodes)}
 
@@ -140,5 +176,9 @@ def find_fusions(graph, fusable_head) -> dict:
         act = _only_user(add, users)
         if act is not None and act.op in EPILOGUE_ACTS and act.src[0] is add and act.type == F32:
             fused.act_node = act
+        elif residual and node.op == "mul_mat" and add.is_contiguous():
+            fused.residual_node, fused.residual_views = _residual_after(add, users)
+            if fused.residual_node is not None and not ready(fused.residual):
+                fused.residual_node, fused.residual_views = None, ()
         fusions[id(node)] = fused
     return fusions

@@ -10,11 +10,13 @@ with one cuGraphLaunch. A new plan (or a changed graph) is captured again; when 
 launched one by one, the reason logged once.
 
 Fusion (fuse=True): a mul_mat whose only user is an add of an F32 bias vector over ne[0] (the CPU backend's
-find_fusions patterns) runs as one cuBLASLt GEMM with the BIAS epilogue writing the add's memory, a norm
+find_fusions patterns) runs as one cuBLASLt GEMM with the BIAS epilogue writing the add's memory (and, when
+the bias add's only user is an add of a same-shape residual, that residual as the GEMM's C matrix with
+beta = 1, writing the residual add's memory), a norm
 followed by mul(weight) and add(bias) (LayerNorm's affine) as one row kernel (norm_affine), and a 3x3 CWHN
 depthwise conv followed by add(bias) and optionally an activation as one conv_dw3_cwhn kernel; fused_groups
-gives the planner those [mul_mat, add], [norm, mul, add] and [conv_2d_dw, add(, act)] runs so the last node
-takes the head's block.
+gives the planner those [mul_mat, add(, add)], [norm, mul, add] and [conv_2d_dw, add(, act)] runs so the
+last node takes the head's block.
 """
 from __future__ import annotations
 
@@ -107,8 +109,9 @@ class CUDABackend(Backend):
 
     # -- fusion ------------------------------------------------------------------------------------
     def _fusions(self, graph) -> dict:
-        """{id(head): Epilogue} of the fused runs: mul_mat + bias add as one GEMM with the BIAS epilogue, and
-        norm -> mul(weight) -> add(bias) as one row kernel (any activation after them stays a node)."""
+        """{id(head): Epilogue} of the fused runs: mul_mat + bias add (+ a residual add, as cuBLASLt's C matrix)
+        as one GEMM with the BIAS epilogue, norm -> mul(weight) -> add(bias) as one row kernel (an activation
+        after them stays a node), a 3x3 CWHN conv_2d_dw + bias add (+ activation) as one kernel."""
         if not self.fuse:
             return {}
         out = {}
@@ -117,7 +120,7 @@ class CUDABackend(Backend):
             if n.op == "conv_2d_dw":
                 return kernels.family(n) is not None and kernels.conv.dw_fast(n) is not None
             return n.op in ("mul_mat", "norm") and kernels.family(n) is not None
-        for f in find_fusions(graph, fusable).values():
+        for f in find_fusions(graph, fusable, residual=True).values():
             if f.head.nelements > 0 and self._fusion_ok(f):
                 out[id(f.head)] = f
         return out
@@ -126,7 +129,7 @@ class CUDABackend(Backend):
     def _fusion_ok(f) -> bool:
         """Whether the fused kernel of `f` takes its layouts."""
         if f.head.op == "mul_mat":
-            return f.add_node.nb == f.head.nb
+            return f.add_node.nb == f.head.nb and (f.residual_node is None or f.head.is_contiguous())
         if f.head.op == "norm":
             return f.scale is not None and f.scale.type == F32 and f.scale.nb[0] == 4
         return all(n.is_contiguous() and n.type == F32 for n in f.nodes[1:])      # conv_2d_dw
@@ -137,7 +140,7 @@ class CUDABackend(Backend):
         bias (an activation after it stays a node: cuBLASLt's GELU is the tanh form); a norm with its affine."""
         if f.head.op == "conv_2d_dw":
             return f.nodes
-        return [n for n in (f.head, f.scale_node, f.add_node) if n is not None]
+        return [n for n in (f.head, f.scale_node, f.add_node, f.residual_node) if n is not None]
 
     def fused_groups(self, graph) -> list:
         fusions = self._fusions(graph)
@@ -171,6 +174,12 @@ class CUDABackend(Backend):
             others = [extent(s) for s in node.src[:2]]
             tp = self.temp_ptr(node)
             others.append((tp, tp + self.temp_size(node)))
+            r = f.residual
+            if r is not None:           # C: read by the GEMM, clear of D or exactly D (in place)
+                if not isinstance(r.buffer, CUDABuffer):
+                    return False
+                if extent(r) != (lo, hi):
+                    others.append(extent(r))
         return all(hi <= a or b <= lo for a, b in others)
 
     # -- evaluation --------------------------------------------------------------------------------
@@ -233,7 +242,7 @@ class CUDABackend(Backend):
                 elif node.op == "conv_2d_dw":
                     launches += kernels.conv.dw_steps(self, node, f)
                 else:
-                    launches += kernels.family(node).steps(self, node, f.add_node)
+                    launches += kernels.family(node).steps(self, node, f.add_node, f.residual_node, f.residual)
                 skipped.update(id(n) for n in self._fused_nodes(f)[1:])
                 continue
             launches += self._steps(node)

@@ -76,10 +76,11 @@ class Gemm:
     N is the columns of D per call (all the rows of b when they merge into one GEMM), `strides` the byte
     strides of A, B and D between the `batch` matrices of one strided-batched call, `bias` the device
     address of an F32 vector of M added to every column of D (cuBLASLt's BIAS epilogue), `dst` the tensor D
-    is laid out as (the node, or the add it is fused with)."""
+    is laid out as (the node, or the add it is fused with), `c_ptrs` (one per call) the C matrix laid out as
+    D and added with beta = 1 (a fused residual add); without it beta = 0."""
 
     def __init__(self, backend, node, name: str, a, b, N: int, ptrs: list, batch: int, strides: tuple,
-                 tf32: bool, workspace: int, bias: int | None = None, dst=None):
+                 tf32: bool, workspace: int, bias: int | None = None, dst=None, c_ptrs: list | None = None):
         self.node, self.name = node, name
         dst = node if dst is None else dst
         (_, ta, (ka, lda)), (_, _, (kb, ldb)) = a, b
@@ -106,7 +107,7 @@ class Gemm:
         for attr, v in ((P.MAX_WORKSPACE_BYTES, mm.WORKSPACE),
                         (P.MIN_ALIGNMENT_A_BYTES, _alignment([p[0] for p in ptrs], strides[:1])),
                         (P.MIN_ALIGNMENT_B_BYTES, _alignment([p[1] for p in ptrs], strides[1:2])),
-                        (P.MIN_ALIGNMENT_C_BYTES, _alignment([p[2] for p in ptrs], strides[2:])),
+                        (P.MIN_ALIGNMENT_C_BYTES, _alignment(c_ptrs or [p[2] for p in ptrs], strides[2:])),
                         (P.MIN_ALIGNMENT_D_BYTES, _alignment([p[2] for p in ptrs], strides[2:]))):
             _set(lt.matmul_preference_set_attribute, lt.get_matmul_preference_attribute_dtype, self.pref, attr, v)
         layouts = (self.a_layout, self.b_layout, self.d_layout)
@@ -118,11 +119,13 @@ class Gemm:
         if found[0] == 0:
             raise CudaError(f"cublasLt found no algorithm for node '{node.name}' (mul_mat {gtype.name}, "
                             f"M={M} N={N} K={K} batch={batch}{', bias' if bias is not None else ''})")
-        self.alpha, self.beta = np.ones(1, np.float32), np.zeros(1, np.float32)
+        self.alpha = np.ones(1, np.float32)
+        self.beta = np.ones(1, np.float32) if c_ptrs else np.zeros(1, np.float32)
         stream = int(backend.stream.handle)
+        c_ptrs = c_ptrs or [pd for _, _, pd in ptrs]
         self.calls = [(self.handle, self.desc, self.alpha.ctypes.data, pa_, self.a_layout, pb_, self.b_layout,
-                       self.beta.ctypes.data, pd, self.d_layout, pd, self.d_layout, self.algo.ptr, workspace,
-                       mm.WORKSPACE, stream) for pa_, pb_, pd in ptrs]
+                       self.beta.ctypes.data, pc, self.d_layout, pd, self.d_layout, self.algo.ptr, workspace,
+                       mm.WORKSPACE, stream) for (pa_, pb_, pd), pc in zip(ptrs, c_ptrs)]
 
     def at(self, i: int) -> Gemm:
         """A step running only call i (the descriptors and algorithm shared; self kept alive with it)."""
@@ -178,10 +181,11 @@ def plan_batches(ta, tb, kb: bool, ldb: int, d, ldd: int):
     return N, tb.ne[bdim], s[bdim], offsets
 
 
-def gemm_steps(backend, node, add=None) -> list:
+def gemm_steps(backend, node, add=None, residual_node=None, residual=None) -> list:
     """The steps of a mul_mat node: copies of operands cuBLASLt cannot read in place, then the GEMMs. With
     `add` (an add of an F32 bias vector over ne[0] fused after the node), D goes to add's memory with the bias
-    added by cuBLASLt's BIAS epilogue."""
+    added by cuBLASLt's BIAS epilogue; with `residual_node` too (an add of the contiguous `residual` after the
+    bias add, add and node contiguous), D goes to residual_node's memory and C = residual with beta = 1."""
     temp = backend.temp_ptr(node)
     gtype = mm.gemm_type(node)
     ops = [[tensor_ptr(t), t, mm.operand_layout(t, gtype)] for t in node.src[:2]]
@@ -192,12 +196,15 @@ def gemm_steps(backend, node, add=None) -> list:
         ops[i] = [temp + offset, c, (True, c.ne[0])]
     (pa, ta, _), (pb, tb, (kb, ldb)) = ops
     dst = node if add is None else add
-    pd = tensor_ptr(dst)
+    pd = tensor_ptr(dst if residual_node is None else residual_node)
     ldd = dst.nb[1] // F32.size if dst.ne[1] > 1 else dst.ne[0]
     N, batch, strides, offsets = plan_batches(ta, tb, kb, ldb, dst, ldd)
     ptrs = [(pa + oa, pb + ob, pd + od) for oa, ob, od in offsets]
+    c_ptrs = None if residual_node is None else [tensor_ptr(residual) + od for _, _, od in offsets]
     tf32 = gtype == F32 and backend.allow_tf32
-    name = mm.kernel_name(node) + ("_tf32" if tf32 else "") + ("+bias" if add is not None else "")
+    name = (mm.kernel_name(node) + ("_tf32" if tf32 else "") + ("+bias" if add is not None else "")
+            + ("+residual" if residual_node is not None else ""))
     bias = tensor_ptr(add.src[1]) if add is not None else None
-    steps.append(Gemm(backend, node, name, ops[0], ops[1], N, ptrs, batch, strides, tf32, temp, bias, dst))
+    steps.append(Gemm(backend, node, name, ops[0], ops[1], N, ptrs, batch, strides, tf32, temp, bias, dst,
+                      c_ptrs))
     return steps

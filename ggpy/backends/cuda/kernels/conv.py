@@ -126,8 +126,8 @@ template <> __device__ __forceinline__ void DwVec<4>::load<float>(const char* p,
     const float4 q = *(const float4*)p; v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
 }
 template <typename TA, typename TB, int VEC, int S> __device__ void conv_dw3_cwhn(const Args& a) {
-    constexpr int K = 3, TW = 4, NIN = (TW - 1) * S + K;
-    int s0, s1, d0, q0, q1, d1; unpack3(a.p0, s0, s1, d0); unpack3(a.p1, q0, q1, d1);
+    constexpr int K = 3, TW = 4, NIN = (TW - 1) * S + K;         // TW: DW3_TW in Python
+    int q0, q1, d1; unpack3(a.p1, q0, q1, d1);                    // paddings (strides S, dilations 1)
     const int C = (int)a.ne[2], OW = (int)a.ne[0], OH = (int)a.ne[1];
     const int IW = (int)a.ne1[0], IH = (int)a.ne1[1];
     const int CG = C / VEC, TWN = (OW + TW - 1) / TW;
@@ -170,9 +170,10 @@ template <typename TA, typename TB, int VEC, int S> __device__ void conv_dw3_cwh
             #pragma unroll
             for (int o = 0; o < TW; ++o) {
                 const int kw = j - o * S;
-                if (kw >= 0 && kw < K)
+                if (kw >= 0 && kw < K) {
                     #pragma unroll
                     for (int v = 0; v < VEC; ++v) acc[o][v] += w[kh * K + kw][v] * in[v];
+                }
             }
         }
     }

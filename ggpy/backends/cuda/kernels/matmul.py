@@ -96,7 +96,8 @@ def temp_size(node) -> int:
     return WORKSPACE + sum(_align(c.nbytes) for _, _, c in conversions(node))
 
 
-def steps(backend, node, add=None) -> list:
-    """The node's cuBLASLt steps; with `add` (a bias add fused after it) D goes to add's memory, bias added."""
+def steps(backend, node, add=None, residual_node=None, residual=None) -> list:
+    """The node's cuBLASLt steps; with `add` (a bias add fused after it) D goes to add's memory, bias added;
+    with `residual_node` (an add of `residual` after that) D = A B + bias + residual goes to its memory."""
     from ..cublas import gemm_steps
-    return gemm_steps(backend, node, add)
+    return gemm_steps(backend, node, add, residual_node, residual)

@@ -1,0 +1,250 @@
+"""SAM's predictor on ggpy: encode an image once, then decode masks for any number of prompts.
+
+`Predictor` mirrors mobile_sam's SamPredictor (same inputs, outputs and post-processing). The image embedding
+lives in a tensor of the backend's memory, written once per image; the prompt encoder + mask decoder graph is
+built and planned once per prompt shape (number of sparse tokens, mask input or not) and re-evaluated per
+prompt. Graphs run through a Scheduler so that an op the backend lacks (sin and cos on CUDA) runs on the CPU.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import ggpy
+
+from .mask_decoder import DecoderParams, predict_masks
+from .preprocess import resized_shape
+from .prompt_encoder import (
+    KIND_BOX_BOTTOM_RIGHT,
+    KIND_BOX_TOP_LEFT,
+    KIND_NOT_A_POINT,
+    dense_positional_encoding,
+    grid_coords,
+    sparse_embeddings,
+)
+from .runner import ImageEncoder
+
+MASK_THRESHOLD = 0.0
+
+
+class PromptError(ValueError):
+    """A prompt the predictor cannot use; the message says what was given and what was expected."""
+
+
+def best_mask_index(iou_predictions) -> int:
+    """Index of the mask with the highest predicted IoU (the first on ties)."""
+    return int(np.argmax(np.asarray(iou_predictions)))
+
+
+# -- post-processing ------------------------------------------------------------------------------------
+def bilinear_matrix(out_size: int, in_size: int) -> np.ndarray:
+    """float64 (out_size, in_size) matrix R of F.interpolate(mode="bilinear", align_corners=False) along one
+    axis (out = R @ in), its weights computed in float32 as PyTorch's CPU kernel does."""
+    f32 = np.float32
+    scale = f32(in_size) / f32(out_size)
+    src = np.maximum(scale * (np.arange(out_size, dtype=f32) + f32(0.5)) - f32(0.5), f32(0))
+    i0 = np.minimum(src.astype(np.int64), in_size - 1)
+    i1 = np.minimum(i0 + 1, in_size - 1)
+    w1 = np.clip(src - i0.astype(f32), f32(0), f32(1))
+    r = np.zeros((out_size, in_size))
+    rows = np.arange(out_size)
+    np.add.at(r, (rows, i0), f32(1) - w1)
+    np.add.at(r, (rows, i1), w1)
+    return r
+
+
+def postprocess_matrix(original: int, resized: int, image_size: int, mask_size: int) -> np.ndarray:
+    """float32 (original, mask_size): SAM's postprocess_masks along one axis (low-res mask -> image_size,
+    crop to the resized image, -> original size) as one linear map."""
+    return (bilinear_matrix(original, resized) @ bilinear_matrix(image_size, mask_size)[:resized]).astype(np.float32)
+
+
+# -- prompts -----------------------------------------------------------------------------------------------
+def _points(point_coords, point_labels, width: int, height: int):
+    """Checked (N, 2) float64 coordinates and (N,) int labels."""
+    if point_labels is None:
+        raise PromptError("point_coords were given without point_labels; expected one label (1 foreground, "
+                          "0 background) per point")
+    coords = np.asarray(point_coords, dtype=np.float64)
+    labels = np.asarray(point_labels)
+    if coords.ndim != 2 or coords.shape[1] != 2 or coords.shape[0] == 0:
+        raise PromptError(f"point_coords has shape {coords.shape}; expected (N, 2) x, y pixel coordinates with "
+                          "N >= 1 (None for no points)")
+    if labels.shape != (coords.shape[0],):
+        raise PromptError(f"point_labels has shape {labels.shape} for {coords.shape[0]} point(s); expected "
+                          f"({coords.shape[0]},), one label per point")
+    if not np.all((labels == 0) | (labels == 1)):
+        raise PromptError(f"point_labels are {labels.tolist()}; expected 1 (foreground) or 0 (background)")
+    for i, (x, y) in enumerate(coords):
+        if not (0 <= x <= width and 0 <= y <= height):
+            raise PromptError(f"point {i} at ({x:g}, {y:g}) lies outside the {width}x{height} image; expected "
+                              f"0 <= x <= {width} and 0 <= y <= {height}")
+    return coords, labels.astype(np.int32)
+
+
+def _box(box, width: int, height: int) -> np.ndarray:
+    """Checked (2, 2) float64 corners (x0, y0), (x1, y1)."""
+    b = np.asarray(box, dtype=np.float64)
+    if b.shape not in ((4,), (1, 4)):
+        raise PromptError(f"box has shape {b.shape}; expected (4,): x0, y0, x1, y1 in pixels")
+    x0, y0, x1, y1 = b.ravel()
+    if not (np.isfinite(b).all() and 0 <= x0 <= width and 0 <= x1 <= width and 0 <= y0 <= height
+            and 0 <= y1 <= height):
+        raise PromptError(f"box ({x0:g}, {y0:g}, {x1:g}, {y1:g}) lies outside the {width}x{height} image; expected "
+                          f"0 <= x <= {width} and 0 <= y <= {height}")
+    if x1 < x0 or y1 < y0:
+        raise PromptError(f"box ({x0:g}, {y0:g}, {x1:g}, {y1:g}) has x1 < x0 or y1 < y0; expected x0 <= x1 and "
+                          "y0 <= y1 (x0, y0, x1, y1)")
+    return b.reshape(2, 2)
+
+
+def sparse_prompt(point_coords, point_labels, box, original_size, input_size):
+    """(coords (N, 2) float32 in the encoder input's pixels, kinds (N,) int32, keep (N, 1) float32) of SAM's
+    sparse tokens: the points (with SAM's padding point when there is no box), then the two box corners."""
+    height, width = original_size
+    scale = np.array([input_size[1] / width, input_size[0] / height])       # ResizeLongestSide.apply_coords
+    coords, kinds = [np.zeros((0, 2))], [np.zeros(0, np.int32)]
+    if point_coords is not None:
+        xy, labels = _points(point_coords, point_labels, width, height)
+        coords.append(xy * scale)
+        kinds.append(labels + 1)                                              # label + 1: KIND_NEGATIVE/POSITIVE
+        if box is None:
+            coords.append(np.zeros((1, 2)))
+            kinds.append(np.array([KIND_NOT_A_POINT], np.int32))
+    elif point_labels is not None:
+        raise PromptError("point_labels were given without point_coords; expected both or neither")
+    if box is not None:
+        coords.append(_box(box, width, height) * scale)
+        kinds.append(np.array([KIND_BOX_TOP_LEFT, KIND_BOX_BOTTOM_RIGHT], np.int32))
+    kinds = np.concatenate(kinds)
+    keep = (kinds != KIND_NOT_A_POINT).astype(np.float32).reshape(-1, 1)
+    return np.concatenate(coords).astype(np.float32), kinds, keep
+
+
+def mask_prompt(mask_input, size: int):
+    """The checked low-resolution mask input as float32 (size, size), or None."""
+    if mask_input is None:
+        return None
+    m = np.asarray(mask_input, dtype=np.float32)
+    if m.shape not in ((1, size, size), (size, size)):
+        raise PromptError(f"mask_input has shape {m.shape}; expected (1, {size}, {size}) low-resolution logits "
+                          "(one of the low_res_logits of an earlier predict)")
+    return m.reshape(size, size)
+
+
+# -- graphs --------------------------------------------------------------------------------------------------
+def _schedule(graph, backends):
+    sched = ggpy.Scheduler(backends)
+    sched.alloc_graph(graph)
+    return sched
+
+
+class DecoderGraph:
+    """The prompt encoder + mask decoder graph of one prompt shape, planned once and re-evaluated per prompt."""
+
+    def __init__(self, model, hp: DecoderParams, backends, image, image_pe, n_sparse: int, with_mask: bool):
+        ctx = ggpy.Context()
+        sparse = self.coords = self.kinds = self.keep = self.mask = None
+        if n_sparse:
+            self.coords = ctx.new_tensor(ggpy.F32, (2, n_sparse)).set_name("coords").set_input()
+            self.kinds = ctx.new_tensor(ggpy.I32, (n_sparse,)).set_name("kinds").set_input()
+            self.keep = ctx.new_tensor(ggpy.F32, (1, n_sparse)).set_name("keep").set_input()
+            sparse = sparse_embeddings(model, self.coords, self.kinds, self.keep, hp.image_size)
+        if with_mask:
+            s = hp.mask_size
+            self.mask = ctx.new_tensor(ggpy.F32, (s, s, 1, 1)).set_name("mask_input").set_input()
+        self.masks, self.iou = predict_masks(model, hp, image, image_pe, sparse, self.mask)
+        self.graph = ggpy.Graph().build_forward_expand(self.masks).build_forward_expand(self.iou)
+        self.sched = _schedule(self.graph, backends)
+
+    @property
+    def plans(self) -> tuple:
+        """The memory plan of each backend's part of the graph (the same objects while it is not re-planned)."""
+        return tuple(sp.graph.plan for sp in self.sched.splits)
+
+    def run(self, coords, kinds, keep, mask):
+        """Evaluate on one prompt (arrays as sparse_prompt and mask_prompt make them) -> (low-res logits
+        float32 (M, 4E, 4E), IoU predictions float32 (M,)) of all M mask tokens."""
+        if self.coords is not None:
+            self.coords.set(coords)
+            self.kinds.set(kinds)
+            self.keep.set(keep)
+        if self.mask is not None:
+            self.mask.set(mask.reshape(1, 1, *mask.shape))
+        self.sched.compute(self.graph)
+        return self.masks.numpy(), self.iou.numpy().reshape(-1)
+
+
+class Predictor:
+    """SamPredictor on ggpy: set_image once per image, predict once per prompt."""
+
+    def __init__(self, model_path, backend="cpu", n_threads=None, tf32=False, cuda_graphs=True):
+        """backend: 'cpu', 'cuda', 'cuda:N' or a Backend; the encoder and the decoder share it. tf32 and
+        cuda_graphs as for runner.ImageEncoder."""
+        self.encoder = ImageEncoder(model_path, backend, n_threads, tf32, cuda_graphs)
+        self.model = self.encoder.model
+        self.hp = DecoderParams.from_metadata(self.model.metadata)
+        main = self.encoder.backend
+        self.backends = [main] if isinstance(main, ggpy.CPUBackend) else [main, ggpy.CPUBackend(n_threads)]
+        ctx = ggpy.Context()
+        d, e = self.hp.embed_dim, self.hp.embed_size
+        self.image_embedding = ctx.new_tensor(ggpy.F32, (d, e, e)).set_name("image_embedding")
+        self.image_pe = ctx.new_tensor(ggpy.F32, (d, e, e)).set_name("image_pe")
+        self._buffer = ggpy.alloc_ctx_tensors(ctx, main)
+        self.image_pe.set(self._dense_pe())
+        self.decoders = {}            # (n_sparse, with_mask) -> DecoderGraph
+        self.original_size = self.input_size = None
+        self._rows = self._cols = None
+        self.last_timings = {}
+
+    def _dense_pe(self) -> np.ndarray:
+        """SAM's dense positional encoding of the embedding grid, float32 (E, E, D): a tiny graph, run once."""
+        e = self.hp.embed_size
+        grid = ggpy.Context().new_tensor(ggpy.F32, (2, e * e)).set_name("grid").set_input()
+        pe = dense_positional_encoding(self.model, grid)
+        graph = ggpy.Graph().build_forward_expand(pe)
+        sched = _schedule(graph, self.backends)
+        grid.set(grid_coords(e))
+        sched.compute(graph)
+        return pe.numpy()
+
+    def set_image(self, image: np.ndarray) -> None:
+        """Encode a uint8 (H, W, 3) RGB image; its embedding serves every later predict."""
+        image = np.asarray(image)
+        embedding = self.encoder.encode(image)                                    # (1, D, E, E)
+        self.image_embedding.set(np.ascontiguousarray(embedding[0].transpose(1, 2, 0)))
+        h, w = image.shape[:2]
+        s = self.hp.image_size
+        self.original_size, self.input_size = (h, w), resized_shape(h, w, s)
+        self._rows = postprocess_matrix(h, self.input_size[0], s, self.hp.mask_size)
+        self._cols = postprocess_matrix(w, self.input_size[1], s, self.hp.mask_size)
+
+    def decoder(self, n_sparse: int, with_mask: bool) -> DecoderGraph:
+        """The planned graph of this prompt shape, built on first use."""
+        key = (n_sparse, with_mask)
+        if key not in self.decoders:
+            self.decoders[key] = DecoderGraph(self.model, self.hp, self.backends, self.image_embedding,
+                                              self.image_pe, n_sparse, with_mask)
+        return self.decoders[key]
+
+    def predict(self, point_coords=None, point_labels=None, box=None, mask_input=None,
+                multimask_output=True, return_logits=False):
+        """As mobile_sam.SamPredictor.predict: point_coords (N, 2) x, y in original-image pixels, point_labels
+        (N,) 1/0, box (4,) x0 y0 x1 y1, mask_input (1, 256, 256) low-res logits of an earlier call.
+        Returns masks (C, H, W) bool (float32 logits if return_logits), iou_predictions (C,) float32,
+        low_res_logits (C, 256, 256) float32; C = 3 with multimask_output else 1. Bad prompts raise PromptError."""
+        if self.original_size is None:
+            raise RuntimeError("no image is set: call set_image(image) before predict")
+        coords, kinds, keep = sparse_prompt(point_coords, point_labels, box, self.original_size, self.input_size)
+        mask = mask_prompt(mask_input, self.hp.mask_size)
+        t0 = time.perf_counter()
+        low_res, iou = self.decoder(len(kinds), mask is not None).run(coords, kinds, keep, mask)
+        chosen = slice(1, None) if multimask_output else slice(0, 1)
+        low_res, iou = low_res[chosen], iou[chosen]
+        t1 = time.perf_counter()
+        masks = self._rows @ low_res @ self._cols.T                               # (C, H, W) logits
+        if not return_logits:
+            masks = masks > MASK_THRESHOLD
+        self.last_timings = {"decode": t1 - t0, "postprocess": time.perf_counter() - t1}
+        return masks, iou, low_res

@@ -148,6 +148,8 @@ def _describe_prompt(coords, labels, box) -> str:
 
 
 def cmd_segment(args):
+    """Check the prompt, encode the image, predict twice (the second call times a prompt once everything is
+    built and compiled), report and write the best mask."""
     coords, labels, box = prompt_arrays(args.point, args.label, args.box)
     image = load_image(args.image)
     kinds = sparse_prompt(coords, labels, box, image.shape[:2], image.shape[:2])[1]  # checked before loading

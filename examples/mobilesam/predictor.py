@@ -160,7 +160,8 @@ class DecoderGraph:
 
     @property
     def plans(self) -> tuple:
-        """The memory plan of each backend's part of the graph (the same objects while it is not re-planned)."""
+        """The memory plan of each split (splits on one backend share its plan); the same objects as long as the
+        graph is not re-planned."""
         return tuple(sp.graph.plan for sp in self.sched.splits)
 
     def run(self, coords, kinds, keep, mask):

@@ -266,29 +266,60 @@ def test_norm_affine_fused(backend, n):
 @pytest.mark.parametrize("order", ["residual_first", "residual_second"])
 def test_mul_mat_bias_residual(blas_backend, order, wtype):
     """mul_mat -> add(bias) -> reshape -> add(residual) is one GEMM: BIAS epilogue, the residual as cuBLASLt's C
-    matrix (beta = 1), D in the residual add's memory; an activation after it stays a node."""
+    matrix (beta = 1), D written over the residual (the plan's in-place residual add); an activation after it
+    stays a node."""
     ctx = ggpy.Context()
     w = ctx.new_tensor(wtype, (64, 40)).set_input()
     x = ctx.new_tensor(ggpy.F32, (64, 30, 3)).set_input()
     bias = ctx.new_tensor(ggpy.F32, (40,)).set_input()
-    r = ctx.new_tensor(ggpy.F32, (40, 10, 9)).set_input()
+    r_in = ctx.new_tensor(ggpy.F32, (40, 10, 9)).set_input()
+    r = ggpy.scale(r_in, 1.0)                                   # computed (an input is never overwritten)
     v = ggpy.reshape_3d(ggpy.add(ggpy.mul_mat(w, x), bias), 40, 10, 9)
     y = ggpy.gelu_erf(ggpy.add(r, v) if order == "residual_first" else ggpy.add(v, r))
     graph = ggpy.Graph()
+    graph.build_forward_expand(r)
     graph.build_forward_expand(y)
     ggpy.GraphAllocator(blas_backend).alloc_graph(graph)
     rng = np.random.default_rng(6)
-    vals = {t: rng.standard_normal(t.shape).astype(np.float32) for t in (w, x, bias, r)}
+    vals = {t: rng.standard_normal(t.shape).astype(np.float32) for t in (w, x, bias, r_in)}
     for t, val in vals.items():
         t.set(val)
     blas_backend.compute(graph)
     names = [st.name for st in blas_backend.program(graph)]
     assert names[-2:] == [f"cublaslt_{wtype.name.lower()}_f32+bias+residual", "gelu_erf_c_f32"]
     wv = vals[w].astype(np.float16) if wtype == ggpy.F16 else vals[w]
-    ref = _np_mul_mat(wv[None, None], vals[x][None]).reshape(vals[r].shape) + vals[bias] + vals[r]
+    ref = _np_mul_mat(wv[None, None], vals[x][None]).reshape(vals[r_in].shape) + vals[bias] + vals[r_in]
     from math import erf
     ref = 0.5 * ref * (1 + np.vectorize(erf)(ref / np.sqrt(2)))
     assert np.allclose(y.numpy(), ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["residual is an input", "residual read later"])
+def test_residual_not_in_place_is_not_fused(blas_backend, case):
+    """The residual add stays a node when D could not be written over the residual: an input (never reused in
+    place), or a residual read again after the GEMM."""
+    ctx = ggpy.Context()
+    w = ctx.new_tensor(ggpy.F32, (16, 8)).set_input()
+    x = ctx.new_tensor(ggpy.F32, (16, 12)).set_input()
+    bias = ctx.new_tensor(ggpy.F32, (8,)).set_input()
+    r_in = ctx.new_tensor(ggpy.F32, (8, 12)).set_input()
+    r = r_in if case == "residual is an input" else ggpy.scale(r_in, 1.0)
+    graph = ggpy.Graph()
+    graph.build_forward_expand(r)
+    y = ggpy.add(ggpy.add(ggpy.mul_mat(w, x), bias), r)
+    if case == "residual read later":
+        y = ggpy.mul(y, r)
+    graph.build_forward_expand(y)
+    ggpy.GraphAllocator(blas_backend).alloc_graph(graph)
+    rng = np.random.default_rng(11)
+    vals = {t: rng.standard_normal(t.shape).astype(np.float32) for t in (w, x, bias, r_in)}
+    for t, val in vals.items():
+        t.set(val)
+    blas_backend.compute(graph)
+    names = [st.name for st in blas_backend.program(graph)]
+    assert "cublaslt_f32_f32+bias" in names and "add_c_f32_f32" in names
+    hv = vals[x].astype(np.float64) @ vals[w].T.astype(np.float64) + vals[bias] + vals[r_in]
+    assert np.allclose(y.numpy(), hv * vals[r_in] if case == "residual read later" else hv, atol=1e-4)
 
 
 def test_residual_read_twice_is_not_fused(blas_backend):
@@ -362,3 +393,44 @@ def test_add_broadcast_block(backend, bne, flat):
     assert backend.kernel_name(y) == ("add_c_f32_f32" if flat else "add_f32_f32")
     assert backend.program(graph)[0].args.iop == (kernels.elementwise._inner(y) if flat else 1)
     assert np.allclose(y.numpy(), av + bv, atol=1e-6)
+
+
+@pytest.mark.parametrize("n,heads,hd,nw,mtype", [(49, 4, 32, 3, ggpy.F32), (196, 5, 32, 2, ggpy.F32),
+                                                  (50, 3, 16, 2, ggpy.F16), (70, 2, 64, 1, ggpy.F32),
+                                                  (33, 2, 32, 2, None), (9, 2, 16, 2, ggpy.F32)])
+def test_window_attention_fused(blas_backend, n, heads, hd, nw, mtype):
+    """TinyViT's windowed attention (qkv split per head, k.q, soft_max with a per-head bias table broadcast over
+    windows and a scale, v.p, heads back together by permute + cont) is one win_attn kernel writing the cont's
+    memory when n >= hd (else the GEMMs, soft_max and copy run); float64 reference."""
+    c = heads * hd
+    ctx = ggpy.Context()
+    qkv = ctx.new_tensor(ggpy.F32, (3 * c, n, nw)).set_input()
+    mask = ctx.new_tensor(mtype, (n, n, heads)).set_input() if mtype else None
+
+    def part(i):
+        return ggpy.view_4d(qkv, hd, heads, n, nw, 3 * hd * 4, qkv.nb[1], qkv.nb[2], i * hd * 4)
+    q, k = ggpy.permute(part(0), 0, 2, 1, 3), ggpy.permute(part(1), 0, 2, 1, 3)
+    v_t = ggpy.permute(part(2), 1, 2, 0, 3)
+    p = ggpy.soft_max_ext(ggpy.mul_mat(k, q), mask, hd ** -0.5) if mtype else ggpy.soft_max(ggpy.mul_mat(k, q))
+    y = ggpy.cont_3d(ggpy.permute(ggpy.mul_mat(v_t, p), 0, 2, 1, 3), c, n, nw)
+    graph = ggpy.Graph()
+    graph.build_forward_expand(y)
+    ggpy.GraphAllocator(blas_backend).alloc_graph(graph)
+    rng = np.random.default_rng(10)
+    qkv.set(rng.standard_normal(qkv.shape).astype(np.float32) * 2)
+    if mtype:
+        mask.set(rng.uniform(-2, 2, mask.shape).astype(np.float32))
+    blas_backend.compute(graph)
+    names = [st.name for st in blas_backend.program(graph)]
+    if n >= hd:
+        assert names == [f"win_attn_hd{hd}_{(mtype or ggpy.F32).name.lower()}"]
+    else:
+        assert not any(name.startswith("win_attn") for name in names)
+    t = qkv.numpy().astype(np.float64).reshape(nw, n, heads, 3, hd)
+    qv, kv, vv = t[..., 0, :], t[..., 1, :], t[..., 2, :]
+    s = np.einsum("wihd,wjhd->whij", qv, kv)
+    if mtype:
+        s = s * hd ** -0.5 + mask.numpy().astype(np.float64)[None]
+    e = np.exp(s - s.max(-1, keepdims=True))
+    ref = np.einsum("whij,wjhd->wihd", e / e.sum(-1, keepdims=True), vv).reshape(nw, n, c)
+    np.testing.assert_allclose(y.numpy(), ref, rtol=1e-4, atol=1e-5)

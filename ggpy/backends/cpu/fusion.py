@@ -93,6 +93,12 @@ def _only_user(node, users):
     return readers[0] if len(readers) == 1 else None
 
 
+def only_user(node, users):
+    """The single node reading `node` (views count as readers; None for outputs and several readers), with
+    `users` from consumers(graph): for backends matching patterns of their own."""
+    return _only_user(node, users)
+
+
 def _same_order_view(view, head) -> bool:
     """A view that reads head's memory from its start in memory order (contiguous strides)."""
     return (view is head or (view.view_src is head and view.view_offs == 0 and view.is_contiguous()

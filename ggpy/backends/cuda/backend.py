@@ -11,12 +11,13 @@ launched one by one, the reason logged once.
 
 Fusion (fuse=True): a mul_mat whose only user is an add of an F32 bias vector over ne[0] (the CPU backend's
 find_fusions patterns) runs as one cuBLASLt GEMM with the BIAS epilogue writing the add's memory (and, when
-the bias add's only user is an add of a same-shape residual, that residual as the GEMM's C matrix with
-beta = 1, writing the residual add's memory), a norm
-followed by mul(weight) and add(bias) (LayerNorm's affine) as one row kernel (norm_affine), and a 3x3 CWHN
-depthwise conv followed by add(bias) and optionally an activation as one conv_dw3_cwhn kernel; fused_groups
-gives the planner those [mul_mat, add(, add)], [norm, mul, add] and [conv_2d_dw, add(, act)] runs so the
-last node takes the head's block.
+the bias add's only user is an add of a same-shape residual that the plan put in place of the residual and
+nothing later reads, that residual as the GEMM's C matrix with beta = 1, D written over it); a norm followed by mul(weight) and add(bias) (LayerNorm's
+affine) as one row kernel (norm_affine); a 3x3 CWHN depthwise conv followed by add(bias) and optionally an
+activation as one conv_dw3_cwhn kernel; windowed attention (mul_mat(k, q) -> soft_max -> mul_mat(v^T, p) ->
+permute -> cont) as one win_attn kernel (kernels/attention.py). fused_groups gives the planner those runs
+([mul_mat, add], [norm, mul, add], [conv_2d_dw, add(, act)], [mul_mat, soft_max, mul_mat, cont]) so
+each node takes the block of the one before and the fused kernel writes the last one's memory.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from ...errors import AllocationError, CudaError, UnsupportedOpError
 from ...types import F32
 from ..base import Backend
-from ..cpu.fusion import find_fusions
+from ..cpu.fusion import consumers, find_fusions, only_user
 from . import kernels
 from .buffer import CUDABuffer, CUDABufferType
 from .compiler import Module, compile_cubin
@@ -123,6 +124,9 @@ class CUDABackend(Backend):
         for f in find_fusions(graph, fusable, residual=True).values():
             if f.head.nelements > 0 and self._fusion_ok(f):
                 out[id(f.head)] = f
+        users = consumers(graph)
+        for key, f in kernels.attention.find(graph, lambda n: only_user(n, users)).items():
+            out.setdefault(key, f)
         return out
 
     @staticmethod
@@ -138,19 +142,38 @@ class CUDABackend(Backend):
     def _fused_nodes(f) -> list:
         """The nodes one fused kernel computes: a depthwise conv with its bias and activation; a GEMM with its
         bias (an activation after it stays a node: cuBLASLt's GELU is the tanh form); a norm with its affine."""
-        if f.head.op == "conv_2d_dw":
+        if f.head.op == "conv_2d_dw" or isinstance(f, kernels.attention.AttnFusion):
             return f.nodes
-        return [n for n in (f.head, f.scale_node, f.add_node, f.residual_node) if n is not None]
+        return [n for n in (f.head, f.scale_node, f.add_node) if n is not None]
+
+    @staticmethod
+    def _residual_in_place(f, graph, users, position) -> bool:
+        """Whether a GEMM may add f's residual as its C matrix and write D over it, at the head's turn: the plan
+        put the residual add in place of the residual (C == D; the planner's own in-place rule, so the fused run
+        costs no memory), and nothing after the head reads the residual's memory but the residual add."""
+        rn, r = f.residual_node, f.residual
+        if rn is None or not isinstance(rn.buffer, CUDABuffer) or not isinstance(r.buffer, CUDABuffer):
+            return False
+        if tensor_ptr(rn) != tensor_ptr(r):
+            return False
+        base = r.view_src if r.view_src is not None else r
+        shared = [base] + [n for n in graph.nodes if n.view_src is base]
+        at = position[id(f.head)]
+        return all(reader is rn or reader.view_src is base or position[id(reader)] < at
+                   for t in shared for reader in users.get(id(t), []))
 
     def fused_groups(self, graph) -> list:
         fusions = self._fusions(graph)
         return [self._fused_nodes(fusions[id(n)]) for n in graph.nodes if id(n) in fusions]
 
-    def _can_fuse(self, node, f) -> bool:
-        """Whether the fused kernel may write the add's memory: everything on this GPU, the bias 16-byte
-        aligned, and the add's memory clear of the head's operands and scratch (a plan made without
-        fused_groups); a norm may write its source's memory when the layouts match (each row read first)."""
-        add = self._fused_nodes(f)[-1]
+    def _can_fuse(self, node, f, residual_node=None) -> bool:
+        """Whether the fused kernel may write the add's memory (residual_node's, given): everything on this
+        GPU, the bias 16-byte aligned, and the add's memory clear of the head's operands and scratch (a plan
+        made without fused_groups); a norm may write its source's memory when the layouts match (each row
+        read first), a GEMM its residual's (C == D)."""
+        if isinstance(f, kernels.attention.AttnFusion):
+            return self._can_fuse_attention(f)
+        add = residual_node if residual_node is not None else self._fused_nodes(f)[-1]
         extra = [f.bias] + ([f.scale] if f.scale is not None else [])
         tensors = [node, add] + extra + list(node.src[:1 if node.op == "norm" else 2])
         if any(not isinstance(t.buffer, CUDABuffer) for t in tensors):
@@ -174,13 +197,28 @@ class CUDABackend(Backend):
             others = [extent(s) for s in node.src[:2]]
             tp = self.temp_ptr(node)
             others.append((tp, tp + self.temp_size(node)))
-            r = f.residual
+            r = f.residual if residual_node is not None else None
             if r is not None:           # C: read by the GEMM, clear of D or exactly D (in place)
                 if not isinstance(r.buffer, CUDABuffer):
                     return False
                 if extent(r) != (lo, hi):
                     others.append(extent(r))
         return all(hi <= a or b <= lo for a, b in others)
+
+    @staticmethod
+    def _can_fuse_attention(f) -> bool:
+        """win_attn: every operand on this GPU, q, k, v 16-byte aligned, the cont's memory clear of them all."""
+        srcs = [t for t in (f.q, f.k, f.v, f.mask) if t is not None]
+        if any(not isinstance(t.buffer, CUDABuffer) for t in srcs + [f.cont]):
+            return False
+        if any(tensor_ptr(t) % 16 for t in (f.q, f.k, f.v, f.cont)):
+            return False
+
+        def extent(t):
+            p = tensor_ptr(t)
+            return p, p + sum((n - 1) * b for n, b in zip(t.ne, t.nb)) + t.type.size
+        lo, hi = extent(f.cont)
+        return all(hi <= a or b <= lo for a, b in map(extent, srcs))
 
     # -- evaluation --------------------------------------------------------------------------------
     def launch(self, node, name: str, dst_ptr: int, dst, srcs: list, params: tuple = (), config=None,
@@ -231,18 +269,27 @@ class CUDABackend(Backend):
         if cached is not None and cached[0] == key:
             return cached[1]
         fusions = self._fusions(graph)
+        users, position = consumers(graph), {id(n): i for i, n in enumerate(graph.nodes)}
         launches, skipped = [], set()
         for node in graph.nodes:
             if id(node) in skipped:
                 continue
             f = fusions.get(id(node))
-            if f is not None and node.buffer is not None and self._can_fuse(node, f):
-                if node.op == "norm":
+            res = None
+            if getattr(f, "residual_node", None) is not None and self._residual_in_place(f, graph, users, position):
+                res = f.residual_node
+            if f is not None and node.buffer is not None and self._can_fuse(node, f, res):
+                if res is not None:
+                    skipped.add(id(res))
+                if isinstance(f, kernels.attention.AttnFusion):
+                    launches += kernels.attention.steps(self, f)
+                elif node.op == "norm":
                     launches += kernels.rows.norm_affine_steps(self, node, f)
                 elif node.op == "conv_2d_dw":
                     launches += kernels.conv.dw_steps(self, node, f)
                 else:
-                    launches += kernels.family(node).steps(self, node, f.add_node, f.residual_node, f.residual)
+                    launches += kernels.family(node).steps(self, node, f.add_node, res,
+                                                            f.residual if res is not None else None)
                 skipped.update(id(n) for n in self._fused_nodes(f)[1:])
                 continue
             launches += self._steps(node)

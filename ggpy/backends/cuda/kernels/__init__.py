@@ -6,7 +6,7 @@ indexing), and `steps(backend, node)` (Python-side steps that run the node inste
 cuBLASLt). Pure Python: importing them needs no cuda-python."""
 from __future__ import annotations
 
-from . import conv, copies, elementwise, extra, layout, matmul, pool, rows
+from . import attention, conv, copies, elementwise, extra, layout, matmul, pool, rows
 from .common import HEADER
 
 FAMILIES = (elementwise, copies, rows, layout, matmul, conv, pool, extra)
@@ -16,7 +16,7 @@ FAMILY_OF = {op: fam for fam in FAMILIES for op in fam.OPS}
 
 def source() -> str:
     """All kernels in one translation unit (one NVRTC compile, one cached cubin)."""
-    return HEADER + "".join(f.source() for f in FAMILIES)
+    return HEADER + "".join(f.source() for f in FAMILIES) + attention.source()
 
 
 def family(node):

@@ -1,0 +1,229 @@
+"""Windowed attention as one kernel: mul_mat(k, q) -> soft_max(scale, mask) -> mul_mat(v^T, p) -> permute ->
+cont (MobileSAM's TinyViT blocks: 49 or 196 tokens per window, heads of 32) runs as `win_attn`, writing the
+cont's memory, instead of two batched GEMM loops over the heads, a softmax pass and a copy.
+
+q, k: ne = (HD, N, heads, nW) with HD contiguous; v^T: ne = (N, HD, heads, nW) (v's rows HD-contiguous); the
+mask (optional, F32/F16) ne = (N, >= N, mh, mw) broadcast over heads and windows as soft_max's; the result
+(HD, heads, N, nW) in the cont's contiguous memory. One block of 128 threads takes 32 queries of one (window,
+head); each query is split over 4 adjacent lanes that walk every fourth key of 64-key chunks staged in shared
+memory, with an online softmax (running max, sum and P.V accumulator in registers), then combine by shuffles.
+Math in F32 (TF32 and F16-weight plans too). Not a family of its own: the backend finds the pattern
+(`find`) and calls `steps`.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+from ....types import F16, F32
+from .common import C_TYPES, SUFFIX
+
+HEAD_DIMS = (16, 32, 64)
+QUERIES = 32            # queries per block (4 lanes each: 128 threads)
+KEYS = 64               # keys per shared-memory chunk
+
+SOURCE = r"""
+struct AttnArgs {
+    const char* q; const char* k; const char* v; const char* mask; char* dst;
+    i64 qs[3]; i64 ks[3]; i64 vs[3];              // bytes between tokens, heads, windows
+    i64 ms[3];                                     // mask: bytes between query rows, heads, windows
+    i64 ds[3];                                     // dst: bytes between tokens, heads, windows
+    int n, mh, mw;                                 // tokens per window; the mask's heads and windows (broadcast)
+    float scale;
+};
+
+template <int HD, typename M> __device__ void win_attn_k(const AttnArgs& a) {
+    constexpr int KC = 64, SPLIT = 4, PAD = 4;
+    __shared__ __align__(16) float Ks[KC][HD + PAD];
+    __shared__ __align__(16) float Vs[KC][HD + PAD];
+    const float NEG = __int_as_float(0xff800000);
+    const int part = threadIdx.x & (SPLIT - 1), n = blockIdx.x * (blockDim.x / SPLIT) + threadIdx.x / SPLIT;
+    const int h = blockIdx.y, w = blockIdx.z, N = a.n;
+    const bool active = n < N;
+    const char* kb = a.k + h * a.ks[1] + w * a.ks[2];
+    const char* vb = a.v + h * a.vs[1] + w * a.vs[2];
+    float q[HD], acc[HD];
+    #pragma unroll
+    for (int d = 0; d < HD; d += 4) {
+        float4 v4 = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (active) v4 = *(const float4*)(a.q + n * a.qs[0] + h * a.qs[1] + w * a.qs[2] + d * 4);
+        q[d] = v4.x; q[d + 1] = v4.y; q[d + 2] = v4.z; q[d + 3] = v4.w;
+        acc[d] = acc[d + 1] = acc[d + 2] = acc[d + 3] = 0.f;
+    }
+    const char* mrow = a.mask && active ? a.mask + n * a.ms[0] + (h % a.mh) * a.ms[1] + (w % a.mw) * a.ms[2] : 0;
+    float m = NEG, l = 0.f;
+    for (int j0 = 0; j0 < N; j0 += KC) {
+        const int kc = min(KC, N - j0);
+        __syncthreads();                           // the previous chunk is read by everyone
+        for (int t = threadIdx.x; t < kc * (HD / 4); t += blockDim.x) {
+            const int j = t / (HD / 4), d = (t % (HD / 4)) * 4;
+            *(float4*)&Ks[j][d] = *(const float4*)(kb + (i64)(j0 + j) * a.ks[0] + d * 4);
+            *(float4*)&Vs[j][d] = *(const float4*)(vb + (i64)(j0 + j) * a.vs[0] + d * 4);
+        }
+        __syncthreads();
+        if (active) {
+            for (int j = part; j < kc; j += SPLIT) {
+                float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+                #pragma unroll
+                for (int d = 0; d < HD; d += 4) {
+                    const float4 k4 = *(const float4*)&Ks[j][d];
+                    s0 += q[d] * k4.x; s1 += q[d + 1] * k4.y; s2 += q[d + 2] * k4.z; s3 += q[d + 3] * k4.w;
+                }
+                float s = ((s0 + s1) + (s2 + s3)) * a.scale;
+                if (mrow) s += to_f(*(const M*)(mrow + (i64)(j0 + j) * sizeof(M)));
+                if (s > m) {                        // a new running max: rescale what was summed so far
+                    const float c = expf(m - s);
+                    l *= c;
+                    #pragma unroll
+                    for (int d = 0; d < HD; ++d) acc[d] *= c;
+                    m = s;
+                }
+                const float p = s == NEG ? 0.f : expf(s - m);
+                l += p;
+                #pragma unroll
+                for (int d = 0; d < HD; d += 4) {
+                    const float4 v4 = *(const float4*)&Vs[j][d];
+                    acc[d] += p * v4.x; acc[d + 1] += p * v4.y; acc[d + 2] += p * v4.z; acc[d + 3] += p * v4.w;
+                }
+            }
+        }
+    }
+    // combine the SPLIT lanes of each query (every lane ends with the whole result)
+    #pragma unroll
+    for (int o = 1; o < SPLIT; o <<= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, o), l2 = __shfl_xor_sync(0xffffffffu, l, o);
+        const float mn = fmaxf(m, m2);
+        const float c1 = m == NEG ? 0.f : expf(m - mn), c2 = m2 == NEG ? 0.f : expf(m2 - mn);
+        l = l * c1 + l2 * c2;
+        #pragma unroll
+        for (int d = 0; d < HD; ++d) acc[d] = acc[d] * c1 + __shfl_xor_sync(0xffffffffu, acc[d], o) * c2;
+        m = mn;
+    }
+    if (!active) return;
+    const float inv = 1.f / l;
+    char* out = a.dst + n * a.ds[0] + h * a.ds[1] + w * a.ds[2];
+    #pragma unroll
+    for (int d = 0; d < HD; d += 4)
+        if (d / (HD / SPLIT) == part)
+            *(float4*)(out + d * 4) = make_float4(acc[d] * inv, acc[d + 1] * inv, acc[d + 2] * inv, acc[d + 3] * inv);
+}
+"""
+
+_FIELDS = [("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("mask", ctypes.c_void_p),
+           ("dst", ctypes.c_void_p), ("qs", ctypes.c_int64 * 3), ("ks", ctypes.c_int64 * 3),
+           ("vs", ctypes.c_int64 * 3), ("ms", ctypes.c_int64 * 3), ("ds", ctypes.c_int64 * 3),
+           ("n", ctypes.c_int), ("mh", ctypes.c_int), ("mw", ctypes.c_int), ("scale", ctypes.c_float)]
+
+
+class AttnArgs(ctypes.Structure):
+    """The C `struct AttnArgs` above."""
+    _fields_ = _FIELDS
+
+
+def kernel_name(hd: int, mask_type) -> str:
+    return f"win_attn_hd{hd}_{SUFFIX[mask_type or F32]}"
+
+
+def source() -> str:
+    parts = [SOURCE]
+    for hd in HEAD_DIMS:
+        for m in (F32, F16):
+            parts.append(f'extern "C" __global__ void {kernel_name(hd, m)}(const AttnArgs a) '
+                         f'{{ win_attn_k<{hd}, {C_TYPES[m]}>(a); }}\n')
+    return "".join(parts)
+
+
+@dataclass
+class AttnFusion:
+    """S = mul_mat(k, q) -> P = soft_max(S, mask) -> O = mul_mat(v^T, P) -> `perm` = permute(O, 0, 2, 1, 3) ->
+    `cont`: computed by win_attn at S's turn into cont's memory."""
+    head: object
+    soft: object
+    out: object
+    perm: object
+    cont: object
+
+    @property
+    def nodes(self) -> list:
+        """The run the planner gives one block (views left out): each node not larger than the one before."""
+        return [self.head, self.soft, self.out, self.cont]
+
+    @property
+    def q(self):
+        return self.head.src[1]
+
+    @property
+    def k(self):
+        return self.head.src[0]
+
+    @property
+    def v(self):
+        return self.out.src[0]
+
+    @property
+    def mask(self):
+        return self.soft.src[1] if len(self.soft.src) > 1 else None
+
+
+def _aligned(t, dims) -> bool:
+    return all(t.nb[d] % 16 == 0 for d in dims)
+
+
+def find(graph, only_user) -> dict:
+    """{id(S): AttnFusion} of the windowed-attention patterns win_attn runs (F32 q, k, v with HD in HEAD_DIMS
+    contiguous and 16-byte strides, N >= HD so each node of the run fits the block of the one before, no ALiBi)."""
+    out = {}
+    for s in graph.nodes:
+        if s.op != "mul_mat" or s.type != F32:
+            continue
+        k, q = s.src[:2]
+        hd, n, heads, nw = q.ne
+        if (k.ne != q.ne or hd not in HEAD_DIMS or n < hd or any(t.type != F32 or t.nb[0] != 4 for t in (k, q))
+                or not all(_aligned(t, (1, 2, 3)) for t in (k, q)) or n >= 1 << 15 or heads > 65535 or nw > 65535):
+            continue
+        p = only_user(s)
+        if p is None or p.op != "soft_max" or p.src[0] is not s or p.type != F32 or p.op_params["max_bias"] != 0:
+            continue
+        mask = p.src[1] if len(p.src) > 1 else None
+        if mask is not None and (mask.type not in (F32, F16) or mask.nb[0] != mask.type.size):
+            continue
+        o = only_user(p)
+        if o is None or o.op != "mul_mat" or o.src[1] is not p or o.type != F32:
+            continue
+        v = o.src[0]
+        if v.type != F32 or v.ne != (n, hd, heads, nw) or v.nb[1] != 4 or not _aligned(v, (0, 2, 3)):
+            continue
+        perm = only_user(o)
+        if (perm is None or perm.op != "permute" or perm.view_src is not o or perm.ne != (hd, heads, n, nw)
+                or perm.nb != (o.nb[0], o.nb[2], o.nb[1], o.nb[3])):
+            continue
+        cont = only_user(perm)
+        if (cont is None or cont.op != "cont" or cont.src[0] is not perm or cont.type != F32
+                or not cont.is_contiguous() or cont.nelements != o.nelements or not o.is_contiguous()):
+            continue
+        out[id(s)] = AttnFusion(s, p, o, perm, cont)
+    return out
+
+
+def steps(backend, f: AttnFusion) -> list:
+    """The win_attn launch of a found pattern (the cont's memory clear of q, k, v and the mask: backend checks)."""
+    from ..backend import Launch, tensor_ptr
+    q, k, v, mask = f.q, f.k, f.v, f.mask
+    hd, n, heads, nw = q.ne
+    a = AttnArgs(q=tensor_ptr(q), k=tensor_ptr(k), v=tensor_ptr(v), dst=tensor_ptr(f.cont), n=n,
+                 scale=f.soft.op_params["scale"])
+    a.qs = (ctypes.c_int64 * 3)(*q.nb[1:])
+    a.ks = (ctypes.c_int64 * 3)(*k.nb[1:])
+    a.vs = (ctypes.c_int64 * 3)(v.nb[0], v.nb[2], v.nb[3])
+    es = 4
+    a.ds = (ctypes.c_int64 * 3)(heads * hd * es, hd * es, n * heads * hd * es)     # (HD, heads, N, nW) contiguous
+    if mask is not None:
+        a.mask = tensor_ptr(mask)
+        a.ms = (ctypes.c_int64 * 3)(*mask.nb[1:])
+        a.mh, a.mw = mask.ne[2], mask.ne[3]
+    else:
+        a.mh = a.mw = 1
+    name = kernel_name(hd, mask.type if mask is not None else None)
+    grid = (-(-n // QUERIES), heads, nw)
+    return [Launch(f.head, name, backend.module.function(name), grid, (QUERIES * 4, 1, 1), a,
+                   (ctypes.c_void_p * 1)(ctypes.addressof(a)))]

@@ -309,6 +309,17 @@ def _extent(t) -> int:
     return sum((n - 1) * b for n, b in zip(t.ne[:3], t.nb[:3])) + t.type.size
 
 
+def _cwhn_contiguous(t) -> bool:
+    """Whether t's (W, H, C, N) elements are packed channels first (C, W, H, N) with no gaps (size-1 dims
+    ignored)."""
+    expected = t.type.size
+    for k in (2, 0, 1, 3):
+        if t.ne[k] != 1 and t.nb[k] != expected:
+            return False
+        expected *= t.ne[k]
+    return True
+
+
 def dw_fast(node) -> int | None:
     """The stride of the fast 3x3 CWHN depthwise kernel (conv_dw3_cwhn) that runs `node`, or None: a 3x3
     kernel (F32 or F16), equal strides in DW3_STRIDES, dilation 1, a channels-contiguous F32 input, a
@@ -320,7 +331,7 @@ def dw_fast(node) -> int | None:
     OW, OH, C, N = node.ne
     if a.ne[:2] != (3, 3) or p["s0"] != p["s1"] or p["s0"] not in DW3_STRIDES or p["d0"] != 1 or p["d1"] != 1:
         return None
-    if b.nb[2] != b.type.size or node.nb[:3] != (4 * C, 4 * C * OW, 4) or (N > 1 and node.nb[3] != 4 * C * OW * OH):
+    if (b.ne[2] > 1 and b.nb[2] != b.type.size) or not _cwhn_contiguous(node):
         return None
     if max(_extent(b), _extent(node)) >= 1 << 31 or C * -(-OW // DW3_TW) * OH * N >= 1 << 31:
         return None

@@ -2,6 +2,9 @@
 
     python benchmarks/conv_cpu.py [-t 1 2] [--rounds N] [-k NAME_PART]
 
+Cases: depthwise (the table of ggml PR #1152), dense conv_2d shapes of issue 3 and MobileSAM, and the two
+transposed convolutions of SAM's mask decoder.
+
 For each case every ggpy implementation is forced in turn (CPUBackend(force=...)), and "chosen" runs what
 the backend picks by itself; all are timed round-robin with PyTorch's conv2d (channels_last for the CWHN
 layout); the table also shows the figures the real ggml library measured on this machine type
@@ -37,6 +40,10 @@ CASES = [
      "whcn", {}),
     ("conv 3x3 s2 512x512 32->64", "conv_2d", ("im2col", "direct", "chosen"), (512, 512, 32), 64, 3, 2, 1, "whcn",
      {}),
+    ("convT 2x2 s2 64x64 256->64", "conv_transpose_2d", ("gemm", "direct"), (64, 64, 256), 64, 2, 2, 0, "whcn",
+     {}),
+    ("convT 2x2 s2 128x128 64->32", "conv_transpose_2d", ("gemm", "direct"), (128, 128, 64), 32, 2, 2, 0,
+     "whcn", {}),
 ]
 
 
@@ -51,8 +58,12 @@ def build(op, impl, shape, cout, k, stride, pad, layout, threads, rng):
         x = ggpy.permute(stored, 2, 0, 1, 3)             # ne = (W, H, C, 1), channels contiguous
     else:
         stored = x = ctx.new_tensor(ggpy.F32, (w, h, cin, 1))
-    kern = ctx.new_tensor(ggpy.F32, (k, k, 1, cout) if op == "conv_2d_dw" else (k, k, cin, cout))
-    y = getattr(ggpy, op)(kern, x, stride, stride, pad, pad, 1, 1)
+    if op == "conv_transpose_2d":
+        kern = ctx.new_tensor(ggpy.F32, (k, k, cout, cin))
+        y = ggpy.conv_transpose_2d(kern, x, stride)
+    else:
+        kern = ctx.new_tensor(ggpy.F32, (k, k, 1, cout) if op == "conv_2d_dw" else (k, k, cin, cout))
+        y = getattr(ggpy, op)(kern, x, stride, stride, pad, pad, 1, 1)
     graph = ggpy.Graph().build_forward_expand(y)
     plan = ggpy.GraphAllocator(backend).alloc_graph(graph)
     xv = rng.standard_normal(tuple(reversed(stored.ne))).astype(np.float32)
@@ -69,6 +80,9 @@ def torch_call(op, shape, cout, k, stride, pad, layout, xv, kv):
     x = torch.from_numpy(xv.reshape(1, h, w, cin).transpose(0, 3, 1, 2).copy() if layout == "cwhn" else xv)
     if layout == "cwhn":
         x = x.contiguous(memory_format=torch.channels_last)
+    if op == "conv_transpose_2d":
+        kt = torch.from_numpy(kv)
+        return lambda: torch.nn.functional.conv_transpose2d(x, kt, stride=stride)
     kt = torch.from_numpy(kv.reshape(cout, 1 if op == "conv_2d_dw" else cin, k, k))
     groups = cin if op == "conv_2d_dw" else 1
     return lambda: torch.nn.functional.conv2d(x, kt, stride=stride, padding=pad, groups=groups)

@@ -28,11 +28,40 @@ def test_conv_2d_dw_im2col_tiled(case):
     assert result.ok, f"{case.id}: {result.message}"
 
 
+@pytest.mark.parametrize("impl", ["gemm", "direct", None])
 @pytest.mark.parametrize("n_threads", [1, 2])
 @pytest.mark.parametrize("case", TRANSPOSE_CASES, ids=[c.id for c in TRANSPOSE_CASES])
-def test_conv_transpose_2d(case, n_threads):
-    result = run_case(case, ggpy.CPUBackend(n_threads=n_threads), seed=5)
-    assert result.ok, f"{case.id}: {result.message}"
+def test_conv_transpose_2d(case, n_threads, impl):
+    force = {"conv_transpose_2d": impl} if impl else None
+    result = run_case(case, ggpy.CPUBackend(n_threads=n_threads, force=force), seed=5)
+    assert result.ok, f"{impl} {case.id}: {result.message}"
+
+
+@pytest.mark.parametrize("budget", [4 * 4, 4 * 4 * 37, 1 << 24])
+@pytest.mark.parametrize("ne,k,stride", [((13, 7, 9, 2), (3, 2, 5), 2), ((10, 6, 16, 1), (2, 2, 8), 2),
+                                          ((5, 9, 12, 3), (1, 3, 7), 3)])
+def test_conv_transpose_2d_gemm_tiled(ne, k, stride, budget):
+    """The gemm implementation with scratch for one position's patch up to all of them: channel groups and
+    position chunks that end inside rows and images."""
+    backend = ggpy.CPUBackend(n_threads=2, force={"conv_transpose_2d": "gemm"}, scratch_budget=budget)
+    result = run_case(transpose_case(ne, k, stride), backend, seed=6)
+    assert result.ok, result.message
+
+
+def test_conv_transpose_2d_gemm_strided_input(torch_mod):
+    """An input that is a permuted view (channels contiguous) is widened first; a sliced one is read in place."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 11, 7, 6)).astype(np.float32)          # stored (N, H, W, C): C contiguous
+    k = rng.standard_normal((6, 5, 3, 3)).astype(np.float32)
+    ctx = ggpy.Context()
+    a = ctx.new_tensor(ggpy.F32, (3, 3, 5, 6)).set_input()
+    stored = ctx.new_tensor(ggpy.F32, (6, 7, 11, 2)).set_input()
+    b = ggpy.permute(stored, 2, 0, 1, 3)                                 # ne (W, H, C, N) = (7, 11, 6, 2)
+    backend = ggpy.CPUBackend(n_threads=2, force={"conv_transpose_2d": "gemm"})
+    out = _run(ggpy.conv_transpose_2d(a, b, 2), {a: k, stored: x}, backend)
+    ref = torch_mod.nn.functional.conv_transpose2d(torch_mod.from_numpy(x.transpose(0, 3, 1, 2).copy()),
+                                                   torch_mod.from_numpy(k), stride=2).numpy()
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
 
 
 def test_large_channels_split_over_threads():

@@ -8,4 +8,4 @@ from numba.core.errors import NumbaExperimentalFeatureWarning, NumbaIRAssumption
 warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning)
 warnings.filterwarnings("ignore", category=NumbaExperimentalFeatureWarning)
 
-from . import conv, conv_dw, elementwise, layout, matmul, norm, pool, reduce, softmax, views  # noqa: E402,F401
+from . import conv, conv_dw, conv_transpose, elementwise, layout, matmul, norm, pool, reduce, softmax, views  # noqa: E402,F401

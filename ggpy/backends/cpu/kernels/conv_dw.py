@@ -1,4 +1,4 @@
-"""Depthwise 2D convolution and 2D transposed convolution.
+"""Depthwise 2D convolution (the transposed convolution is in conv_transpose.py).
 
 conv_2d_dw has two implementations: "direct" (WHCN: whole output rows accumulated tap by tap; CWHN: the
 contiguous channels are the vectorised inner loop) and "im2col" (per-channel patches in the temp block,
@@ -228,40 +228,3 @@ def bind_dw_cwhn_epilogue(b: BoundNode, bias: np.ndarray | None = None, act: str
         prepare(wt, a)
         run()
     return run_cwhn
-
-
-@kernel
-def conv_transpose_2d_rows(d, a, b, stride, ith, nth):
-    """d (N, Cout, OH, OW) = b (N, Cin, H, W) transposed-convolved with a (Cin, Cout, KH, KW), row by row:
-    output row oy gathers input rows iy with iy * stride + ky = oy, each spread over columns ix * stride + kx."""
-    nco, oh = d.shape[1], d.shape[2]
-    nci, h, w = b.shape[1], b.shape[2], b.shape[3]
-    kh, kw = a.shape[2], a.shape[3]
-    r0, r1 = block(d.shape[0] * nco * oh, ith, nth)
-    for r in range(r0, r1):
-        n, co, oy = row_index(r, nco, oh)
-        drow = d[n, co, oy]
-        drow[:] = _ZERO
-        for ky in range(kh):
-            iy = (oy - ky) // stride
-            if (oy - ky) % stride != 0 or iy < 0 or iy >= h:
-                continue
-            for ci in range(nci):
-                brow = b[n, ci, iy]
-                for kx in range(kw):
-                    _axpy(drow[kx:kx + stride * (w - 1) + 1:stride], brow, load(a[ci, co, ky, kx]))
-
-
-@parallel_kernel
-def conv_transpose_2d_par(d, a, b, stride, nth):
-    for ith in prange(nth):
-        conv_transpose_2d_rows(d, a, b, stride, ith, nth)
-
-
-@register("conv_transpose_2d")
-def bind_conv_transpose_2d(b: BoundNode):
-    d, a, x = b.dst, b.srcs[0], b.srcs[1]
-    if d.size == 0:
-        return None
-    return launch(conv_transpose_2d_rows, conv_transpose_2d_par, (d, a, x, b.node.op_params["stride"]),
-                  b.threads_for(d.size * x.shape[1]))

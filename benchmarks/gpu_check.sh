@@ -2,6 +2,8 @@
 # Everything to run on the GPU machine in one call: wheels carried in wheels/ (nvmath-python, ...), the
 # environment, the CUDA tests, the GPU benchmarks, and a one-line summary.
 # Usage: bash benchmarks/gpu_check.sh [pytest args...]
+# Env: MOBILESAM_BENCH_ARGS (benchmarks/mobilesam_gpu.py's arguments), GGPY_SKIP_MOBILESAM=1 (CUDA tests only),
+# GGPY_LOG_DIR (a folder that receives the whole test and benchmark logs, not only their tails)
 cd "$(dirname "$0")/.." || exit 1
 PY=${PYTHON:-python3}
 export GGPY_CUDA_CACHE=${GGPY_CUDA_CACHE:-/tmp/ggpy-cuda-cache}
@@ -26,4 +28,7 @@ if [ -z "${GGPY_SKIP_MOBILESAM:-}" ]; then
     echo "mobilesam cuda tests exit status: ${PIPESTATUS[0]}"
     PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} $PY benchmarks/mobilesam_gpu.py ${MOBILESAM_BENCH_ARGS:-} 2>&1 | tee /tmp/ggpy-mobilesam-bench.log | tail -n 45
     echo "SUMMARY mobilesam: tests $(tail -n 1 /tmp/ggpy-mobilesam-tests.log | tr -d '=') | $(grep '^SUMMARY' /tmp/ggpy-mobilesam-bench.log)"
+fi
+if [ -n "${GGPY_LOG_DIR:-}" ]; then
+    mkdir -p "$GGPY_LOG_DIR" && cp /tmp/ggpy-tests.log /tmp/ggpy-mobilesam-*.log "$GGPY_LOG_DIR"/ 2>/dev/null
 fi

@@ -5,8 +5,9 @@ cont's memory, instead of two batched GEMM loops over the heads, a softmax pass 
 q, k: ne = (HD, N, heads, nW) with HD contiguous; v^T: ne = (N, HD, heads, nW) (v's rows HD-contiguous); the
 mask (optional, F32/F16) ne = (N, >= N, mh, mw) broadcast over heads and windows as soft_max's; the result
 (HD, heads, N, nW) in the cont's contiguous memory. One block of 128 threads takes 32 queries of one (window,
-head); each query is split over 4 adjacent lanes that walk every fourth key of 64-key chunks staged in shared
-memory, with an online softmax (running max, sum and P.V accumulator in registers), then combine by shuffles.
+head); each query is split over 4 adjacent lanes that take every fourth key of 64-key chunks staged in shared
+memory: 8 of a lane's scores at a time, one rescale by their max, then their P.V (an online softmax:
+running max, sum and accumulator in registers); the 4 lanes combine by shuffles.
 Math in F32 (TF32 and F16-weight plans too). Not a family of its own: the backend finds the pattern
 (`find`) and calls `steps`.
 """
@@ -62,28 +63,50 @@ template <int HD, typename M> __device__ void win_attn_k(const AttnArgs& a) {
         }
         __syncthreads();
         if (active) {
-            for (int j = part; j < kc; j += SPLIT) {
-                float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+            // this lane's keys of the chunk (every SPLIT-th): all scores first (independent dot products),
+            // one rescale per chunk by the chunk's max, then the weighted sum of V
+            constexpr int G = 8;                    // keys of a lane per rescale (registers vs. rescales)
+            #pragma unroll
+            for (int g = 0; g < KC / SPLIT; g += G) {
+                if (part + g * SPLIT >= kc) break;
+                float sc[G];
+                float cmax = NEG;
                 #pragma unroll
-                for (int d = 0; d < HD; d += 4) {
-                    const float4 k4 = *(const float4*)&Ks[j][d];
-                    s0 += q[d] * k4.x; s1 += q[d + 1] * k4.y; s2 += q[d + 2] * k4.z; s3 += q[d + 3] * k4.w;
+                for (int t = 0; t < G; ++t) {
+                    const int j = part + (g + t) * SPLIT;
+                    float s = NEG;
+                    if (j < kc) {
+                        float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+                        #pragma unroll
+                        for (int d = 0; d < HD; d += 4) {
+                            const float4 k4 = *(const float4*)&Ks[j][d];
+                            s0 += q[d] * k4.x; s1 += q[d + 1] * k4.y; s2 += q[d + 2] * k4.z; s3 += q[d + 3] * k4.w;
+                        }
+                        s = ((s0 + s1) + (s2 + s3)) * a.scale;
+                        if (mrow) s += to_f(*(const M*)(mrow + (i64)(j0 + j) * sizeof(M)));
+                    }
+                    sc[t] = s;
+                    cmax = fmaxf(cmax, s);
                 }
-                float s = ((s0 + s1) + (s2 + s3)) * a.scale;
-                if (mrow) s += to_f(*(const M*)(mrow + (i64)(j0 + j) * sizeof(M)));
-                if (s > m) {                        // a new running max: rescale what was summed so far
-                    const float c = expf(m - s);
+                if (cmax > m) {                         // a new running max: rescale what was summed so far
+                    const float c = m == NEG ? 0.f : expf(m - cmax);
                     l *= c;
                     #pragma unroll
                     for (int d = 0; d < HD; ++d) acc[d] *= c;
-                    m = s;
+                    m = cmax;
                 }
-                const float p = s == NEG ? 0.f : expf(s - m);
-                l += p;
                 #pragma unroll
-                for (int d = 0; d < HD; d += 4) {
-                    const float4 v4 = *(const float4*)&Vs[j][d];
-                    acc[d] += p * v4.x; acc[d + 1] += p * v4.y; acc[d + 2] += p * v4.z; acc[d + 3] += p * v4.w;
+                for (int t = 0; t < G; ++t) {
+                    const int j = part + (g + t) * SPLIT;
+                    if (j < kc) {
+                        const float p = sc[t] == NEG ? 0.f : expf(sc[t] - m);
+                        l += p;
+                        #pragma unroll
+                        for (int d = 0; d < HD; d += 4) {
+                            const float4 v4 = *(const float4*)&Vs[j][d];
+                            acc[d] += p * v4.x; acc[d + 1] += p * v4.y; acc[d + 2] += p * v4.z; acc[d + 3] += p * v4.w;
+                        }
+                    }
                 }
             }
         }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ....ops.elementwise import UNARY_OPS
 from ....types import F16, F32
-from .common import C_TYPES, SUFFIX, iparam32
+from .common import BLOCK, C_TYPES, MAX_BLOCKS, SUFFIX, iparam32
 
 FLOATS = (F32, F16)
 BINARY = {"add": "x + y", "sub": "x - y", "mul": "x * y", "div": "x / y"}
@@ -56,10 +56,23 @@ template <typename TA, typename TB> __device__ void binary_c_%(op)s(const Args& 
     }
 }
 """
+# a.iop == 4: F32, n %% 4 == 0 and 16-byte aligned (iparam): float4 loads and stores
 _UNARY_FLAT_TEMPLATE = r"""
 template <typename T> __device__ void unary_c_%(op)s(const Args& a) {
     const unsigned n = (unsigned)a.n;
     const T* x0 = (const T*)a.src0; T* d = (T*)a.dst;
+    if (sizeof(T) == 4 && a.iop == 4) {
+        for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += gridDim.x * blockDim.x) {
+            float4 v = ((const float4*)x0)[i];
+            float x;
+            x = v.x; v.x = %(expr)s;
+            x = v.y; v.y = %(expr)s;
+            x = v.z; v.z = %(expr)s;
+            x = v.w; v.w = %(expr)s;
+            ((float4*)d)[i] = v;
+        }
+        return;
+    }
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         float x = to_f(x0[i]);
         d[i] = from_f<T>(%(expr)s);
@@ -106,11 +119,28 @@ def flat(node) -> bool:
     return node.op not in BINARY or _inner(node) is not None
 
 
+def _vec4(node) -> bool:
+    """A flat unary F32 node whose elements come in 16-byte aligned groups of 4 (needs its memory planned)."""
+    if node.op in BINARY or node.type != F32 or node.nelements % 4 or not flat(node):
+        return False
+    ts = [node, node.src[0]]
+    if any(getattr(t.buffer, "tensor_ptr", None) is None for t in ts):
+        return False
+    return all(t.buffer.tensor_ptr(t) % 16 == 0 for t in ts)
+
+
 def iparam(node) -> int:
-    """Flat binary kernels: b's `inner` (see _inner); the others: 32-bit index math where the tensors fit."""
+    """Flat binary kernels: b's `inner` (see _inner); flat unary: 4 for float4 (_vec4); the others: 32-bit index
+    math where the tensors fit."""
     if flat(node):
-        return _inner(node) if node.op in BINARY else 0
+        return _inner(node) if node.op in BINARY else 4 if _vec4(node) else 0
     return iparam32(node)
+
+
+def launch_config(node):
+    """The default grid-stride launch, over groups of 4 elements for float4 unary kernels."""
+    n = node.nelements // 4 if _vec4(node) else node.nelements
+    return min(MAX_BLOCKS, max(1, (n + BLOCK - 1) // BLOCK)), BLOCK
 
 
 def kernel_name(node) -> str:

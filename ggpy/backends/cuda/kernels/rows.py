@@ -71,6 +71,43 @@ template <typename T> __device__ void norm_affine_row(const Args& a) {      // p
         *(float*)(y + i * a.nb[0]) = (X(i) - mean) * inv * w[i] + b[i];
 }
 
+// norm_affine_row for rows of at most 32 * NORM_WARP_V elements: one warp per row, the row in registers, warp
+// shuffles for the sums (no shared memory, no block barrier); blockDim.x / 32 rows per block
+#define NORM_WARP_V 16
+template <typename T> __device__ void norm_affine_warp(const Args& a) {      // p0: eps
+    const int rows = (int)(a.ne0[1] * a.ne0[2] * a.ne0[3]);
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= rows) return;                      // the whole warp leaves together
+    int r = row;
+    const int c1 = r % (int)a.ne0[1]; r /= (int)a.ne0[1];
+    const int c2 = r % (int)a.ne0[2], c3 = r / (int)a.ne0[2];
+    const char* x = a.src0 + c1 * a.nb0[1] + c2 * a.nb0[2] + c3 * a.nb0[3];
+    char* y = a.dst + c1 * a.nb[1] + c2 * a.nb[2] + c3 * a.nb[3];
+    const float* w = (const float*)a.src1; const float* b = (const float*)a.src2;
+    const int n = (int)a.ne0[0], xs = (int)a.nb0[0], ys = (int)a.nb[0];
+    float v[NORM_WARP_V];
+    float s = 0.f;
+    #pragma unroll
+    for (int j = 0; j < NORM_WARP_V; ++j) {
+        const int i = lane + 32 * j;
+        v[j] = i < n ? to_f(*(const T*)(x + i * xs)) : 0.f;
+        s += v[j];
+    }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const float mean = s / n;
+    float q = 0.f;
+    #pragma unroll
+    for (int j = 0; j < NORM_WARP_V; ++j)
+        if (lane + 32 * j < n) { const float d = v[j] - mean; q += d * d; }
+    for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+    const float inv = rsqrtf(q / n + a.p0);
+    #pragma unroll
+    for (int j = 0; j < NORM_WARP_V; ++j) {
+        const int i = lane + 32 * j;
+        if (i < n) *(float*)(y + i * ys) = (v[j] - mean) * inv * w[i] + b[i];
+    }
+}
+
 // softmax(x * p0 + slope * mask); slope = 1, or with max_bias p1 > 0 ggml's ALiBi slope of head i2
 template <typename T, typename M> __device__ void soft_max_row(const Args& a) {
     i64 c[4]; row_coords(a, c);
@@ -191,6 +228,8 @@ def _rows(node) -> int:
 
 SOFT_MAX_WARP_MAX = 32 * 8          # rows up to this long run one warp per row (soft_max_warp)
 SOFT_MAX_WARP_BLOCK = 128
+NORM_WARP_MAX = 32 * 16             # LayerNorm rows up to this long: one warp per row (norm_affine_warp)
+NORM_WARP_BLOCK = 128
 
 
 def _soft_max_warp(node) -> bool:
@@ -215,11 +254,14 @@ def norm_affine_steps(backend, node, fused) -> list:
     kernel writing the add's memory."""
     from ..backend import tensor_ptr
     add = fused.add_node
-    n = node.src[0].ne[0]
+    x = node.src[0]
+    n = x.ne[0]
     block = 32 if n <= 256 else 128 if n <= 1024 else 256
-    return [backend.launch(node, f"norm_affine_{SUFFIX[node.src[0].type]}", tensor_ptr(add), add,
-                           [(tensor_ptr(node.src[0]), node.src[0]), (tensor_ptr(fused.scale), fused.scale),
-                            (tensor_ptr(fused.bias), fused.bias)], params(node), (_rows(node), block))]
+    config, name = (_rows(node), block), f"norm_affine_{SUFFIX[x.type]}"
+    if n <= NORM_WARP_MAX and all(abs(nb) * k < 1 << 31 for t in (x, add) for k, nb in zip(t.ne, t.nb)):
+        config, name = (-(-_rows(node) // (NORM_WARP_BLOCK // 32)), NORM_WARP_BLOCK), f"norm_affine_warp_{SUFFIX[x.type]}"
+    return [backend.launch(node, name, tensor_ptr(add), add, [(tensor_ptr(x), x), (tensor_ptr(fused.scale), fused.scale),
+                                                             (tensor_ptr(fused.bias), fused.bias)], params(node), config)]
 
 
 def kernel_name(node) -> str:
@@ -251,6 +293,7 @@ def source() -> str:
                            ("mean", f"sum_row<{c}, true>"), ("sum", f"sum_all<{c}>"), ("argmax", f"argmax_row<{c}>")):
             parts.append(f'extern "C" __global__ void {name}_{s}(const Args a) {{ {body}(a); }}\n')
         parts.append(f'extern "C" __global__ void norm_affine_{s}(const Args a) {{ norm_affine_row<{c}>(a); }}\n')
+        parts.append(f'extern "C" __global__ void norm_affine_warp_{s}(const Args a) {{ norm_affine_warp<{c}>(a); }}\n')
         parts.append(f'extern "C" __global__ void soft_max_warp_{s}(const Args a) {{ soft_max_warp<{c}, float>(a); }}\n')
         for m in FLOATS:
             parts.append(f'extern "C" __global__ void soft_max_{s}_{SUFFIX[m]}(const Args a) '

@@ -15,8 +15,8 @@ upscaling to the image size and thresholding. "decode" is ggpy's `last_timings['
 the span from the prompt encoder's start to the mask decoder's end (forward hooks, synchronised on CUDA);
 "rest" is the remainder of the call (prompt transform and post-processing).
 
-Phases: CPU at each thread count of -t, then CUDA (ggpy's CUDA backend vs PyTorch on the GPU) where a GPU is
-present (skipped, and said so, without one). In each phase ggpy and PyTorch live in processes of their own
+Phases: CPU at each thread count of -t, then CUDA (ggpy's CUDA backend vs PyTorch on the GPU, both F32: TF32
+off in matmuls and cuDNN) where a GPU is present (skipped, and said so, without one). In each phase ggpy and PyTorch live in processes of their own
 (thread pools never compete; every BLAS library held to the thread count); per round and per prompt each
 runtime, in rotating order, gets a pause, two warm-up calls and N timed calls. The table gives medians over
 all rounds and PyTorch's time / ggpy's (> 1: ggpy is faster); outputs are compared per prompt (IoU predictions
@@ -30,6 +30,7 @@ import os
 import platform
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -83,9 +84,11 @@ class TorchRuntime:
         from examples.mobilesam.random_weights import random_state_dict
         from examples.mobilesam.timm_stub import install_timm_stub
         install_timm_stub()
+        warnings.filterwarnings("ignore", message="Overwriting tiny_vit")   # mobile_sam re-registers timm's models
         import mobile_sam
 
         torch.set_num_threads(threads)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False    # F32, as ggpy runs
         self.torch, self.device = torch, torch.device(backend)
         sam = mobile_sam.build_sam_vit_t()
         sam.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in random_state_dict(0).items()}, strict=True)

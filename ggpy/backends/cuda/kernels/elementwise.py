@@ -1,4 +1,4 @@
-"""Binary ops with ggml broadcasting (b repeats over a), the unary functions, scale, clamp and leaky_relu.
+"""Binary ops with ggml broadcasting (b repeats over a), the unary functions, sin, cos, scale, clamp and leaky_relu.
 
 dst has a's ne; every source may have any strides. Math runs in float, F16 is converted on load and store.
 Fast path (`_c_` kernels): when dst and the sources are contiguous, under 2^31 elements, and b's dims are one
@@ -23,6 +23,7 @@ UNARY = {
     "sigmoid": "1.f / (1.f + expf(-x))", "tanh": "tanhf(x)", "elu": "(x > 0.f) ? x : expm1f(x)",
     "hardswish": "x * fminf(1.f, fmaxf(0.f, (x + 3.f) / 6.f))",
     "hardsigmoid": "fminf(1.f, fmaxf(0.f, (x + 3.f) / 6.f))",
+    "sin": "sinf(x)", "cos": "cosf(x)",
     "scale": "x * a.p0 + a.p1", "clamp": "fminf(fmaxf(x, a.p0), a.p1)", "leaky_relu": "(x > 0.f) ? x : x * a.p0",
 }
 assert set(UNARY_OPS) <= set(UNARY)

@@ -28,6 +28,10 @@ if [ -z "${GGPY_SKIP_MOBILESAM:-}" ]; then
     echo "mobilesam cuda tests exit status: ${PIPESTATUS[0]}"
     PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} $PY benchmarks/mobilesam_gpu.py ${MOBILESAM_BENCH_ARGS:-} 2>&1 | tee /tmp/ggpy-mobilesam-bench.log | tail -n 45
     echo "SUMMARY mobilesam: tests $(tail -n 1 /tmp/ggpy-mobilesam-tests.log | tr -d '=') | $(grep '^SUMMARY' /tmp/ggpy-mobilesam-bench.log)"
+    # segmentation (prompt encoder + mask decoder) on CUDA: SamPredictor comparison, then per-prompt timing
+    $PY -m pytest -q -p no:cacheprovider -rfE tests/test_mobilesam_decoder.py -k cuda 2>&1 | tee /tmp/ggpy-mobilesam-decoder-tests.log | tail -n 15
+    PYTHONUNBUFFERED=1 $PY benchmarks/mobilesam_decoder.py -b cuda ${DECODER_BENCH_ARGS:---runs 20 --rounds 3} 2>&1 | tee /tmp/ggpy-mobilesam-decoder-bench.log | tail -n 20
+    echo "SUMMARY mobilesam decoder: tests $(tail -n 1 /tmp/ggpy-mobilesam-decoder-tests.log | tr -d '=') | $(grep '^summary' /tmp/ggpy-mobilesam-decoder-bench.log)"
 fi
 if [ -n "${GGPY_LOG_DIR:-}" ]; then
     mkdir -p "$GGPY_LOG_DIR" && cp /tmp/ggpy-tests.log /tmp/ggpy-mobilesam-*.log "$GGPY_LOG_DIR"/ 2>/dev/null

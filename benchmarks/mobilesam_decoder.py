@@ -84,7 +84,8 @@ class TorchRuntime:
         from examples.mobilesam.random_weights import random_state_dict
         from examples.mobilesam.timm_stub import install_timm_stub
         install_timm_stub()
-        warnings.filterwarnings("ignore", message="Overwriting tiny_vit")   # mobile_sam re-registers timm's models
+        for noise in ("Overwriting tiny_vit", "Importing from timm"):   # mobile_sam on a real timm: re-registration,
+            warnings.filterwarnings("ignore", message=noise)             # a deprecated import path
         import mobile_sam
 
         torch.set_num_threads(threads)

@@ -65,14 +65,18 @@ def nearest(i, n_in, n_out):
 
 @scalar
 def linear(i, n_in, n_out, align_corners):
-    """(j0, j1, w): output index i blends source j0 with weight 1 - w and j1 with weight w (PyTorch's rule)."""
+    """(j0, j1, w): output index i blends source j0 with weight 1 - w and j1 with weight w, computed in float32
+    as PyTorch's CPU kernel does (scale = n_in / n_out, or (n_in - 1) / (n_out - 1) with align_corners)."""
+    one, half = np.float32(1.0), np.float32(0.5)
     if align_corners:
-        src = i * (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        scale = np.float32(n_in - 1) / np.float32(n_out - 1) if n_out > 1 else np.float32(0.0)
+        src = scale * np.float32(i)
     else:
-        src = max((i + 0.5) * n_in / n_out - 0.5, 0.0)
+        scale = np.float32(n_in) / np.float32(n_out)
+        src = max(scale * (np.float32(i) + half) - half, np.float32(0.0))
     j0 = min(int(src), n_in - 1)
     j1 = min(j0 + 1, n_in - 1)
-    return j0, j1, np.float32(src - j0)
+    return j0, j1, min(max(src - np.float32(j0), np.float32(0.0)), one)
 
 
 @kernel
@@ -81,6 +85,7 @@ def upscale_rows(mode, align_corners, d, a, ith, nth):
     ne3, ne2, ne1, ne0 = d.shape
     na3, na2, na1, na0 = a.shape
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    xs0 = xs1 = wxs = None                  # bilinear: each column's taps and weight, computed once
     for r in range(r0, r1):
         i3, i2, i1 = row_index(r, ne2, ne1)
         drow = d[i3, i2, i1]
@@ -90,10 +95,14 @@ def upscale_rows(mode, align_corners, d, a, ith, nth):
             for i0 in range(ne0):
                 drow[i0] = store(load(arow[nearest(i0, na0, ne0)]), drow.dtype)
             continue
+        if xs0 is None:
+            xs0, xs1, wxs = np.empty(ne0, np.int64), np.empty(ne0, np.int64), np.empty(ne0, np.float32)
+            for i0 in range(ne0):
+                xs0[i0], xs1[i0], wxs[i0] = linear(i0, na0, ne0, align_corners)
         y0, y1, wy = linear(i1, na1, ne1, align_corners)
         top, bottom = plane[y0], plane[y1]
         for i0 in range(ne0):
-            x0, x1, wx = linear(i0, na0, ne0, align_corners)
+            x0, x1, wx = xs0[i0], xs1[i0], wxs[i0]
             t = load(top[x0]) * (np.float32(1.0) - wx) + load(top[x1]) * wx
             u = load(bottom[x0]) * (np.float32(1.0) - wx) + load(bottom[x1]) * wx
             drow[i0] = store(t * (np.float32(1.0) - wy) + u * wy, drow.dtype)

@@ -12,9 +12,31 @@ from PIL import Image
 import examples.mobilesam.__main__ as cli_module
 from examples.mobilesam import render
 from examples.mobilesam.__main__ import main, random_model
-from examples.mobilesam.predictor import postprocess_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- reference: SAM's post-processing as two linear maps (independent of the predictor's graph) ---------
+def bilinear_matrix(out_size: int, in_size: int) -> np.ndarray:
+    """float64 (out_size, in_size) matrix R of F.interpolate(mode="bilinear", align_corners=False) along one
+    axis (out = R @ in), its weights computed in float32 as PyTorch's CPU kernel does."""
+    f32 = np.float32
+    scale = f32(in_size) / f32(out_size)
+    src = np.maximum(scale * (np.arange(out_size, dtype=f32) + f32(0.5)) - f32(0.5), f32(0))
+    i0 = np.minimum(src.astype(np.int64), in_size - 1)
+    i1 = np.minimum(i0 + 1, in_size - 1)
+    w1 = np.clip(src - i0.astype(f32), f32(0), f32(1))
+    r = np.zeros((out_size, in_size))
+    rows = np.arange(out_size)
+    np.add.at(r, (rows, i0), f32(1) - w1)
+    np.add.at(r, (rows, i1), w1)
+    return r
+
+
+def postprocess_matrix(original: int, resized: int, image_size: int, mask_size: int) -> np.ndarray:
+    """float32 (original, mask_size): SAM's postprocess_masks along one axis (low-res mask -> image_size,
+    crop to the resized image, -> original size) as one linear map."""
+    return (bilinear_matrix(original, resized) @ bilinear_matrix(image_size, mask_size)[:resized]).astype(np.float32)
 
 
 # -- rendering ---------------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 `Predictor` mirrors mobile_sam's SamPredictor (same inputs, outputs and post-processing). The image embedding
 lives in a tensor of the backend's memory, written once per image; the prompt encoder + mask decoder graph is
 built and planned once per prompt shape (number of sparse tokens, mask input or not) and re-evaluated per
-prompt. Graphs run through a Scheduler so that an op the backend lacks (sin and cos on CUDA) runs on the CPU.
+prompt; the upscaling of the chosen masks to the image size (SAM's two bilinear resizes with the crop between)
+is a small graph of its own, planned once per image size. Graphs run through a Scheduler, so that an op the
+backend refuses runs on the CPU.
 """
 from __future__ import annotations
 
@@ -35,29 +37,6 @@ class PromptError(ValueError):
 def best_mask_index(iou_predictions) -> int:
     """Index of the mask with the highest predicted IoU (the first on ties)."""
     return int(np.argmax(np.asarray(iou_predictions)))
-
-
-# -- post-processing ------------------------------------------------------------------------------------
-def bilinear_matrix(out_size: int, in_size: int) -> np.ndarray:
-    """float64 (out_size, in_size) matrix R of F.interpolate(mode="bilinear", align_corners=False) along one
-    axis (out = R @ in), its weights computed in float32 as PyTorch's CPU kernel does."""
-    f32 = np.float32
-    scale = f32(in_size) / f32(out_size)
-    src = np.maximum(scale * (np.arange(out_size, dtype=f32) + f32(0.5)) - f32(0.5), f32(0))
-    i0 = np.minimum(src.astype(np.int64), in_size - 1)
-    i1 = np.minimum(i0 + 1, in_size - 1)
-    w1 = np.clip(src - i0.astype(f32), f32(0), f32(1))
-    r = np.zeros((out_size, in_size))
-    rows = np.arange(out_size)
-    np.add.at(r, (rows, i0), f32(1) - w1)
-    np.add.at(r, (rows, i1), w1)
-    return r
-
-
-def postprocess_matrix(original: int, resized: int, image_size: int, mask_size: int) -> np.ndarray:
-    """float32 (original, mask_size): SAM's postprocess_masks along one axis (low-res mask -> image_size,
-    crop to the resized image, -> original size) as one linear map."""
-    return (bilinear_matrix(original, resized) @ bilinear_matrix(image_size, mask_size)[:resized]).astype(np.float32)
 
 
 # -- prompts -----------------------------------------------------------------------------------------------
@@ -177,6 +156,32 @@ class DecoderGraph:
         return self.masks.numpy(), self.iou.numpy().reshape(-1)
 
 
+def postprocess_masks(low_res, input_size, original_size, image_size: int):
+    """SAM's postprocess_masks: low-res logits ne = (4E, 4E, C) -> bilinear to (S, S), crop to the resized
+    image input_size = (h, w), bilinear to original_size = (H, W) -> logits ne = (W, H, C)."""
+    c = low_res.ne[2]
+    full = ggpy.interpolate(low_res, image_size, image_size, c, 1, mode="bilinear")
+    crop = ggpy.view_4d(full, input_size[1], input_size[0], c, 1, full.nb[1], full.nb[2], full.nb[3], 0)
+    return ggpy.interpolate(crop, original_size[1], original_size[0], c, 1, mode="bilinear")
+
+
+class PostprocessGraph:
+    """The upscaling of C masks to one image size, planned once per (image size, C)."""
+
+    def __init__(self, hp: DecoderParams, backends, input_size, original_size, n_masks: int):
+        s = hp.mask_size
+        self.low_res = ggpy.Context().new_tensor(ggpy.F32, (s, s, n_masks, 1)).set_name("low_res").set_input()
+        self.logits = postprocess_masks(self.low_res, input_size, original_size, hp.image_size)
+        self.graph = ggpy.Graph().build_forward_expand(self.logits)
+        self.sched = _schedule(self.graph, backends)
+
+    def run(self, low_res: np.ndarray) -> np.ndarray:
+        """low_res float32 (C, 4E, 4E) -> logits float32 (C, H, W)."""
+        self.low_res.set(np.ascontiguousarray(low_res, dtype=np.float32).reshape(1, *low_res.shape))
+        self.sched.compute(self.graph)
+        return self.logits.numpy().reshape(self.logits.ne[2], self.logits.ne[1], self.logits.ne[0])
+
+
 class Predictor:
     """SamPredictor on ggpy: set_image once per image, predict once per prompt."""
 
@@ -195,8 +200,8 @@ class Predictor:
         self._buffer = ggpy.alloc_ctx_tensors(ctx, main)
         self.image_pe.set(self._dense_pe())
         self.decoders = {}            # (n_sparse, with_mask) -> DecoderGraph
+        self.postprocessors = {}      # (input_size, original_size, C) -> PostprocessGraph
         self.original_size = self.input_size = None
-        self._rows = self._cols = None
         self.last_timings = {}
 
     def _dense_pe(self) -> np.ndarray:
@@ -218,8 +223,6 @@ class Predictor:
         h, w = image.shape[:2]
         s = self.hp.image_size
         self.original_size, self.input_size = (h, w), resized_shape(h, w, s)
-        self._rows = postprocess_matrix(h, self.input_size[0], s, self.hp.mask_size)
-        self._cols = postprocess_matrix(w, self.input_size[1], s, self.hp.mask_size)
 
     def decoder(self, n_sparse: int, with_mask: bool) -> DecoderGraph:
         """The planned graph of this prompt shape, built on first use."""
@@ -244,7 +247,10 @@ class Predictor:
         chosen = slice(1, None) if multimask_output else slice(0, 1)
         low_res, iou = low_res[chosen], iou[chosen]
         t1 = time.perf_counter()
-        masks = self._rows @ low_res @ self._cols.T                               # (C, H, W) logits
+        key = (self.input_size, self.original_size, len(iou))
+        if key not in self.postprocessors:
+            self.postprocessors[key] = PostprocessGraph(self.hp, self.backends, *key)
+        masks = self.postprocessors[key].run(low_res)                             # (C, H, W) logits
         if not return_logits:
             masks = masks > MASK_THRESHOLD
         self.last_timings = {"decode": t1 - t0, "postprocess": time.perf_counter() - t1}

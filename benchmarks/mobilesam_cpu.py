@@ -15,9 +15,7 @@ relative error ||a-b||/||b|| of every output against PyTorch's.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
-import multiprocessing
 import os
 import platform
 import resource
@@ -29,6 +27,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+from process_worker import Worker  # noqa: E402 - after the path is set
 
 PAUSE_S = 0.2          # OpenMP / ORT / ggpy workers spin for ~0.1 s after a call
 IMAGE_SIZE = 1024
@@ -146,56 +145,6 @@ def worker(conn, kind: str, opts, x):
 
 
 # -- the parent: start workers, interleave rounds, report ---------------------------------------------
-@contextlib.contextmanager
-def _environ(**values):
-    """Temporarily set (or, for None, unset) environment variables; spawned workers inherit them."""
-    saved = {k: os.environ.get(k) for k in values}
-    _set_environ(values)
-    try:
-        yield
-    finally:
-        _set_environ(saved)
-
-
-def _set_environ(values: dict):
-    """Set os.environ[k] = v, or remove k where v is None."""
-    for k, v in values.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-class Worker:
-    """A runtime in a spawned process, driven over a pipe."""
-
-    def __init__(self, label: str, kind: str, opts, x, env: dict):
-        ctx = multiprocessing.get_context("spawn")
-        self.label = label
-        self.conn, child = ctx.Pipe()
-        with _environ(**env):
-            self.process = ctx.Process(target=worker, args=(child, kind, opts, x), daemon=True)
-            self.process.start()
-        child.close()
-        self.call()
-
-    def call(self, *msg):
-        """Send a request (none for the start-up answer) and return its result; raises on a worker error."""
-        if msg:
-            self.conn.send(msg)
-        try:
-            status, value = self.conn.recv()
-        except EOFError:
-            status, value = "error", f"worker process exited (code {self.process.exitcode})"
-        if status != "ok":
-            raise RuntimeError(f"{self.label}: {value}")
-        return value
-
-    def close(self):
-        self.conn.send(None)
-        self.process.join(timeout=10)
-
-
 def start_workers(opts, x) -> list:
     """ggpy (required), then PyTorch default and tuned malloc, then ONNX Runtime; optional ones that fail are skipped."""
     plain = {"MALLOC_MMAP_MAX_": None, "MALLOC_TRIM_THRESHOLD_": None}
@@ -209,7 +158,7 @@ def start_workers(opts, x) -> list:
     for label, kind, env in specs:
         t0 = time.perf_counter()
         try:
-            workers.append(Worker(label, kind, opts, x, env))
+            workers.append(Worker(label, worker, (kind, opts, x), env))
         except RuntimeError as e:
             if kind == "ggpy":
                 raise

@@ -36,7 +36,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+from process_worker import Worker  # noqa: E402 - after the path is set
 
 PAUSE_S = 0.2            # idle workers of the previous runtime stop spinning
 WARMUP = 2               # untimed calls per prompt before each timed series
@@ -129,7 +130,7 @@ def _time_prompt(runtime, kwargs: dict, runs: int) -> list:
 
 def worker(conn, kind: str, backend: str, threads: int, image: np.ndarray):
     """Build runtime `kind`, then answer ("time", prompt, runs) / ("output", prompt) until sent None. Every BLAS
-    library is held to `threads` threads: ggpy's post-processing runs numpy matrix products."""
+    library is held to `threads` threads (numpy's as well: PyTorch's and ggpy's hosts use it for small steps)."""
     from threadpoolctl import threadpool_limits
     threadpool_limits(threads, user_api="blas")
     try:
@@ -145,47 +146,17 @@ def worker(conn, kind: str, backend: str, threads: int, image: np.ndarray):
         conn.send(("error", f"{type(e).__name__}: {e}"))
 
 
-class Worker:
-    """A runtime in a spawned process, driven over a pipe; `version` is its answer to starting."""
-
-    def __init__(self, kind: str, backend: str, threads: int, image: np.ndarray):
-        ctx = multiprocessing.get_context("spawn")
-        self.kind = kind
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=worker, args=(child, kind, backend, threads, image), daemon=True)
-        self.process.start()
-        child.close()
-        self.version = self.call()
-
-    def call(self, *msg):
-        """Send a request (none for the start-up answer) and return its result; raises on a worker error."""
-        if msg:
-            self.conn.send(msg)
-        try:
-            status, value = self.conn.recv()
-        except EOFError:
-            status, value = "error", f"worker process exited (code {self.process.exitcode})"
-        if status != "ok":
-            raise RuntimeError(f"{self.kind}: {value}")
-        return value
-
-    def close(self):
-        if self.process.is_alive():
-            self.conn.send(None)
-        self.process.join(timeout=10)
-
-
 # -- the parent: phases, interleaved rounds, report -----------------------------------------------------
 def interleave(workers: list, rounds: int, runs: int) -> dict:
     """{(kind, prompt): [(total, decode)]}: per round and prompt, each worker in rotating order pauses, warms up
     and times `runs` calls."""
-    times = {(w.kind, p): [] for w in workers for p in PROMPTS}
+    times = {(w.label, p): [] for w in workers for p in PROMPTS}
     for r in range(rounds):
         for i, name in enumerate(PROMPTS):
             k = (r + i) % len(workers)
             for w in workers[k:] + workers[:k]:
                 time.sleep(PAUSE_S)
-                times[(w.kind, name)] += w.call("time", name, runs)
+                times[(w.label, name)] += w.call("time", name, runs)
         print(f"  round {r + 1}/{rounds} done")
     return times
 
@@ -214,8 +185,8 @@ def run_phase(label: str, backend: str, threads: int, image: np.ndarray, opts) -
     try:
         for kind in RUNTIMES:
             t0 = time.perf_counter()
-            workers[kind] = Worker(kind, backend, threads, image)
-            print(f"  {kind} ({workers[kind].version}) ready in {time.perf_counter() - t0:.1f} s (image encoded)")
+            workers[kind] = Worker(kind, worker, (kind, backend, threads, image))
+            print(f"  {kind} ({workers[kind].started}) ready in {time.perf_counter() - t0:.1f} s (image encoded)")
         errors = compare(workers)
         times = interleave(list(workers.values()), opts.rounds, opts.runs)
     finally:

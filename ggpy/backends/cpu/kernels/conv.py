@@ -242,7 +242,8 @@ def _params(node):
     return p["s0"], p["s1"], p["p0"], p["p1"], p["d0"], p["d1"]
 
 
-def _aligned(n: int) -> int:
+def aligned(n: int) -> int:
+    """n rounded up to 64 bytes (where temp blocks start)."""
     return (n + 63) // 64 * 64
 
 
@@ -288,7 +289,7 @@ def _cols_bytes(node, budget: int, n_threads: int) -> int:
 
 def _kernel_f32_bytes(node) -> int:
     a = node.src[0]
-    return _aligned(a.nelements * 4) if a.type.size != 4 else 0
+    return aligned(a.nelements * 4) if a.type.size != 4 else 0
 
 
 def _check_impl(node, impl):
@@ -309,7 +310,7 @@ def conv_temp_size(node, impl, backend) -> int:
     if impl == "winograd":
         return conv_winograd.temp_size(node, backend.scratch_budget, backend.n_threads)
     if impl == "gemm_1x1":
-        copy = _aligned(node.src[1].nelements * 4) if _b_layout(node) is None else 0
+        copy = aligned(node.src[1].nelements * 4) if _b_layout(node) is None else 0
         return _kernel_f32_bytes(node) + copy
     wide = _kernel_f32_bytes(node)
     return wide + _cols_bytes(node, backend.scratch_budget - wide, backend.n_threads)
@@ -333,14 +334,15 @@ def conv_name(node, impl) -> str:
     return ("conv1d_" if node.op == "conv_1d" else "conv2d_") + impl
 
 
-def _widen(b: BoundNode, arr, temp_offset):
+def widen(b: BoundNode, arr, temp_offset):
     """(contiguous F32 copy of arr in the temp block, the launch that fills it, next temp offset)."""
     wide = b.temp[temp_offset:temp_offset + arr.size * 4].view(np.float32).reshape(arr.shape)
     return wide, launch(to_f32_rows, to_f32_par, (wide, arr), b.threads_for(arr.size)), \
-        temp_offset + _aligned(arr.size * 4)
+        temp_offset + aligned(arr.size * 4)
 
 
-def _then(prepare, run):
+def then(prepare, run):
+    """run, preceded by the `prepare` steps (operand conversions into the temp block) when there are any."""
     if not prepare:
         return run
 
@@ -370,21 +372,21 @@ def bind_conv(b: BoundNode):
         return conv_winograd.bind(b, d, a, x, nth)
     prepare, offset = [], 0
     if a.dtype != np.float32:
-        a, step, offset = _widen(b, a, offset)
+        a, step, offset = widen(b, a, offset)
         prepare.append(step)
     if impl == "gemm_1x1":
         layout = _b_layout(node)
         if layout is None:
-            x, step, offset = _widen(b, x, offset)
+            x, step, offset = widen(b, x, offset)
             prepare.append(step)
             layout = (False, x.shape[2] * x.shape[3], 4)
         trans_x, ldx, step_bytes = layout
-        return _then(prepare, launch(conv_1x1_rows, conv_1x1_par,
+        return then(prepare, launch(conv_1x1_rows, conv_1x1_par,
                                      (SGEMM_ADDRESS, d, a, x, trans_x, ldx, step_bytes), nth))
     cols = b.temp[offset:].view(np.float32)
     nth = max(1, min(nth, cols.size // k))
     chunk = min(cols.size // (k * nth), IM2COL_CHUNK)
-    return _then(prepare, launch(conv_im2col_rows, conv_im2col_par,
+    return then(prepare, launch(conv_im2col_rows, conv_im2col_par,
                                  (SGEMM_ADDRESS, d, a, x, cols, chunk, s0, s1, p0, p1, d0, d1), nth))
 
 

@@ -18,9 +18,9 @@ from numba import prange
 from ..registry import BoundNode, register
 from .blas import SGEMM_ADDRESS, sgemm
 from .common import block, kernel, launch, parallel_kernel, row_index, scalar
+from .conv import aligned, then, widen
 from .conv_dw import _axpy
 from .fp16 import load
-from .matmul import to_f32_par, to_f32_rows
 
 GEMM_MIN_CIN = 8
 """Input channels (the GEMM's depth) from which `gemm` is chosen."""
@@ -120,10 +120,6 @@ def gemm_par(fn, d, a, b, ldx, cols, cap, stride, nth):
 
 
 # -- choice, scratch and binding ----------------------------------------------------------------------------
-def _aligned(n: int) -> int:
-    return (n + 63) // 64 * 64
-
-
 def _reads_in_place(node) -> bool:
     """sgemm can read each image of the input as (Cin, H * W) F32 with unit-stride positions."""
     b = node.src[1]
@@ -151,8 +147,8 @@ def _cap(node, budget: int, n_threads: int) -> int:
 
 def _widen_bytes(node) -> int:
     a, b = node.src
-    return (_aligned(a.nelements * 4) if a.type.size != 4 else 0) + \
-        (0 if _reads_in_place(node) else _aligned(b.nelements * 4))
+    return (aligned(a.nelements * 4) if a.type.size != 4 else 0) + \
+        (0 if _reads_in_place(node) else aligned(b.nelements * 4))
 
 
 def temp_size(node, impl, backend) -> int:
@@ -172,13 +168,6 @@ def name(node, impl) -> str:
     return f"conv_transpose_2d_{impl}"
 
 
-def _widened(b: BoundNode, arr, offset):
-    """(contiguous F32 copy of arr in the temp block, the launch that fills it, next temp offset)."""
-    wide = b.temp[offset:offset + arr.size * 4].view(np.float32).reshape(arr.shape)
-    return wide, launch(to_f32_rows, to_f32_par, (wide, arr), b.threads_for(arr.size)), \
-        offset + _aligned(arr.size * 4)
-
-
 @register("conv_transpose_2d", temp_size=temp_size, name=name, blas=True, impls=("gemm", "direct"),
           choose=choose)
 def bind_conv_transpose_2d(b: BoundNode):
@@ -191,23 +180,15 @@ def bind_conv_transpose_2d(b: BoundNode):
         return launch(direct_rows, direct_par, (d, a, x, stride), b.threads_for(d.size * x.shape[1]))
     prepare, offset = [], 0
     if a.dtype != np.float32:
-        a, step, offset = _widened(b, a, offset)
+        a, step, offset = widen(b, a, offset)
         prepare.append(step)
     if _reads_in_place(node):
         ldx = x.strides[1] // 4 if x.shape[1] > 1 else x.shape[2] * x.shape[3]
     else:
-        x, step, offset = _widened(b, x, offset)
+        x, step, offset = widen(b, x, offset)
         prepare.append(step)
         ldx = x.shape[2] * x.shape[3]
     nth = _workers(node, b.n_threads)
     cap = (b.temp.size - offset) // (4 * nth)               # the planned _cap
     cols = b.temp[offset:offset + nth * cap * 4].view(np.float32)
-    run = launch(gemm_rows, gemm_par, (SGEMM_ADDRESS, d, a, x, ldx, cols, cap, stride), nth)
-    if not prepare:
-        return run
-
-    def run_prepared():
-        for step in prepare:
-            step()
-        run()
-    return run_prepared
+    return then(prepare, launch(gemm_rows, gemm_par, (SGEMM_ADDRESS, d, a, x, ldx, cols, cap, stride), nth))

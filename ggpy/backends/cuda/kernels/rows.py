@@ -71,16 +71,23 @@ template <typename T> __device__ void norm_affine_row(const Args& a) {      // p
         *(float*)(y + i * a.nb[0]) = (X(i) - mean) * inv * w[i] + b[i];
 }
 
+// the row of a warp-per-row kernel: warp w of the grid takes row w over ne0[1..3], as c = (i1, i2, i3);
+// false past the last row
+__device__ bool warp_row(const Args& a, int* c) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= (int)(a.ne0[1] * a.ne0[2] * a.ne0[3])) return false;
+    c[0] = r % (int)a.ne0[1]; r /= (int)a.ne0[1];
+    c[1] = r % (int)a.ne0[2]; c[2] = r / (int)a.ne0[2];
+    return true;
+}
+
 // norm_affine_row for rows of at most 32 * NORM_WARP_V elements: one warp per row, the row in registers, warp
 // shuffles for the sums (no shared memory, no block barrier); blockDim.x / 32 rows per block
 #define NORM_WARP_V 16
 template <typename T> __device__ void norm_affine_warp(const Args& a) {      // p0: eps
-    const int rows = (int)(a.ne0[1] * a.ne0[2] * a.ne0[3]);
-    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (row >= rows) return;                      // the whole warp leaves together
-    int r = row;
-    const int c1 = r % (int)a.ne0[1]; r /= (int)a.ne0[1];
-    const int c2 = r % (int)a.ne0[2], c3 = r / (int)a.ne0[2];
+    int c[3];
+    if (!warp_row(a, c)) return;                  // the whole warp leaves together
+    const int lane = threadIdx.x & 31, c1 = c[0], c2 = c[1], c3 = c[2];
     const char* x = a.src0 + c1 * a.nb0[1] + c2 * a.nb0[2] + c3 * a.nb0[3];
     char* y = a.dst + c1 * a.nb[1] + c2 * a.nb[2] + c3 * a.nb[3];
     const float* w = (const float*)a.src1; const float* b = (const float*)a.src2;
@@ -135,12 +142,9 @@ template <typename T, typename M> __device__ void soft_max_row(const Args& a) {
 // shuffles for the max and the sum (no shared memory, no block barrier); blockDim.x / 32 rows per block
 #define SOFT_MAX_WARP_V 8
 template <typename T, typename M> __device__ void soft_max_warp(const Args& a) {
-    const int rows = (int)(a.ne0[1] * a.ne0[2] * a.ne0[3]);
-    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (row >= rows) return;                      // the whole warp leaves together
-    int r = row;
-    const int c1 = r % (int)a.ne0[1]; r /= (int)a.ne0[1];
-    const int c2 = r % (int)a.ne0[2], c3 = r / (int)a.ne0[2];
+    int c[3];
+    if (!warp_row(a, c)) return;                  // the whole warp leaves together
+    const int lane = threadIdx.x & 31, c1 = c[0], c2 = c[1], c3 = c[2];
     const char* x = a.src0 + c1 * a.nb0[1] + c2 * a.nb0[2] + c3 * a.nb0[3];
     char* y = a.dst + c1 * a.nb[1] + c2 * a.nb[2] + c3 * a.nb[3];
     const char* m = 0;

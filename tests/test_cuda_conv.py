@@ -133,3 +133,29 @@ def test_conv_2d_im2col_gemm(backend, case, monkeypatch):
     assert conv_kernels.uses_im2col(node) == (node.nb[0] == 4 and (node.ne[1] == 1 or node.nb[1] == 4 * node.ne[0]))
     result = run_case(case, backend)
     assert result.ok, f"{case.id}: {result.message}"
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("src,dst", [((256, 256, 3), (1024, 1024)), ((37, 23, 2), (101, 7)), ((50, 40, 1), (17, 29))])
+def test_bilinear_matches_the_cpu(backend, src, dst, align_corners):
+    """Bilinear resizing computes taps and weights in float32 as PyTorch does, on both backends (SAM's mask
+    upscaling thresholds the result at 0, so the two should agree to rounding)."""
+    x = np.random.default_rng(8).standard_normal(tuple(reversed(src))).astype(np.float32)
+    outs = []
+    for b in (backend, ggpy.CPUBackend(n_threads=2)):
+        ctx = ggpy.Context()
+        a = ctx.new_tensor(ggpy.F32, (*src, 1)).set_input()
+        y = ggpy.interpolate(a, dst[0], dst[1], src[2], 1, mode="bilinear", align_corners=align_corners)
+        graph = ggpy.Graph().build_forward_expand(y.set_output())
+        ggpy.GraphAllocator(b).alloc_graph(graph)
+        a.set(x.reshape(1, *x.shape))
+        b.compute(graph)
+        outs.append(y.numpy().reshape(src[2], dst[1], dst[0]))
+    np.testing.assert_allclose(outs[0], outs[1], rtol=0, atol=2e-6)
+    try:
+        import torch
+    except ImportError:
+        return
+    ref = torch.nn.functional.interpolate(torch.from_numpy(x)[None], (dst[1], dst[0]), mode="bilinear",
+                                          align_corners=align_corners)[0].numpy()
+    np.testing.assert_allclose(outs[1], ref, rtol=0, atol=2e-6)

@@ -19,10 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # -- reference: SAM's post-processing as two linear maps (independent of the predictor's graph) ---------
 def bilinear_matrix(out_size: int, in_size: int) -> np.ndarray:
     """float64 (out_size, in_size) matrix R of F.interpolate(mode="bilinear", align_corners=False) along one
-    axis (out = R @ in), its weights computed in float32 as PyTorch's CPU kernel does."""
+    axis (out = R @ in), its weights computed in float32 as PyTorch's kernels do (the source index by one fused
+    multiply-add)."""
     f32 = np.float32
     scale = f32(in_size) / f32(out_size)
-    src = np.maximum(scale * (np.arange(out_size, dtype=f32) + f32(0.5)) - f32(0.5), f32(0))
+    src = np.maximum((np.float64(scale) * (np.arange(out_size, dtype=f32) + f32(0.5)) - 0.5).astype(f32), f32(0))
     i0 = np.minimum(src.astype(np.int64), in_size - 1)
     i1 = np.minimum(i0 + 1, in_size - 1)
     w1 = np.clip(src - i0.astype(f32), f32(0), f32(1))

@@ -70,6 +70,8 @@ SIZES = [  # (N, C, H, W) -> (OH, OW)
     ((1, 1, 6, 6), (6, 6)),
     ((1, 2, 9, 10), (7, 3)),
     ((1, 1, 7, 3), (21, 9)),
+    ((1, 3, 256, 256), (1024, 1024)),      # SAM's mask upscaling: float32 taps and weights as PyTorch
+    ((1, 1, 300, 200), (131, 517)),
 ]
 MODES = [("nearest", False), ("bilinear", False), ("bilinear", True)]
 

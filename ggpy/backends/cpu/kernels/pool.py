@@ -66,14 +66,15 @@ def nearest(i, n_in, n_out):
 @scalar
 def linear(i, n_in, n_out, align_corners):
     """(j0, j1, w): output index i blends source j0 with weight 1 - w and j1 with weight w, computed in float32
-    as PyTorch's CPU kernel does (scale = n_in / n_out, or (n_in - 1) / (n_out - 1) with align_corners)."""
+    as PyTorch's kernels do: scale = n_in / n_out, src = scale * (i + 0.5) - 0.5 as one fused multiply-add
+    (exact in float64, then rounded once); align_corners: scale = (n_in - 1) / (n_out - 1), src = scale * i."""
     one, half = np.float32(1.0), np.float32(0.5)
     if align_corners:
         scale = np.float32(n_in - 1) / np.float32(n_out - 1) if n_out > 1 else np.float32(0.0)
         src = scale * np.float32(i)
     else:
         scale = np.float32(n_in) / np.float32(n_out)
-        src = max(scale * (np.float32(i) + half) - half, np.float32(0.0))
+        src = max(np.float32(np.float64(scale) * np.float64(np.float32(i) + half) - 0.5), np.float32(0.0))
     j0 = min(int(src), n_in - 1)
     j1 = min(j0 + 1, n_in - 1)
     return j0, j1, min(max(src - np.float32(j0), np.float32(0.0)), one)

@@ -34,14 +34,16 @@ template <typename T, bool MAX> __device__ void pool_2d(const Args& a) {
     }
 }
 
-// the two neighbours j0, j1 of output index i along an axis of n_in inputs and n_out outputs, and j1's weight
+// the two neighbours j0, j1 of output index i along an axis of n_in inputs and n_out outputs, and j1's weight,
+// in float32 as PyTorch's kernels (and the CPU backend) compute them: scale = n_in / n_out,
+// src = fma(scale, i + 0.5, -0.5); align-corners: scale = (n_in - 1) / (n_out - 1), src = scale * i
 template <bool ALIGN> __device__ __forceinline__ float linear(i64 i, i64 n_in, i64 n_out, i64& j0, i64& j1) {
-    double src;
-    if (ALIGN) src = n_out > 1 ? (double)i * (n_in - 1) / (n_out - 1) : 0.0;
-    else src = fmax(((double)i + 0.5) * n_in / n_out - 0.5, 0.0);
-    j0 = min((i64)floor(src), n_in - 1);
+    float src;
+    if (ALIGN) src = n_out > 1 ? __fmul_rn((float)(n_in - 1) / (float)(n_out - 1), (float)i) : 0.f;
+    else src = fmaxf(fmaf((float)n_in / (float)n_out, (float)i + 0.5f, -0.5f), 0.f);
+    j0 = min((i64)src, n_in - 1);
     j1 = min(j0 + 1, n_in - 1);
-    return (float)(src - j0);
+    return fminf(fmaxf(src - (float)j0, 0.f), 1.f);
 }
 
 // upscale: src0 (W, H, C, N) -> dst (ne0, ne1, ne2, ne3) of the same type; MODE 0 nearest, 1 bilinear,

@@ -114,10 +114,34 @@ def test_dw3_bias_act_fused(backend, ne, s, wtype, act):
     np.testing.assert_allclose(out.numpy().reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
 
 
-def test_large_parameters_are_refused(backend):
-    ctx = ggpy.Context()
-    node = ggpy.conv_2d(ctx.new_tensor(ggpy.F32, (3, 3, 2, 2)), ctx.new_tensor(ggpy.F32, (300, 8, 2, 1)), p0=256)
-    assert not backend.supports_op(node)
+@pytest.mark.parametrize("build", [
+    lambda a, b: ggpy.conv_2d(a, b, 300, 1, 256, 1, 1, 1),                 # stride and padding past 255
+    lambda a, b: ggpy.conv_2d(a, b, 1, 1, 0, 1, 290, 1),                   # dilation 290
+    lambda a, b: ggpy.im2col(a, b, 257, 1, 300, 0, 1, 1, True, ggpy.F32),
+    lambda a, b: ggpy.pool_2d(b, "avg", 300, 2, 270, 1, 260, 0),
+], ids=["conv_2d", "conv_2d_dilated", "im2col", "pool_2d"])
+def test_large_integer_parameters(backend, build):
+    """Strides, paddings, dilations and pool windows travel as int32 (Args.ip): values past 255 run on the GPU and
+    agree with the CPU."""
+    rng = np.random.default_rng(9)
+    k_values = rng.standard_normal((2, 2, 3, 3)).astype(np.float32)
+    x_values = rng.standard_normal((1, 2, 9, 601)).astype(np.float32)
+    outs = []
+    for b in (backend, ggpy.CPUBackend(n_threads=2)):
+        ctx = ggpy.Context()
+        ka = ctx.new_tensor(ggpy.F32, (3, 3, 2, 2)).set_input()
+        xb = ctx.new_tensor(ggpy.F32, (601, 9, 2, 1)).set_input()
+        y = build(ka, xb)
+        assert b.supports_op(y)
+        graph = ggpy.Graph().build_forward_expand(y.set_output())
+        ggpy.GraphAllocator(b).alloc_graph(graph)
+        for leaf, values in ((ka, k_values), (xb, x_values)):
+            if any(t is leaf for t in graph.leafs):               # pool_2d reads no kernel
+                leaf.set(values)
+        b.compute(graph)
+        outs.append(y.numpy())
+    assert outs[0].size > 0
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)
 
 
 CONV_2D = [c for c in conv.cases() if c.op == "conv_2d"]

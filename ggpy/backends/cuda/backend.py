@@ -222,11 +222,11 @@ class CUDABackend(Backend):
 
     # -- evaluation --------------------------------------------------------------------------------
     def launch(self, node, name: str, dst_ptr: int, dst, srcs: list, params: tuple = (), config=None,
-               iop: int = 0) -> Launch:
+               iop: int = 0, ints: tuple = ()) -> Launch:
         """A Launch of kernel `name` on Args packed for `dst` (any object with ne, nb, nelements) at `dst_ptr`
         and (pointer, tensor) `srcs`; config (grid, block) defaults to a grid-stride pass over dst; `iop` the
-        kernel's integer parameter."""
-        args = pack_args(dst_ptr, dst, srcs, params, iop)
+        kernel's integer parameter, `ints` its integer op parameters (Args.ip)."""
+        args = pack_args(dst_ptr, dst, srcs, params, iop, ints)
         grid, block = config if config is not None else elementwise_config(dst)
         return Launch(node, name, self.module.function(name), _dim3(grid), _dim3(block), args,
                       (ctypes.c_void_p * 1)(ctypes.addressof(args)))
@@ -259,7 +259,9 @@ class CUDABackend(Backend):
         srcs = [(tensor_ptr(s), s) for s in node.src[:2] if s is not None]
         config = fam.launch_config(node) if hasattr(fam, "launch_config") else None
         iop = fam.iparam(node) if hasattr(fam, "iparam") else 0
-        return [self.launch(node, fam.kernel_name(node), tensor_ptr(node), node, srcs, fam.params(node), config, iop)]
+        ints = fam.int_params(node) if hasattr(fam, "int_params") else ()
+        return [self.launch(node, fam.kernel_name(node), tensor_ptr(node), node, srcs, fam.params(node), config, iop,
+                            ints)]
 
     def program(self, graph) -> list:
         """The graph's steps in order, made once per plan and reused by every compute."""

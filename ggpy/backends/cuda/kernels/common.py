@@ -27,6 +27,7 @@ struct Args {
     float p0, p1;                                 // op parameters
     const char* src2;                             // a third operand (fused epilogues: a bias vector)
     int iop;                                      // an integer parameter (fused epilogues: the activation)
+    int ip[6];                                    // integer op parameters (conv: s0 s1 d0 p0 p1 d1; pool: k s p)
 };
 
 __device__ __forceinline__ float to_f(float x) { return x; }
@@ -117,13 +118,18 @@ class Args(ctypes.Structure):
     _fields_ = [("dst", ctypes.c_void_p), ("src0", ctypes.c_void_p), ("src1", ctypes.c_void_p),
                 ("n", ctypes.c_int64),
                 ("ne", _I64x4), ("nb", _I64x4), ("ne0", _I64x4), ("nb0", _I64x4), ("ne1", _I64x4), ("nb1", _I64x4),
-                ("p0", ctypes.c_float), ("p1", ctypes.c_float), ("src2", ctypes.c_void_p), ("iop", ctypes.c_int)]
+                ("p0", ctypes.c_float), ("p1", ctypes.c_float), ("src2", ctypes.c_void_p), ("iop", ctypes.c_int),
+                ("ip", ctypes.c_int * 6)]
 
 
-def pack_args(dst_ptr: int, dst, srcs: list, params: tuple = (), iop: int = 0) -> Args:
+def pack_args(dst_ptr: int, dst, srcs: list, params: tuple = (), iop: int = 0, ints: tuple = ()) -> Args:
     """Args for `dst` (a tensor) at `dst_ptr` and up to two (pointer, tensor) sources; a third source's
-    pointer alone goes to src2 (its layout is the kernel's to know); `iop` an integer parameter."""
-    a = Args(dst=dst_ptr, n=dst.nelements, ne=_I64x4(*dst.ne), nb=_I64x4(*dst.nb), iop=iop)
+    pointer alone goes to src2 (its layout is the kernel's to know); `params` the float parameters p0, p1,
+    `iop` an integer parameter, `ints` up to six more (ip)."""
+    if len(ints) > 6 or any(not -2**31 <= v < 2**31 for v in ints):
+        raise ValueError(f"pack_args: integer parameters {ints}; expected at most 6 values in int32 range")
+    a = Args(dst=dst_ptr, n=dst.nelements, ne=_I64x4(*dst.ne), nb=_I64x4(*dst.nb), iop=iop,
+             ip=(ctypes.c_int * 6)(*ints))
     if len(srcs) > 2:
         a.src2 = srcs[2][0]
     for k, (ptr, t) in enumerate(srcs[:2]):

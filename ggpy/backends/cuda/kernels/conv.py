@@ -18,25 +18,15 @@ from .elementwise import UNARY
 
 OPS = ("im2col", "conv_1d", "conv_2d", "conv_2d_dw", "conv_transpose_2d")
 FLOATS = (F32, F16)
-MAX_PARAM = 255
 DW3_STRIDES = (1, 2)            # the strides of the fast 3x3 CWHN depthwise kernel (conv_dw3_cwhn)
 DW3_BLOCK = 128
 DW3_TW = 4                      # outputs along a row per thread
 ACT_IDS = {act: i + 1 for i, act in enumerate(EPILOGUE_ACTS)}    # fused activations (epilogue_act)
 
-UNPACK = r"""
-#ifndef GGPY_UNPACK3
-#define GGPY_UNPACK3
-// three 8-bit integers packed into a float parameter (see pack3)
-__device__ __forceinline__ void unpack3(float p, int& x, int& y, int& z) {
-    int v = (int)p; x = v & 255; y = (v >> 8) & 255; z = v >> 16;
-}
-#endif
-"""
-
 _TEMPLATE = r"""
-// the conv parameters s0, s1, d0 (from p0) and p0, p1, d1 (from p1)
-#define CONV_PARAMS(a) int s0, s1, d0, q0, q1, d1; unpack3((a).p0, s0, s1, d0); unpack3((a).p1, q0, q1, d1)
+// the conv parameters: strides s0, s1, dilation d0, paddings q0, q1, dilation d1 (Args.ip, int_params)
+#define CONV_PARAMS(a) const int s0 = (a).ip[0], s1 = (a).ip[1], d0 = (a).ip[2], q0 = (a).ip[3], q1 = (a).ip[4], \
+    d1 = (a).ip[5]
 
 // im2col: src1 b = (IW, IH, IC, N) or 1-D (IL, IC, N); dst = (IC*KH*KW, OW, OH, N) or (IC*K, OL, N)
 template <typename S, typename D, bool TWO_D> __device__ void im2col(const Args& a) {
@@ -127,7 +117,7 @@ template <> __device__ __forceinline__ void DwVec<4>::load<float>(const char* p,
 }
 template <typename TA, typename TB, int VEC, int S> __device__ void conv_dw3_cwhn(const Args& a) {
     constexpr int K = 3, TW = 4, NIN = (TW - 1) * S + K;         // TW: DW3_TW in Python
-    int q0, q1, d1; unpack3(a.p1, q0, q1, d1);                    // paddings (strides S, dilations 1)
+    const int q0 = a.ip[3], q1 = a.ip[4];                          // paddings (strides S, dilations 1)
     const int C = (int)a.ne[2], OW = (int)a.ne[0], OH = (int)a.ne[1];
     const int IW = (int)a.ne1[0], IH = (int)a.ne1[1];
     const int CG = C / VEC, TWN = (OW + TW - 1) / TW;
@@ -294,14 +284,12 @@ template <typename TA, typename TB> __device__ void conv_2d_tiled(const Args& a)
 """
 
 
-def pack3(x: int, y: int, z: int) -> float:
-    """Three integers in [0, 255] as one float parameter (unpack3 in C)."""
-    return float(x | y << 8 | z << 16)
-
-
-def _conv_params(node) -> tuple:
+def int_params(node) -> tuple:
+    """Args.ip of the conv kernels: (s0, s1, d0, p0, p1, d1) (CONV_PARAMS); none for conv_transpose_2d."""
+    if node.op == "conv_transpose_2d":
+        return ()
     p = node.op_params
-    return pack3(p["s0"], p["s1"], p["d0"]), pack3(p["p0"], p["p1"], p["d1"])
+    return p["s0"], p["s1"], p["d0"], p["p0"], p["p1"], p["d1"]
 
 
 def _extent(t) -> int:
@@ -370,7 +358,7 @@ def dw_steps(backend, node, fused=None) -> list:
     if fused is not None:
         srcs.append((tensor_ptr(fused.bias), fused.bias))
     launch = backend.launch(node, _dw3_name(node, vec), pd, node, srcs, params(node), _dw3_config(node, vec),
-                            ACT_IDS.get(fused.act, 0) if fused is not None else 0)
+                            ACT_IDS.get(fused.act, 0) if fused is not None else 0, int_params(node))
     if fused is not None:
         launch.name = fused.name(launch.name)
     return [launch]
@@ -393,15 +381,15 @@ def supports(node) -> bool:
     a, b = node.src[0], node.src[1]
     if b.type not in FLOATS or node.type not in FLOATS or (node.op != "im2col" and a.type not in FLOATS):
         return False
-    return all(v <= MAX_PARAM for v in node.op_params.values())
+    return True
 
 
 def refusal(node) -> str | None:
     """Why supports(node) is False (None when it is True)."""
     if supports(node):
         return None
-    return (f"{node.op} kernels take F32/F16 tensors and integer parameters up to {MAX_PARAM}; got "
-            f"{[s.type.name for s in node.src if s is not None]} -> {node.type.name}, {node.op_params}")
+    return (f"{node.op} kernels take F32/F16 tensors; got "
+            f"{[s.type.name for s in node.src if s is not None]} -> {node.type.name}")
 
 
 def launch_config(node):
@@ -413,9 +401,8 @@ def launch_config(node):
 
 
 def params(node) -> tuple:
-    if node.op == "conv_transpose_2d":
-        return (node.op_params["stride"],)
-    return _conv_params(node)
+    """conv_transpose_2d's stride as p0 (the other conv ops take int_params)."""
+    return (node.op_params["stride"],) if node.op == "conv_transpose_2d" else ()
 
 
 def _instances():
@@ -448,7 +435,7 @@ def _epilogue_act_source() -> str:
 
 
 def source() -> str:
-    return UNPACK + _epilogue_act_source() + _TEMPLATE + "".join(f'extern "C" __global__ void {name}(const Args a) {{ {call}(a); }}\n'
+    return _epilogue_act_source() + _TEMPLATE + "".join(f'extern "C" __global__ void {name}(const Args a) {{ {call}(a); }}\n'
                                         for name, call in _instances())
 
 
@@ -520,7 +507,7 @@ def steps(backend, node) -> list:
     if not uses_im2col(node):
         return [backend.launch(node, kernel_name(node), tensor_ptr(node), node,
                                [(tensor_ptr(s), s) for s in node.src[:2] if s is not None], params(node),
-                               launch_config(node))]
+                               launch_config(node), ints=int_params(node))]
     from ..cublas import Gemm
     from .matmul import WORKSPACE
     a, b = node.src[:2]
@@ -555,6 +542,6 @@ def steps(backend, node) -> list:
         band = SimpleNamespace(ne=(K, OW, rows, oh0), nb=(gtype.size, K * gtype.size, K * OW * gtype.size, 0),
                                nelements=K * OW * rows)
         steps_.append(backend.launch(node, f"im2col_rows_{SUFFIX[b.type]}_{SUFFIX[gtype]}", cols, band,
-                                     [(pk, a), (pb + n * b.nb[3], img)], params(node)))
+                                     [(pk, a), (pb + n * b.nb[3], img)], params(node), ints=int_params(node)))
         steps_.append(gemm_of[j])
     return steps_

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from ....types import F16, F32
 from .common import C_TYPES, SUFFIX, iparam32
-from .conv import MAX_PARAM, UNPACK, pack3
 
 OPS = ("pool_2d", "upscale", "win_part", "win_unpart")
 FLOATS = (F32, F16)
@@ -14,8 +13,7 @@ UPSCALE_MODES = {("nearest", False): "nearest", ("bilinear", False): "bilinear",
 _TEMPLATE = r"""
 // pool_2d: src0 (W, H, C, N) -> dst F32 (OW, OH, C, N); padded positions never win a max, count as 0 in avg
 template <typename T, bool MAX> __device__ void pool_2d(const Args& a) {
-    int k0, k1, s0, s1, q0, q1;
-    unpack3(a.p0, k0, k1, s0); unpack3(a.p1, s1, q0, q1);
+    const int k0 = a.ip[0], k1 = a.ip[1], s0 = a.ip[2], s1 = a.ip[3], q0 = a.ip[4], q1 = a.ip[5];
     const i64 IW = a.ne0[0], IH = a.ne0[1];
     FOR_EACH_ELEMENT(a, i) {
         i64 c[4];
@@ -114,7 +112,7 @@ def supports(node) -> bool:
     if node.op not in OPS or node.src[0].type not in FLOATS:
         return False
     if node.op == "pool_2d":
-        return max(node.op_params["k"] + node.op_params["s"] + node.op_params["p"]) <= MAX_PARAM
+        return True                               # F32 result of an F32 or F16 source
     if node.op == "upscale":
         return (node.op_params["mode"], node.op_params["align_corners"]) in UPSCALE_MODES
     return node.type == node.src[0].type
@@ -126,10 +124,15 @@ def iparam(node) -> int:
 
 
 def params(node) -> tuple:
+    return ()
+
+
+def int_params(node) -> tuple:
+    """pool_2d's (k0, k1, s0, s1, p0, p1) as Args.ip."""
     if node.op != "pool_2d":
         return ()
-    (k0, k1), (s0, s1), (p0, p1) = node.op_params["k"], node.op_params["s"], node.op_params["p"]
-    return pack3(k0, k1, s0), pack3(s1, p0, p1)
+    p = node.op_params
+    return (*p["k"], *p["s"], *p["p"])
 
 
 def _instances():
@@ -144,5 +147,5 @@ def _instances():
 
 
 def source() -> str:
-    return UNPACK + _TEMPLATE + "".join(f'extern "C" __global__ void {name}(const Args a) {{ {call}(a); }}\n'
+    return _TEMPLATE + "".join(f'extern "C" __global__ void {name}(const Args a) {{ {call}(a); }}\n'
                                         for name, call in _instances())

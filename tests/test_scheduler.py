@@ -2,6 +2,8 @@
 second, restricted CPU backend standing in for a device) run everywhere; CUDA + CPU cases skip without a GPU."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -175,6 +177,25 @@ def test_pinning_with_block_and_set_backend():
     ctx2 = ggpy.Context()
     with pytest.raises(ValueError, match="not one of this scheduler's"), sched.on(CPUBackend(n_threads=1)):
         ggpy.relu(ctx2.new_tensor(ggpy.F32, (4,)))
+
+
+def test_pinning_block_is_local_to_its_thread_and_nests():
+    """`with sched.on(b)` pins what this thread makes inside the block, the innermost block winning; a tensor
+    another thread makes meanwhile stays unpinned."""
+    dev, cpu = Restricted(()), CPUBackend(n_threads=2)
+    sched = ggpy.Scheduler([dev, cpu])
+    x = ggpy.Context().new_tensor(ggpy.F32, (8,))
+    made = {}
+    with sched.on(dev):
+        outer = ggpy.relu(x)
+        with sched.on(cpu):
+            inner = ggpy.neg(x)
+        thread = threading.Thread(target=lambda: made.setdefault("t", ggpy.sqr(x)))
+        thread.start()
+        thread.join()
+    after = ggpy.abs(x)
+    assert sched.get_backend(outer) is dev and sched.get_backend(inner) is cpu
+    assert sched.get_backend(made["t"]) is None and sched.get_backend(after) is None
 
 
 def test_plan_dump_and_plans_reused():

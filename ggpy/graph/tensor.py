@@ -5,6 +5,9 @@ dimension i in bytes. A numpy view of a tensor has shape `reversed(ne)`.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 import numpy as np
 
 from ..errors import AllocationError, ShapeError, TypeMismatchError
@@ -182,7 +185,18 @@ class Tensor:
                 f"nb={self.nb})")
 
 
-TENSOR_HOOKS: list = []   # callables given every tensor an op adds to a Context (the scheduler's `with sched.on(...)`)
+_CREATION_HOOKS: ContextVar[tuple] = ContextVar("ggpy_creation_hooks", default=())
+
+
+@contextmanager
+def creation_hook(hook):
+    """Call hook(t) for every tensor an op adds to any Context inside the block (in this thread or task only;
+    blocks nest). The scheduler's `with sched.on(backend)` pins tensors this way."""
+    token = _CREATION_HOOKS.set((*_CREATION_HOOKS.get(), hook))
+    try:
+        yield
+    finally:
+        _CREATION_HOOKS.reset(token)
 
 
 class Context:
@@ -211,6 +225,6 @@ class Context:
 
     def add(self, t: Tensor) -> Tensor:
         self.tensors.append(t)
-        for hook in TENSOR_HOOKS:
+        for hook in _CREATION_HOOKS.get():
             hook(t)
         return t

@@ -28,7 +28,7 @@ from ..alloc import GraphAllocator
 from ..alloc.tensor_alloc import alloc_tensors
 from ..errors import AllocationError, UnsupportedOpError
 from ..graph import FLAG_OUTPUT, Graph, Tensor
-from ..graph import tensor as _tensor_mod
+from ..graph.tensor import creation_hook
 
 VIEW_OPS = frozenset(("view", "reshape", "permute", "transpose"))
 
@@ -123,13 +123,12 @@ class Scheduler:
         """Pin every tensor made inside the block (by ops on any Context) to `backend`."""
         self._check_backend(backend)
 
-        def hook(t):
+        def pin(t):
             self._pins[id(t)] = (t, backend)
-        _tensor_mod.TENSOR_HOOKS.append(hook)
         try:
-            yield self
+            with creation_hook(pin):
+                yield self
         finally:
-            _tensor_mod.TENSOR_HOOKS.remove(hook)
             self._state = None
 
     # -- assignment ------------------------------------------------------------------------------------

@@ -137,3 +137,28 @@ def test_layer_norm_affine(act):
     ref = (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + 1e-5) * w + b
     np.testing.assert_allclose(out.reshape(ref.shape), ACTS[act](ref), rtol=2e-5, atol=2e-5)
     assert names[1] == "norm+scale+bias" + (f"+{act}" if act else "")
+
+
+def test_fusions_found_again_when_an_intermediate_becomes_an_output():
+    """The fusions are cached per graph version and outputs: marking the GEMM's result as an output after a
+    first plan unfuses it in the next plan, and its value is then kept."""
+    rng = np.random.default_rng(11)
+    ctx = ggpy.Context()
+    w, x, b = (ctx.new_tensor(ggpy.F32, ne).set_input() for ne in ((16, 8), (16, 40), (8,)))
+    y = ggpy.mul_mat(w, x)
+    out = ggpy.add(y, b)
+    graph = ggpy.Graph().build_forward_expand(out)
+    backend = ggpy.CPUBackend(n_threads=2)
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    assert [name for _, _, name in backend.program(graph)] == ["blas_sgemm+bias"]
+    y.set_output()
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    assert [name for _, _, name in backend.program(graph)] == ["blas_sgemm", "add"]
+    values = [rng.standard_normal(tuple(reversed(t.ne))).astype(np.float32) for t in (w, x, b)]
+    for t, v in zip((w, x, b), values):
+        t.set(v)
+    backend.compute(graph)
+    wv, xv, bv = (v.squeeze().astype(np.float64) for v in values)
+    ref = xv @ wv.T
+    np.testing.assert_allclose(y.numpy().reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out.numpy().reshape(ref.shape), ref + bv, rtol=1e-4, atol=1e-4)

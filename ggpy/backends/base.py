@@ -65,6 +65,17 @@ class Backend:
         first node's turn, writing the last one's result; the planner gives each run one block."""
         return []
 
+    def cached(self, graph, what: str, make, stamp=()):
+        """make(graph), computed once per version of `graph` and `stamp` (what else the value depends on) and kept
+        in its backend_cache: e.g. the fusions that both the planner's fused_groups and the plan's binding need."""
+        key, now = (self, what), (graph.version, stamp)
+        hit = graph.backend_cache.get(key)
+        if hit is not None and hit[0] == now:
+            return hit[1]
+        value = make(graph)
+        graph.backend_cache[key] = (now, value)
+        return value
+
     def compute(self, graph):
         raise NotImplementedError
 

@@ -12,7 +12,7 @@ from ...errors import AllocationError, UnsupportedOpError
 from ..base import Backend
 from . import autotune, kernels  # noqa: F401 - kernels registers every kernel module
 from .buffer import HostBufferType
-from .fusion import find_fusions
+from .fusion import find_fusions, fusion_stamp
 from .kernels.blas import single_threaded_blas
 from .kernels.conv_dw import bind_dw_cwhn_epilogue, fuses_epilogue
 from .kernels.matmul import bind_mul_mat_epilogue
@@ -103,9 +103,13 @@ class CPUBackend(Backend):
                          self.impl_for(node), self)
 
     def fused_groups(self, graph) -> list:
+        return [f.nodes for f in self._fusions(graph).values()]
+
+    def _fusions(self, graph) -> dict:
+        """{id(head): Epilogue} of the graph (none with fuse=False), found once per graph version and outputs."""
         if not self.fuse:
-            return []
-        return [f.nodes for f in find_fusions(graph, self._fusable_head).values()]
+            return {}
+        return self.cached(graph, "fusions", lambda g: find_fusions(g, self._fusable_head), fusion_stamp(graph))
 
     def _fusable_head(self, node) -> bool:
         if node.op == "conv_2d_dw":
@@ -159,7 +163,7 @@ class CPUBackend(Backend):
         if cached is not None and cached[0] == key:
             return cached[1]
         runs, skipped = [], set()
-        fusions = find_fusions(graph, self._fusable_head) if self.fuse else {}
+        fusions = self._fusions(graph)
         for node in graph.nodes:
             if id(node) in skipped:
                 continue

@@ -75,6 +75,11 @@ class Epilogue:
                 + ("+residual" if self.residual_node is not None else "") + (f"+{self.act}" if self.act else ""))
 
 
+def fusion_stamp(graph) -> tuple:
+    """What find_fusions depends on besides the graph's nodes: which of them are outputs (never fused away)."""
+    return tuple(id(n) for n in graph.nodes if n.is_output)
+
+
 def consumers(graph) -> dict:
     """{id(tensor): [nodes reading it]} over the graph's nodes."""
     users = {}

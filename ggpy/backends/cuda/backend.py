@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from ...errors import AllocationError, CudaError, UnsupportedOpError
 from ...types import F32
 from ..base import Backend
-from ..cpu.fusion import consumers, find_fusions, only_user
+from ..cpu.fusion import consumers, find_fusions, fusion_stamp, only_user
 from . import kernels
 from .buffer import CUDABuffer, CUDABufferType
 from .compiler import Module, compile_cubin
@@ -112,9 +112,13 @@ class CUDABackend(Backend):
     def _fusions(self, graph) -> dict:
         """{id(head): Epilogue} of the fused runs: mul_mat + bias add (+ a residual add, as cuBLASLt's C matrix)
         as one GEMM with the BIAS epilogue, norm -> mul(weight) -> add(bias) as one row kernel (an activation
-        after them stays a node), a 3x3 CWHN conv_2d_dw + bias add (+ activation) as one kernel."""
+        after them stays a node), a 3x3 CWHN conv_2d_dw + bias add (+ activation) as one kernel; found once per
+        graph version and outputs."""
         if not self.fuse:
             return {}
+        return self.cached(graph, "fusions", self._find_fusions, fusion_stamp(graph))
+
+    def _find_fusions(self, graph) -> dict:
         out = {}
 
         def fusable(n):

@@ -1,13 +1,14 @@
 """Convolution benchmark: ggpy's CPU implementations side by side with PyTorch and ggml's figures.
 
-    python benchmarks/conv_cpu.py [-t 1 2] [--rounds N] [-k NAME_PART]
+    python benchmarks/conv_cpu.py [-t 1 2] [--rounds N] [--calls N] [-k NAME_PART]
 
 Cases: depthwise (the table of ggml PR #1152), dense conv_2d shapes of issue 3 and MobileSAM, and the two
 transposed convolutions of SAM's mask decoder.
 
 For each case every ggpy implementation is forced in turn (CPUBackend(force=...)), and "chosen" runs what
 the backend picks by itself; all are timed round-robin with PyTorch's conv2d (channels_last for the CWHN
-layout); the table also shows the figures the real ggml library measured on this machine type
+layout): per round, one warm-up call then the median of --calls timed calls; the table gives the median over
+rounds. The table also shows the figures the real ggml library measured on this machine type
 (../shared/ANCHORS.md) and the scratch each plan reserved.
 """
 import argparse
@@ -92,10 +93,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-t", "--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=5, help="timed calls per round (their median counts)")
     parser.add_argument("-k", "--only", default="", help="run only the cases whose name contains this")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    print(f"rounds={args.rounds}" + (f" torch {torch.__version__}" if torch else " (torch not installed)"))
+    print(f"rounds={args.rounds} calls={args.calls}" + (f" torch {torch.__version__}" if torch else " (torch not installed)"))
     print(f"{'case':<30} {'thr':>3} {'impl':<10} {'kernel':<26} {'ggpy ms':>9} {'torch ms':>9} {'torch/ggpy':>10} "
           f"{'ggml ms':>8} {'scratch':>10}")
     for threads in args.threads:
@@ -115,9 +117,12 @@ def main():
                 for key, f in runs.items():
                     time.sleep(0.15)      # BLAS and OpenMP threads of the previous library spin ~0.1 s
                     f()
-                    t0 = time.perf_counter()
-                    f()
-                    times[key].append(time.perf_counter() - t0)
+                    calls = []
+                    for _ in range(args.calls):
+                        t0 = time.perf_counter()
+                        f()
+                        calls.append(time.perf_counter() - t0)
+                    times[key].append(float(np.median(calls)))
             med = {key: float(np.median(v)) * 1e3 for key, v in times.items()}
             for impl in impls:
                 tr = med.get("torch")

@@ -35,6 +35,9 @@ CONV_2D_1X1 = [  # (W, H, Cin, Cout, N)
     (7, 5, 6, 4, 1),
     (9, 3, 16, 11, 2),
     (1, 1, 5, 3, 3),
+    (23, 11, 40, 70, 2),   # own GEMM: several row blocks and edge panels, positions split across images
+    (8, 8, 400, 20, 1),    # own GEMM: k deeper than one packed block
+    (4, 4, 520, 520, 1),   # own GEMM: more columns than one packed B panel holds
 ]
 
 

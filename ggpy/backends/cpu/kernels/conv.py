@@ -9,7 +9,9 @@ im2col    each worker unfolds a chunk (at most IM2COL_CHUNK) of its output posit
           the kernel by single-threaded BLAS sgemm (no transposed operand). The temp block holds what the
           workers unfold at once (n_threads chunks), capped by backend.scratch_budget (at least one
           position), so scratch stays small however large the image.
-gemm_1x1  1x1 kernel, stride 1, no padding: sgemm reads the input in place as (H * W, IC) per image.
+gemm_1x1  1x1 kernel, stride 1, no padding: the input is read in place as (H * W, IC) per image, by ggpy's
+          own GEMM (gemm.py: packed panels in the temp block) when positions are unit stride and the host
+          has AVX-512 or AVX2, else by BLAS sgemm.
 winograd  3x3 kernel, stride 1, dilation 1: Winograd F(2x2, 3x3), see conv_winograd.py.
 direct    sliding-window sums, no scratch: chosen only when a patch has at most DIRECT_MAX_PATCH values
           (IC * KH * KW), too few for a GEMM; measured 3-4x slower than im2col on a 3x3 RGB stem.
@@ -23,6 +25,7 @@ from numba import prange
 from ....errors import UnsupportedOpError
 from ..registry import BoundNode, register
 from . import conv_winograd
+from . import gemm as own_gemm
 from .blas import SGEMM_ADDRESS, sgemm
 from .common import block, kernel, launch, parallel_kernel, row_index, scalar
 from .fp16 import load, store
@@ -123,14 +126,25 @@ def im2col_par(d, b, kh_n, kw_n, s0, s1, p0, p1, d0, d1, nth):
         im2col_rows(d, b, kh_n, kw_n, s0, s1, p0, p1, d0, d1, ith, nth)
 
 
+@scalar
+def _product(fn, work, scratch, trans_x, m, x_ptr, ldx, w, c_ptr, ldc):
+    """C (m x OC, column-major, ldc floats) = X (m x K) @ w^T, w (OC, K) contiguous: by ggpy's own GEMM when
+    the worker has scratch for its panels (X column-major, ldx), else by BLAS sgemm (X read transposed when
+    trans_x). Pointers are integer addresses."""
+    if scratch.size:
+        own_gemm.gemm(c_ptr, ldc, x_ptr, ldx, m, w, scratch)
+    else:
+        sgemm(fn, work, trans_x, False, m, w.shape[0], w.shape[1], x_ptr, ldx, w.ctypes.data, w.shape[1],
+              c_ptr, ldc)
+
+
 @kernel
-def conv_im2col_rows(fn, d, a, b, cols, chunk, s0, s1, p0, p1, d0, d1, ith, nth):
+def conv_im2col_rows(fn, d, w, b, cols, chunk, scratch, kh_n, kw_n, s0, s1, p0, p1, d0, d1, ith, nth):
     """Worker ith's output positions, `chunk` at a time: unfold them into its part of `cols` (float32,
-    chunk * K per worker) as K rows of positions, then d[n, :, positions] = cols^T @ a^T (OC, K) by sgemm,
-    both operands read without transposing. a is contiguous F32."""
-    n_n, oc_n, oh_n, ow_n = d.shape
-    kh_n, kw_n = a.shape[2], a.shape[3]
-    k = a.shape[1] * kh_n * kw_n
+    chunk * K per worker) as K rows of positions, then d[n, :, positions] = cols^T @ w^T, w the kernel as
+    (OC, K) contiguous F32, both operands read without transposing (_product; scratch[ith]: its panels)."""
+    n_n, _, oh_n, ow_n = d.shape
+    k = w.shape[1]
     plane = oh_n * ow_n
     mine = cols[ith * chunk * k:(ith + 1) * chunk * k]
     work = np.empty(10, np.int32)
@@ -141,24 +155,22 @@ def conv_im2col_rows(fn, d, a, b, cols, chunk, s0, s1, p0, p1, d0, d1, ith, nth)
         pos = q - n * plane
         m = min(q1 - q, chunk, plane - pos)
         fill_cols(mine, m, b, n, pos, ow_n, kh_n, kw_n, s0, s1, p0, p1, d0, d1)
-        sgemm(fn, work, False, False, m, oc_n, k, mine.ctypes.data, m, a.ctypes.data, k,
-              d[n].ctypes.data + pos * 4, plane)
+        _product(fn, work, scratch[ith], False, m, mine.ctypes.data, m, w, d[n].ctypes.data + pos * 4, plane)
         q += m
 
 
 @parallel_kernel
-def conv_im2col_par(fn, d, a, b, cols, chunk, s0, s1, p0, p1, d0, d1, nth):
+def conv_im2col_par(fn, d, w, b, cols, chunk, scratch, kh_n, kw_n, s0, s1, p0, p1, d0, d1, nth):
     for ith in prange(nth):
-        conv_im2col_rows(fn, d, a, b, cols, chunk, s0, s1, p0, p1, d0, d1, ith, nth)
+        conv_im2col_rows(fn, d, w, b, cols, chunk, scratch, kh_n, kw_n, s0, s1, p0, p1, d0, d1, ith, nth)
 
 
 @kernel
-def conv_1x1_rows(fn, d, a, b, trans_x, ldx, step, ith, nth):
-    """d[n] (OC, P) = a (OC, IC) @ x_n (IC, P), x_n = image n of b read in place: position p, channel c at
+def conv_1x1_rows(fn, d, w, b, trans_x, ldx, step, scratch, ith, nth):
+    """d[n] (OC, P) = w (OC, IC) @ x_n (IC, P), x_n = image n of b read in place: position p, channel c at
     byte p * step + c * ldx * 4 (trans_x False) or p * ldx * 4 + c * 4 (trans_x True); P = H * W.
-    Worker ith takes an equal block of the N * P positions, one sgemm per image it touches."""
-    n_n, oc_n, oh_n, ow_n = d.shape
-    ic_n = a.shape[1]
+    Worker ith takes an equal block of the N * P positions, one product per image it touches (_product)."""
+    n_n, _, oh_n, ow_n = d.shape
     plane = oh_n * ow_n
     work = np.empty(10, np.int32)
     q0, q1 = block(n_n * plane, ith, nth)
@@ -167,15 +179,15 @@ def conv_1x1_rows(fn, d, a, b, trans_x, ldx, step, ith, nth):
         n = q // plane
         p0 = q - n * plane
         m = min(q1 - q, plane - p0)
-        sgemm(fn, work, trans_x, False, m, oc_n, ic_n, b[n].ctypes.data + p0 * step, ldx,
-              a.ctypes.data, ic_n, d[n].ctypes.data + p0 * 4, plane)
+        _product(fn, work, scratch[ith], trans_x, m, b[n].ctypes.data + p0 * step, ldx, w,
+                 d[n].ctypes.data + p0 * 4, plane)
         q += m
 
 
 @parallel_kernel
-def conv_1x1_par(fn, d, a, b, trans_x, ldx, step, nth):
+def conv_1x1_par(fn, d, w, b, trans_x, ldx, step, scratch, nth):
     for ith in prange(nth):
-        conv_1x1_rows(fn, d, a, b, trans_x, ldx, step, ith, nth)
+        conv_1x1_rows(fn, d, w, b, trans_x, ldx, step, scratch, ith, nth)
 
 
 @kernel
@@ -274,6 +286,39 @@ def _b_layout(node):
     return None
 
 
+def _own_gemm_bytes(node, backend, m: int, budget: int) -> int:
+    """One worker's packed panels when this conv's products (m positions at a time) run on ggpy's own GEMM
+    (gemm.py), or 0 when they go to BLAS sgemm: the host lacks its vector width, or the workers' panels would
+    take more than half of `budget`."""
+    if not own_gemm.available():
+        return 0
+    _, oc, _, _, ic, kh, kw = _geometry(node)
+    per_worker = aligned(own_gemm.scratch_floats(m, oc, ic * kh * kw) * 4)
+    return per_worker if 2 * backend.n_threads * per_worker <= budget else 0
+
+
+def _gemm_1x1_bytes(node, backend):
+    """(widened kernel, input copy, one worker's own-GEMM panels) of gemm_1x1. The input is copied to
+    contiguous F32 when sgemm cannot read it in place; own GEMM needs unit-stride positions (a
+    channels-contiguous input goes to sgemm, which reads it transposed)."""
+    wide = _kernel_f32_bytes(node)
+    layout = _b_layout(node)
+    copy = aligned(node.src[1].nelements * 4) if layout is None else 0
+    unit_positions = layout is None or (not layout[0] and layout[2] == 4)
+    _, _, oh, ow, _, _, _ = _geometry(node)
+    panels = _own_gemm_bytes(node, backend, oh * ow, backend.scratch_budget - wide - copy) if unit_positions \
+        else 0
+    return wide, copy, panels
+
+
+def _im2col_parts(node, backend):
+    """(widened kernel, one worker's own-GEMM panels, im2col matrix) bytes of the im2col implementation."""
+    wide = _kernel_f32_bytes(node)
+    panels = _own_gemm_bytes(node, backend, IM2COL_CHUNK, backend.scratch_budget - wide)
+    budget = backend.scratch_budget - wide - backend.n_threads * panels
+    return wide, panels, _cols_bytes(node, budget, backend.n_threads)
+
+
 def _im2col_bytes(node) -> int:
     n, _, oh, ow, ic, kh, kw = _geometry(node)
     return n * oh * ow * ic * kh * kw * 4
@@ -288,8 +333,9 @@ def _cols_bytes(node, budget: int, n_threads: int) -> int:
 
 
 def _kernel_f32_bytes(node) -> int:
+    """Bytes of the kernel widened (F16) or made contiguous (a strided F32 view) in the temp block, else 0."""
     a = node.src[0]
-    return aligned(a.nelements * 4) if a.type.size != 4 else 0
+    return aligned(a.nelements * 4) if a.type.size != 4 or not a.is_contiguous() else 0
 
 
 def _check_impl(node, impl):
@@ -301,8 +347,9 @@ def _check_impl(node, impl):
 
 
 def conv_temp_size(node, impl, backend) -> int:
-    """im2col: the F32 kernel (F16 kernels) and the capped im2col matrix; gemm_1x1: the F32 kernel and, when
-    sgemm cannot read the input in place, a contiguous F32 copy of it; winograd: the transformed kernel and the
+    """im2col: the F32 kernel (F16 kernels), the workers' GEMM panels and the capped im2col matrix; gemm_1x1:
+    the F32 kernel, a contiguous F32 copy of the input when sgemm cannot read it in place, and the workers'
+    GEMM panels; winograd: the transformed kernel and the
     workers' tiles (conv_winograd.temp_size); direct: none."""
     _check_impl(node, impl)
     if impl == "direct":
@@ -310,10 +357,10 @@ def conv_temp_size(node, impl, backend) -> int:
     if impl == "winograd":
         return conv_winograd.temp_size(node, backend.scratch_budget, backend.n_threads)
     if impl == "gemm_1x1":
-        copy = aligned(node.src[1].nelements * 4) if _b_layout(node) is None else 0
-        return _kernel_f32_bytes(node) + copy
-    wide = _kernel_f32_bytes(node)
-    return wide + _cols_bytes(node, backend.scratch_budget - wide, backend.n_threads)
+        wide, copy, panels = _gemm_1x1_bytes(node, backend)
+        return wide + copy + backend.n_threads * panels
+    wide, panels, cols = _im2col_parts(node, backend)
+    return wide + backend.n_threads * panels + cols
 
 
 def conv_choose(node, backend) -> str:
@@ -371,9 +418,10 @@ def bind_conv(b: BoundNode):
     if impl == "winograd":
         return conv_winograd.bind(b, d, a, x, nth)
     prepare, offset = [], 0
-    if a.dtype != np.float32:
+    if _kernel_f32_bytes(node):
         a, step, offset = widen(b, a, offset)
         prepare.append(step)
+    w = a.reshape(a.shape[0], k)
     if impl == "gemm_1x1":
         layout = _b_layout(node)
         if layout is None:
@@ -381,13 +429,25 @@ def bind_conv(b: BoundNode):
             prepare.append(step)
             layout = (False, x.shape[2] * x.shape[3], 4)
         trans_x, ldx, step_bytes = layout
+        scratch, _ = _panels(b, offset, _gemm_1x1_bytes(node, b.backend)[2], nth)
         return then(prepare, launch(conv_1x1_rows, conv_1x1_par,
-                                     (SGEMM_ADDRESS, d, a, x, trans_x, ldx, step_bytes), nth))
+                                     (SGEMM_ADDRESS, d, w, x, trans_x, ldx, step_bytes, scratch), nth))
+    scratch, offset = _panels(b, offset, _im2col_parts(node, b.backend)[1], nth)
     cols = b.temp[offset:].view(np.float32)
     nth = max(1, min(nth, cols.size // k))
     chunk = min(cols.size // (k * nth), IM2COL_CHUNK)
     return then(prepare, launch(conv_im2col_rows, conv_im2col_par,
-                                 (SGEMM_ADDRESS, d, a, x, cols, chunk, s0, s1, p0, p1, d0, d1), nth))
+                                 (SGEMM_ADDRESS, d, w, x, cols, chunk, scratch, a.shape[2], a.shape[3],
+                                  s0, s1, p0, p1, d0, d1), nth))
+
+
+def _panels(b: BoundNode, offset: int, per_worker: int, nth: int):
+    """(the workers' own-GEMM panels as (nth, floats) from the temp block, zero floats each when the product
+    runs on BLAS; the temp offset after the n_threads workers' panels the plan reserved)."""
+    if per_worker == 0:
+        return np.empty((nth, 0), np.float32), offset
+    panels = b.temp[offset:offset + nth * per_worker].view(np.float32).reshape(nth, per_worker // 4)
+    return panels, offset + b.backend.n_threads * per_worker
 
 
 def _im2col_as_2d(node, d, x):

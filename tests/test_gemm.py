@@ -1,5 +1,9 @@
 """ggpy's own GEMM (backends/cpu/kernels/gemm.py) against float64 numpy: edge tiles, several row, depth and
 column blocks, leading dimensions past the rows, strided B, and the rows of C past m left untouched."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from numba import njit
@@ -45,3 +49,44 @@ def test_transposed_weights_view():
     _run(c1, m, a, m, m, wt.T, scratch)
     _run(c2, m, a, m, m, np.ascontiguousarray(wt.T), scratch)
     np.testing.assert_array_equal(c1, c2)
+
+
+AVX2_TILE_CHECK = """
+import llvmlite.binding as llvm
+real = llvm.get_host_cpu_features
+def without_avx512():
+    features = real()
+    for name in list(features):
+        if name.startswith("avx512"):
+            features[name] = False
+    return features
+llvm.get_host_cpu_features = without_avx512
+import numpy as np
+from numba import njit
+from ggpy.backends.cpu.kernels import gemm as own
+assert (own.MV, own.NR, own.W) == (2, 6, 8), (own.MV, own.NR, own.W)
+
+@njit
+def run(c, ldc, a, lda, m, w, scratch):
+    own.gemm(c.ctypes.data, ldc, a.ctypes.data, lda, m, w, scratch)
+
+rng = np.random.default_rng(1)
+for m, n, k in [(1, 1, 1), (17, 7, 5), (own.MC + 21, 13, own.KC + 3)]:
+    a = rng.standard_normal(m * k).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    c = np.empty(m * n, np.float32)
+    run(c, m, a, m, m, w, np.empty(own.scratch_floats(m, n, k), np.float32))
+    ref = a.reshape(k, m).T.astype(np.float64) @ w.astype(np.float64).T
+    err = np.abs(c.reshape(n, m).T - ref).max() / np.abs(ref).max()
+    assert err < 1e-5, (m, n, k, err)
+print("ok")
+"""
+
+
+def test_avx2_tile(tmp_path):
+    """The AVX2 tile (2 x 6 ymm), picked where the host reports no AVX-512, computes the same products (run in
+    a fresh process with its own numba cache, the host's AVX-512 hidden from the tile choice)."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", AVX2_TILE_CHECK], env=env, capture_output=True, text=True, check=False,
+                          timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -1,9 +1,11 @@
 """MobileSAM image encoder on the CPU: ggpy vs PyTorch eager vs ONNX Runtime, side by side in one run.
 
     python benchmarks/mobilesam_cpu.py [-t THREADS] [--runs N] [--rounds R] [--model path.gguf] [--no-torch] [--no-ort]
+                                       [--blas]
 
 Batch 1, 1024x1024, the same seeded random weights and input for every runtime (with --model, ggpy uses that
-file and the others keep the random weights, so their outputs are not compared). Each runtime lives in a
+file and the others keep the random weights, so their outputs are not compared). --blas adds ggpy with every
+mul_mat forced onto BLAS sgemm instead of ggpy's own GEMM. Each runtime lives in a
 process of its own, so thread pools never compete and PyTorch runs twice: with glibc's default malloc and
 with MALLOC_MMAP_MAX_=0 (its 64 MiB activations are otherwise mapped and unmapped on every run). In each
 round every runtime, in rotating order, gets a pause (idle workers of the previous one stop spinning), one
@@ -39,9 +41,12 @@ REFERENCE = "PyTorch eager"     # the runtime every output is compared with
 class GgpyRuntime:
     """ggpy's CPU backend on the GGUF; reports its plan's memory and a profile."""
 
+    force = None
+
     def __init__(self, opts, x):
+        import ggpy
         from examples.mobilesam.runner import ImageEncoder, flops_per_image
-        self.enc = ImageEncoder(opts.model, backend="cpu", n_threads=opts.threads)
+        self.enc = ImageEncoder(opts.model, backend=ggpy.CPUBackend(n_threads=opts.threads, force=self.force))
         self.enc.set_input(x)
         self.flops = flops_per_image(self.enc.hp)
 
@@ -61,6 +66,12 @@ class GgpyRuntime:
         return {"version": f"numpy {np.__version__}, numba {numba.__version__}", "flops": self.flops, "nodes": len(self.enc.graph.nodes), "planned_bytes": self.enc.planned_bytes,
                 "intermediate_bytes": self.enc.intermediate_bytes, "weight_bytes": self.enc.model.nbytes,
                 "by_stage": by_stage, "by_kernel": by_kernel}
+
+
+class GgpyBlasRuntime(GgpyRuntime):
+    """ggpy with mul_mat on BLAS sgemm (its `blas` implementation) instead of the own GEMM."""
+
+    force = {"mul_mat": "blas"}
 
 
 class TorchRuntime:
@@ -112,7 +123,7 @@ class OrtRuntime:
 
 
 # each runtime: built from (opts, x); __call__ evaluates x once, output() returns the embedding, info() a dict
-RUNTIMES = {"ggpy": GgpyRuntime, "torch": TorchRuntime, "ort": OrtRuntime}
+RUNTIMES = {"ggpy": GgpyRuntime, "ggpy-blas": GgpyBlasRuntime, "torch": TorchRuntime, "ort": OrtRuntime}
 
 
 def _time_runs(runtime, runs: int) -> list:
@@ -149,6 +160,8 @@ def start_workers(opts, x) -> list:
     """ggpy (required), then PyTorch default and tuned malloc, then ONNX Runtime; optional ones that fail are skipped."""
     plain = {"MALLOC_MMAP_MAX_": None, "MALLOC_TRIM_THRESHOLD_": None}
     specs = [("ggpy", "ggpy", plain)]
+    if opts.blas:
+        specs.append(("ggpy, mul_mat on BLAS", "ggpy-blas", plain))
     if opts.torch:
         specs += [(REFERENCE, "torch", plain), ("PyTorch eager, MALLOC_MMAP_MAX_=0", "torch",
                                                      {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": None})]
@@ -243,6 +256,7 @@ def parse_args(argv=None):
     p.add_argument("--model", help="GGUF for ggpy (default: the seeded random-weights model of examples.mobilesam)")
     p.add_argument("--no-torch", dest="torch", action="store_false")
     p.add_argument("--no-ort", dest="ort", action="store_false")
+    p.add_argument("--blas", action="store_true", help="also run ggpy with mul_mat on BLAS sgemm")
     opts = p.parse_args(argv)
     opts.torch = opts.torch and all(importlib.util.find_spec(m) for m in ("torch", "mobile_sam"))
     opts.ort = opts.ort and all(importlib.util.find_spec(m) for m in ("onnxruntime", "torch", "mobile_sam"))

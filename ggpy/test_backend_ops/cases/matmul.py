@@ -19,7 +19,13 @@ SHAPES = [  # (K, M, N, a dims 2-3, b dims 2-3)
     (16, 8, 9, (1, 1), (3, 2)),
     (31, 1, 7, (3, 2), (3, 4)),
     (256, 128, 100, (1, 1), (1, 1)),
+    (45, 70, 300, (1, 1), (1, 1)),        # own GEMM: edge tiles in every dimension
+    (400, 40, 270, (1, 1), (1, 1)),       # own GEMM: K deeper than one packed block
+    (20, 64, 100, (1, 1), (3, 2)),        # own GEMM: one a for 6 matrices of b, merged into 600 rows
+    (24, 33, 260, (2, 1), (2, 3)),        # own GEMM: a broadcast over dim 3, repacked per matrix
 ]
+GEMM_LAYOUT_SHAPE = ((24, 40, 3, 2), (24, 270, 3, 2))
+"""a, b shapes of the layout cases big enough for the own GEMM."""
 
 
 def cases():
@@ -31,12 +37,13 @@ def cases():
                                   lambda ctx, ta=ta, tb=tb, k=k, m=m, n=n, ad=ad, bd=bd: ops.mul_mat(
                                       layout(ctx, ta, (k, m) + ad), layout(ctx, tb, (k, n) + bd)),
                                   flops=_flops, max_nmse=5e-7))
-    for how_a in ("cont", "permuted", "padded", "permuted3"):
-        for how_b in ("cont", "permuted", "padded", "permuted3"):
-            out.append(OpCase("mul_mat", f"f32,a={how_a},b={how_b}",
-                              lambda ctx, ha=how_a, hb=how_b: ops.mul_mat(
-                                  layout(ctx, F32, (24, 10, 3, 2), ha), layout(ctx, F32, (24, 7, 3, 2), hb)),
-                              flops=_flops, max_nmse=5e-7))
+    for ne_a, ne_b in (((24, 10, 3, 2), (24, 7, 3, 2)), GEMM_LAYOUT_SHAPE):
+        for how_a in ("cont", "permuted", "padded", "permuted3"):
+            for how_b in ("cont", "permuted", "padded", "permuted3"):
+                out.append(OpCase("mul_mat", f"f32,a={how_a},b={how_b},a={ne_a},b={ne_b}",
+                                  lambda ctx, ha=how_a, hb=how_b, ne_a=ne_a, ne_b=ne_b: ops.mul_mat(
+                                      layout(ctx, F32, ne_a, ha), layout(ctx, F32, ne_b, hb)),
+                                  flops=_flops, max_nmse=5e-7))
     out.append(OpCase("mul_mat", "f32,perf,K=1024,M=1024,N=1024",
                       lambda ctx: ops.mul_mat(layout(ctx, F32, (1024, 1024)), layout(ctx, F32, (1024, 1024))),
                       flops=_flops, max_nmse=5e-7, tags=("perf",)))

@@ -27,12 +27,13 @@ from .common import scalar
 
 
 def _host_tile():
-    """(vectors per column MV, columns NR, lanes W) of the micro-tile: 3 x 8 zmm accumulators with AVX-512
-    (32 vector registers), 2 x 6 ymm with AVX2 (16); None without FMA vectors."""
+    """(vectors per column MV, columns NR, lanes W) of the micro-tile: 2 x 8 zmm accumulators with AVX-512
+    (32 rows by 8 columns: channel and feature counts are mostly multiples of both; 3 x 8 and 2 x 12 measured
+    the same), 2 x 6 ymm with AVX2 (16 registers); None without FMA vectors."""
     llvm.initialize_native_target()
     features = llvm.get_host_cpu_features()
     if features.get("avx512f") and features.get("fma"):
-        return 3, 8, 16
+        return 2, 8, 16
     if features.get("avx2") and features.get("fma"):
         return 2, 6, 8
     return None
@@ -41,8 +42,8 @@ def _host_tile():
 _TILE = _host_tile()
 MV, NR, W = _TILE or (2, 6, 8)
 MR = MV * W
-MC = 4 * 48
-"""Rows of A packed at a time (a multiple of MR: 4 micro-panels with AVX-512, 12 with AVX2)."""
+MC = 192
+"""Rows of A packed at a time (a multiple of MR: 6 micro-panels with AVX-512, 12 with AVX2)."""
 KC = 384
 """Deepest packed block: a longer k is cut into equal blocks of at most KC (C accumulates across them)."""
 B_PANEL_FLOATS = 256 * 1024
@@ -80,22 +81,100 @@ def scratch_floats(m: int, n: int, k: int) -> int:
 @scalar
 def gemm(c_ptr, ldc, a_ptr, lda, m, w, scratch):
     """C (m x n, column-major, ldc floats) = A (m x k, column-major, lda floats) @ w^T, w (n, k) any strides;
-    C and A are integer addresses, scratch this worker's float32 block of at least scratch_floats(m, n, k)."""
+    C and A are integer addresses, scratch this worker's float32 block of at least scratch_floats(m, n, k).
+    A is packed MC x KC at a time as it is used."""
     n, k = w.shape
-    if k == 0:
-        for j in range(n):
-            _c_column(c_ptr + j * ldc * 4, m)[:] = 0.0
-    if m == 0 or n == 0 or k == 0:
+    if _zero_depth(c_ptr, ldc, m, n, k):
         return
     b_size, a_size, t_size = _scratch_parts(m, n, k)
+    if scratch.size < b_size + a_size + t_size:
+        raise ValueError("gemm: scratch smaller than scratch_floats(m, n, k)")
     bp = scratch[:b_size]
     ap = scratch[b_size:b_size + a_size]
     tile = scratch[b_size + a_size:b_size + a_size + t_size]
+    count, depth = _k_blocks(k)
     nc = _column_block(k)
     for n0 in range(0, n, nc):
         nb = min(nc, n - n0)
         pack_b(bp, w, n0, nb)
-        gemm_packed_b(c_ptr + n0 * ldc * 4, ldc, a_ptr, lda, m, nb, k, bp, ap, tile)
+        for i0 in range(0, m, MC):
+            mb = min(MC, m - i0)
+            b_at = bp.ctypes.data
+            for blk in range(count):
+                k0 = blk * depth
+                kc = min(depth, k - k0)
+                _pack_a(ap, a_ptr + i0 * 4, lda, mb, k0, kc)
+                _panel_product(c_ptr + (i0 + n0 * ldc) * 4, ldc, ap.ctypes.data, mb, kc, b_at, nb, tile, blk)
+                b_at += (nb + NR - 1) // NR * NR * kc * 4
+
+
+@scalar
+def packed_a_floats(m, k):
+    """Floats pack_a_rows writes for an (m, k) matrix, rounded to 64 bytes."""
+    return _round16((m + MR - 1) // MR * MR * k)
+
+
+def prepacked_floats(m: int, n: int, k: int) -> int:
+    """Floats of temp one worker needs for pack_a_rows + gemm_prepacked on m x n x k: the packed A, then the
+    `rest` (packed w and the edge tile)."""
+    b_size, _, t_size = _scratch_parts(m, n, k)
+    return packed_a_floats(m, k) + b_size + t_size
+
+
+@scalar
+def pack_a_rows(ap, a):
+    """Pack all of A (a: (m, k), any strides) for gemm_prepacked: blocks of MC rows, each cut into k blocks
+    of micro-panels (MR rows, k-major, the last zero-padded); block i0 starts at float i0 * k."""
+    m, k = a.shape
+    count, depth = _k_blocks(k)
+    for i0 in range(0, m, MC):
+        mb = min(MC, m - i0)
+        rows = (mb + MR - 1) // MR * MR
+        for blk in range(count):
+            k0 = blk * depth
+            kc = min(depth, k - k0)
+            base = i0 * k + rows * k0
+            for ip in range(rows // MR):
+                r0 = i0 + ip * MR
+                _pack_rows(ap, base + ip * kc * MR, MR, a, r0, min(MR, m - r0), k0, kc)
+
+
+@scalar
+def gemm_prepacked(c_ptr, ldc, m, ap, w, rest):
+    """C (m x n, column-major, ldc floats, integer address) = A @ w^T, A packed by pack_a_rows into ap, w (n, k)
+    any strides; rest: this worker's other prepacked_floats (packed w and the edge tile)."""
+    n, k = w.shape
+    if _zero_depth(c_ptr, ldc, m, n, k):
+        return
+    b_size, _, t_size = _scratch_parts(m, n, k)
+    if rest.size < b_size + t_size or ap.size < packed_a_floats(m, k):
+        raise ValueError("gemm_prepacked: scratch smaller than prepacked_floats(m, n, k)")
+    bp = rest[:b_size]
+    tile = rest[b_size:b_size + t_size]
+    count, depth = _k_blocks(k)
+    nc = _column_block(k)
+    for n0 in range(0, n, nc):
+        nb = min(nc, n - n0)
+        pack_b(bp, w, n0, nb)
+        for i0 in range(0, m, MC):
+            mb = min(MC, m - i0)
+            rows = (mb + MR - 1) // MR * MR
+            b_at = bp.ctypes.data
+            for blk in range(count):
+                k0 = blk * depth
+                kc = min(depth, k - k0)
+                _panel_product(c_ptr + (i0 + n0 * ldc) * 4, ldc, ap.ctypes.data + (i0 * k + rows * k0) * 4, mb, kc,
+                               b_at, nb, tile, blk)
+                b_at += (nb + NR - 1) // NR * NR * kc * 4
+
+
+@scalar
+def _zero_depth(c_ptr, ldc, m, n, k):
+    """With k == 0, C = 0; True when there is nothing (more) to multiply."""
+    if k == 0:
+        for j in range(n):
+            _c_column(c_ptr + j * ldc * 4, m)[:] = 0.0
+    return m == 0 or n == 0 or k == 0
 
 
 @intrinsic
@@ -109,6 +188,34 @@ def _copy_bytes(typingctx, dst, src, nbytes):
                           ir.Constant(ir.IntType(1), 0)])
         return context.get_dummy_value()
     return types.void(types.intp, types.intp, types.intp), codegen
+
+
+@intrinsic
+def _transpose8(typingctx, dst, dst_stride, src, src_stride):
+    """dst row c (8 floats at dst + c * dst_stride bytes) = column c of the 8 x 8 float block whose row r is at
+    src + r * src_stride: 8 vector loads, three stages of shuffles (each swaps one bit of the row and column
+    index), 8 vector stores."""
+    f32 = ir.FloatType()
+    vec = ir.VectorType(f32, 8)
+
+    def codegen(context, builder, sig, args):
+        dst, dst_stride, src, src_stride = args
+        rows = [builder.load(builder.inttoptr(builder.add(src, builder.mul(src_stride, ir.Constant(src.type, r))),
+                                              vec.as_pointer()), align=4) for r in range(8)]
+        for bit in (1, 2, 4):
+            out = []
+            for r in range(8):
+                low = r & ~bit
+                mask = [((c & ~bit) | (r & bit)) + (8 if c & bit else 0) for c in range(8)]
+                out.append(builder.shuffle_vector(rows[low], rows[low | bit],
+                                                  ir.Constant(ir.VectorType(ir.IntType(32), 8), mask)))
+            rows = out
+        for c in range(8):
+            ptr = builder.inttoptr(builder.add(dst, builder.mul(dst_stride, ir.Constant(dst.type, c))),
+                                   vec.as_pointer())
+            builder.store(rows[c], ptr, align=4)
+        return context.get_dummy_value()
+    return types.void(types.intp, types.intp, types.intp, types.intp), codegen
 
 
 @intrinsic
@@ -174,16 +281,28 @@ def pack_b(bp, w, n0, nb):
         k0 = blk * depth
         kc = min(depth, k - k0)
         for jp in range(panels):
-            for j in range(NR):
-                col = n0 + jp * NR + j
-                at = base + jp * kc * NR + j
-                if col < n0 + nb:
-                    for kk in range(kc):
-                        bp[at + kk * NR] = w[col, k0 + kk]
-                else:
-                    for kk in range(kc):
-                        bp[at + kk * NR] = 0.0
+            _pack_rows(bp, base + jp * kc * NR, NR, w, n0 + jp * NR, min(NR, nb - jp * NR), k0, kc)
         base += panels * kc * NR
+
+
+@scalar
+def _pack_rows(dst, at, width, src, r0, rows, k0, kc):
+    """dst[at + kk * width + i] = src[r0 + i, k0 + kk] for i < width (0 for i >= rows), kk < kc: `rows` rows of
+    src (any strides) transposed into a k-major panel `width` wide. Where src's rows are unit stride, whole
+    8 x 8 blocks go through vector transposes."""
+    fast_rows = rows // 8 * 8 if src.strides[1] == 4 else 0
+    kc8 = kc // 8 * 8
+    d, s, rs = dst.ctypes.data, src.ctypes.data, src.strides[0]
+    for g in range(0, fast_rows, 8):
+        for kk0 in range(0, kc8, 8):
+            _transpose8(d + (at + kk0 * width + g) * 4, width * 4, s + (r0 + g) * rs + (k0 + kk0) * 4, rs)
+    for i in range(width):
+        if i < rows:
+            for kk in range(kc8 if i < fast_rows else 0, kc):
+                dst[at + kk * width + i] = src[r0 + i, k0 + kk]
+        else:
+            for kk in range(kc):
+                dst[at + kk * width + i] = 0.0
 
 
 @scalar
@@ -206,34 +325,22 @@ def _pack_a(ap, a_ptr, lda, m, k0, kc):
 
 
 @scalar
-def gemm_packed_b(c_ptr, ldc, a_ptr, lda, m, nb, k, bp, ap, tile):
-    """C[:, n0 .. n0+nb] = A @ B[:, n0 .. n0+nb] for the columns pack_b put in bp; c_ptr points at C's
-    column n0. A's m rows go MC at a time through ap; edge tiles through `tile`."""
-    count, depth = _k_blocks(k)
-    panels = (nb + NR - 1) // NR
-    a_buf, b_buf, t_buf = ap.ctypes.data, bp.ctypes.data, tile.ctypes.data
-    i0 = 0
-    while i0 < m:
-        mb = min(MC, m - i0)
-        b_base = 0
-        for blk in range(count):
-            k0 = blk * depth
-            kc = min(depth, k - k0)
-            _pack_a(ap, a_ptr + i0 * 4, lda, mb, k0, kc)
-            for jp in range(panels):
-                j0 = jp * NR
-                b_panel = b_buf + (b_base + jp * kc * NR) * 4
-                for ip in range((mb + MR - 1) // MR):
-                    r0 = ip * MR
-                    a_panel = a_buf + ip * kc * MR * 4
-                    if r0 + MR <= mb and j0 + NR <= nb:
-                        _micro_kernel(a_panel, b_panel, c_ptr + (i0 + r0 + j0 * ldc) * 4, ldc, kc, blk)
-                    else:
-                        _micro_kernel(a_panel, b_panel, t_buf, MR, kc, 0)
-                        _add_tile(tile, c_ptr + (i0 + r0 + j0 * ldc) * 4, ldc, min(MR, mb - r0),
-                                  min(NR, nb - j0), blk)
-            b_base += panels * kc * NR
-        i0 += mb
+def _panel_product(c_ptr, ldc, a_at, mb, kc, b_at, nb, tile, accumulate):
+    """C[:mb, :nb] (+)= packed A block (micro-panels of MR rows, kc deep, at address a_at) @ packed B block
+    (panels of NR columns, kc deep, at b_at); C at c_ptr (column-major, ldc); edge tiles through `tile`."""
+    t_at = tile.ctypes.data
+    for jp in range((nb + NR - 1) // NR):
+        j0 = jp * NR
+        b_panel = b_at + jp * kc * NR * 4
+        for ip in range((mb + MR - 1) // MR):
+            r0 = ip * MR
+            a_panel = a_at + ip * kc * MR * 4
+            c_tile = c_ptr + (r0 + j0 * ldc) * 4
+            if r0 + MR <= mb and j0 + NR <= nb:
+                _micro_kernel(a_panel, b_panel, c_tile, ldc, kc, accumulate)
+            else:
+                _micro_kernel(a_panel, b_panel, t_at, MR, kc, 0)
+                _add_tile(tile, c_tile, ldc, min(MR, mb - r0), min(NR, nb - j0), accumulate)
 
 
 @scalar

@@ -1,21 +1,33 @@
-"""mul_mat on the CPU: each worker runs single-threaded BLAS sgemm on its share of the products.
+"""mul_mat on the CPU: each worker multiplies its share of the products, single-threaded.
 
 dst[i3, i2] (N x M) = x[i3, i2] (N x K) @ a[i3 / r3, i2 / r2]^T, with arrays of shape (ne3, ne2, rows, ne0).
 Work is split like ggml splits rows: over the (i3, i2) matrices, and over blocks of N rows when there are
-fewer matrices than workers. An operand BLAS cannot read in place (F16, or no unit stride in either of
-its two inner dimensions) is first converted to contiguous F32 in a temp block from the allocator's heap.
+fewer matrices than workers. Two implementations, chosen per node (or forced with
+CPUBackend(force={"mul_mat": impl})):
+
+gemm  ggpy's own sgemm (gemm.py): each worker packs a (M x K) once into its panels in the temp block and
+      multiplies its rows of x against them; for products big enough to amortise the packing (M, K and the
+      rows per matrix above GEMM_MIN_*) whose packed a fits the scratch budget, on AVX2/AVX-512 hosts.
+blas  single-threaded BLAS sgemm, reading both operands in place.
+An operand that cannot be read in place (F16, or no unit stride in either of its two inner dimensions) is
+first converted to contiguous F32 in a temp block from the allocator's heap.
 """
 import numpy as np
 from numba import prange
 
+from ....errors import UnsupportedOpError
 from ..registry import BoundNode, register
+from . import gemm as own_gemm
 from .blas import SGEMM_ADDRESS, sgemm
-from .common import block, kernel, launch, parallel_kernel, row_index
+from .common import block, kernel, launch, parallel_kernel, row_index, scalar
 from .elementwise import EPILOGUE_FUNCS, epilogue_code
 from .fp16 import load
 
 EPILOGUE_ROWS = 256
 """Output rows a fused mul_mat multiplies per sgemm call before applying its epilogue to them (in cache)."""
+GEMM_MIN_M, GEMM_MIN_K, GEMM_MIN_ROWS = 32, 16, 256
+"""The own GEMM needs a full micro-tile of output columns, some depth, and at least this many rows of x per
+matrix a, which each worker packs once."""
 
 
 @kernel
@@ -37,38 +49,78 @@ def to_f32_par(dst, src, nth):
         to_f32_rows(dst, src, ith, nth)
 
 
+@scalar
+def _task(t, d, a, nsplit):
+    """(i3, i2, first row, end row, index of its matrix a) of task t."""
+    d3, d2, n = d.shape[0], d.shape[1], d.shape[2]
+    i3 = t // (d2 * nsplit)
+    i2 = (t // nsplit) % d2
+    n0, n1 = block(n, t % nsplit, nsplit)
+    return i3, i2, n0, n1, (i3 // (d3 // a.shape[0])) * a.shape[1] + i2 // (d2 // a.shape[1])
+
+
+@scalar
+def _epilogue(f, d, i3, i2, c0, c1, bias):
+    """d[i3, i2, c0:c1] = f(d + bias) row by row (nothing without a bias)."""
+    zero = np.float32(0.0)
+    if bias.size:
+        for r in range(c0, c1):
+            row = d[i3, i2, r]
+            for j in range(row.size):
+                row[j] = f(row[j] + bias[j], zero, zero)
+
+
 @kernel
 def mul_mat_rows(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, chunk, nsplit, ith, nth):
-    """Worker ith's products: tasks (matrix, row block) ith, ith + nth, ... of nmat * nsplit, `chunk` output
-    rows per sgemm call. With a bias (size M), each chunk then gets d[row] = act(d[row] + bias) while it is
-    in cache: a fused add(mul_mat, bias) [+ activation]; act is an EPILOGUE_FUNCS code (compiled in)."""
+    """Worker ith's products by BLAS sgemm: tasks (matrix, row block) ith, ith + nth, ... of nmat * nsplit,
+    `chunk` output rows per sgemm call. With a bias (size M), each chunk then gets d[row] = act(d[row] + bias)
+    while it is in cache: a fused add(mul_mat, bias) [+ activation]; act is an EPILOGUE_FUNCS code (compiled
+    in)."""
     f = EPILOGUE_FUNCS[act]
-    zero = np.float32(0.0)
-    d3, d2, n, m = d.shape
-    k = a.shape[3]
-    r3 = d3 // a.shape[0]
-    r2 = d2 // a.shape[1]
-    ldd = d.strides[2] // 4
+    m, k = d.shape[3], a.shape[3]
     work = np.empty(10, np.int32)
-    for t in range(ith, d3 * d2 * nsplit, nth):
-        i3 = t // (d2 * nsplit)
-        i2 = (t // nsplit) % d2
-        n0, n1 = block(n, t % nsplit, nsplit)
+    for t in range(ith, d.shape[0] * d.shape[1] * nsplit, nth):
+        i3, i2, n0, n1, which = _task(t, d, a, nsplit)
         for c0 in range(n0, n1, chunk):
             c1 = min(n1, c0 + chunk)
-            sgemm(fn, work, trans_a, trans_x, m, c1 - c0, k, a[i3 // r3, i2 // r2].ctypes.data, lda,
-                  x[i3, i2].ctypes.data + c0 * x.strides[2], ldx, d[i3, i2].ctypes.data + c0 * d.strides[2], ldd)
-            if bias.size:
-                for r in range(c0, c1):
-                    row = d[i3, i2, r]
-                    for j in range(m):
-                        row[j] = f(row[j] + bias[j], zero, zero)
+            sgemm(fn, work, trans_a, trans_x, m, c1 - c0, k, a[which // a.shape[1], which % a.shape[1]].ctypes.data, lda,
+                  x[i3, i2].ctypes.data + c0 * x.strides[2], ldx, d[i3, i2].ctypes.data + c0 * d.strides[2],
+                  d.strides[2] // 4)
+            _epilogue(f, d, i3, i2, c0, c1, bias)
 
 
 @parallel_kernel
 def mul_mat_par(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, chunk, nsplit, nth):
     for ith in prange(nth):
         mul_mat_rows(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, chunk, nsplit, ith, nth)
+
+
+@kernel
+def mul_mat_gemm_rows(act, d, a, x, bias, chunk, nsplit, scratch, ith, nth):
+    """mul_mat_rows by the own GEMM: the worker packs each matrix a it meets into its part of `scratch`
+    (nth, floats) once, then multiplies its rows of x in chunks."""
+    f = EPILOGUE_FUNCS[act]
+    m, k = d.shape[3], a.shape[3]
+    mine = scratch[ith]
+    packed_size = own_gemm.packed_a_floats(m, k)
+    ap, rest = mine[:packed_size], mine[packed_size:]
+    packed = -1
+    for t in range(ith, d.shape[0] * d.shape[1] * nsplit, nth):
+        i3, i2, n0, n1, which = _task(t, d, a, nsplit)
+        if which != packed and n1 > n0:
+            own_gemm.pack_a_rows(ap, a[which // a.shape[1], which % a.shape[1]])
+            packed = which
+        for c0 in range(n0, n1, chunk):
+            c1 = min(n1, c0 + chunk)
+            own_gemm.gemm_prepacked(d[i3, i2].ctypes.data + c0 * d.strides[2], d.strides[2] // 4, m, ap,
+                                    x[i3, i2, c0:c1], rest)
+            _epilogue(f, d, i3, i2, c0, c1, bias)
+
+
+@parallel_kernel
+def mul_mat_gemm_par(act, d, a, x, bias, chunk, nsplit, scratch, nth):
+    for ith in prange(nth):
+        mul_mat_gemm_rows(act, d, a, x, bias, chunk, nsplit, scratch, ith, nth)
 
 
 def _blas_layout(arr: np.ndarray, transposed_if_rows: bool):
@@ -106,17 +158,47 @@ def _aligned(n: int) -> int:
     return (n + 63) // 64 * 64
 
 
-def mul_mat_temp_size(node, impl=None, backend=None) -> int:
-    """Bytes for contiguous F32 copies of the operands BLAS cannot read in place."""
-    return sum(_aligned(t.nelements * 4) for t, conv in zip(node.src[:2], _converted(node)) if conv)
+def _gemm_panels_bytes(node, backend) -> int:
+    """One worker's temp for the own GEMM: a packed, x's panels and the edge tile; 0 where BLAS suits better
+    (products too small to amortise the packing) or the workers' panels would take more than half of the
+    scratch budget."""
+    a = node.src[0]
+    m, k = node.ne[0], a.ne[0]
+    rows = node.ne[1] * (node.ne[2] * node.ne[3] if a.ne[2] * a.ne[3] == 1 else 1)
+    if m < GEMM_MIN_M or k < GEMM_MIN_K or rows < GEMM_MIN_ROWS:
+        return 0
+    per_worker = _aligned(own_gemm.prepacked_floats(m, rows, k) * 4)
+    return per_worker if 2 * backend.n_threads * per_worker <= backend.scratch_budget else 0
 
 
-def _kernel_name(node, impl=None) -> str:
+def mul_mat_choose(node, backend) -> str:
+    """gemm on hosts with its vector width for products that amortise its packing, else blas."""
+    return "gemm" if own_gemm.available() and _gemm_panels_bytes(node, backend) else "blas"
+
+
+def _check_impl(node, impl, backend):
+    if impl == "gemm" and not _gemm_panels_bytes(node, backend):
+        raise UnsupportedOpError(f"cpu: mul_mat '{node.name}' (a ne={node.src[0].ne}, b ne={node.src[1].ne}) "
+                                 f"cannot run as gemm: it needs M >= {GEMM_MIN_M}, K >= {GEMM_MIN_K}, at least "
+                                 f"{GEMM_MIN_ROWS} rows of b per matrix a, and panels within half the scratch "
+                                 f"budget ({backend.scratch_budget} bytes)")
+
+
+def mul_mat_temp_size(node, impl, backend) -> int:
+    """Bytes for contiguous F32 copies of the operands that cannot be read in place, and (gemm) the workers'
+    panels."""
+    _check_impl(node, impl, backend)
+    copies = sum(_aligned(t.nelements * 4) for t, conv in zip(node.src[:2], _converted(node)) if conv)
+    return copies + (backend.n_threads * _gemm_panels_bytes(node, backend) if impl == "gemm" else 0)
+
+
+def _kernel_name(node, impl) -> str:
     conv = _converted(node)
-    return "blas_sgemm" + ("+to_f32" if any(conv) else "")
+    return ("gemm" if impl == "gemm" else "blas_sgemm") + ("+to_f32" if any(conv) else "")
 
 
-@register("mul_mat", temp_size=mul_mat_temp_size, name=_kernel_name, blas=True)
+@register("mul_mat", temp_size=mul_mat_temp_size, name=_kernel_name, blas=True, impls=("gemm", "blas"),
+          choose=mul_mat_choose)
 def bind_mul_mat(b: BoundNode):
     return bind_mul_mat_epilogue(b)
 
@@ -135,6 +217,7 @@ def bind_mul_mat_epilogue(b: BoundNode, bias: np.ndarray | None = None, act: str
         operands.append(arr)
     a, x = _merge_batches(d, *operands)
     d = d.reshape(x.shape[:3] + (d.shape[3],))
+    per_worker = _gemm_panels_bytes(b.node, b.backend) if b.impl == "gemm" else 0
     trans_a, lda = _blas_layout(a, True)
     trans_x, ldx = _blas_layout(x, False)
     nmat = d.shape[0] * d.shape[1]
@@ -146,8 +229,13 @@ def bind_mul_mat_epilogue(b: BoundNode, bias: np.ndarray | None = None, act: str
     fused = bias is not None or act is not None
     bias = (np.zeros(d.shape[3], np.float32) if bias is None else bias) if fused else np.empty(0, np.float32)
     chunk = EPILOGUE_ROWS if fused else max(1, d.shape[2])
-    run = launch(mul_mat_rows, mul_mat_par, (SGEMM_ADDRESS, epilogue_code(act), d, a, x, trans_a, lda, trans_x, ldx,
-                                             bias, chunk, nsplit), nth, constants=(1,))
+    if per_worker:
+        scratch = b.temp[offset:offset + nth * per_worker].view(np.float32).reshape(nth, per_worker // 4)
+        run = launch(mul_mat_gemm_rows, mul_mat_gemm_par, (epilogue_code(act), d, a, x, bias, chunk, nsplit, scratch),
+                     nth, constants=(0,))
+    else:
+        run = launch(mul_mat_rows, mul_mat_par, (SGEMM_ADDRESS, epilogue_code(act), d, a, x, trans_a, lda, trans_x,
+                                                 ldx, bias, chunk, nsplit), nth, constants=(1,))
     if not prepare:
         return run
 

@@ -24,6 +24,7 @@ import resource
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -41,7 +42,7 @@ REFERENCE = "PyTorch eager"     # the runtime every output is compared with
 class GgpyRuntime:
     """ggpy's CPU backend on the GGUF; reports its plan's memory and a profile."""
 
-    force = None
+    force: ClassVar[dict | None] = None      # CPUBackend(force=...)
 
     def __init__(self, opts, x):
         import ggpy
@@ -71,7 +72,7 @@ class GgpyRuntime:
 class GgpyBlasRuntime(GgpyRuntime):
     """ggpy with mul_mat on BLAS sgemm (its `blas` implementation) instead of the own GEMM."""
 
-    force = {"mul_mat": "blas"}
+    force: ClassVar[dict | None] = {"mul_mat": "blas"}
 
 
 class TorchRuntime:

@@ -92,6 +92,15 @@ def gemm(c_ptr, ldc, a_ptr, lda, m, w, scratch):
     bp = scratch[:b_size]
     ap = scratch[b_size:b_size + a_size]
     tile = scratch[b_size + a_size:b_size + a_size + t_size]
+    _loop_nest(c_ptr, ldc, m, w, bp, tile, ap, a_ptr, lda)
+
+
+@scalar
+def _loop_nest(c_ptr, ldc, m, w, bp, tile, ap, a_ptr, lda):
+    """The BLIS loop nest: w's columns NC at a time (packed into bp), A's rows MC at a time, k in blocks, then
+    _panel_product. a_ptr != 0: A is column-major at a_ptr (lda floats), packed into ap block by block;
+    a_ptr == 0: ap already holds all of A, packed by pack_a_rows."""
+    n, k = w.shape
     count, depth = _k_blocks(k)
     nc = _column_block(k)
     for n0 in range(0, n, nc):
@@ -99,12 +108,16 @@ def gemm(c_ptr, ldc, a_ptr, lda, m, w, scratch):
         pack_b(bp, w, n0, nb)
         for i0 in range(0, m, MC):
             mb = min(MC, m - i0)
+            rows = (mb + MR - 1) // MR * MR
             b_at = bp.ctypes.data
             for blk in range(count):
                 k0 = blk * depth
                 kc = min(depth, k - k0)
-                _pack_a(ap, a_ptr + i0 * 4, lda, mb, k0, kc)
-                _panel_product(c_ptr + (i0 + n0 * ldc) * 4, ldc, ap.ctypes.data, mb, kc, b_at, nb, tile, blk)
+                a_at = ap.ctypes.data + (i0 * k + rows * k0) * 4
+                if a_ptr:
+                    _pack_a(ap, a_ptr + i0 * 4, lda, mb, k0, kc)
+                    a_at = ap.ctypes.data
+                _panel_product(c_ptr + (i0 + n0 * ldc) * 4, ldc, a_at, mb, kc, b_at, nb, tile, blk)
                 b_at += (nb + NR - 1) // NR * NR * kc * 4
 
 
@@ -149,23 +162,7 @@ def gemm_prepacked(c_ptr, ldc, m, ap, w, rest):
     b_size, _, t_size = _scratch_parts(m, n, k)
     if rest.size < b_size + t_size or ap.size < packed_a_floats(m, k):
         raise ValueError("gemm_prepacked: scratch smaller than prepacked_floats(m, n, k)")
-    bp = rest[:b_size]
-    tile = rest[b_size:b_size + t_size]
-    count, depth = _k_blocks(k)
-    nc = _column_block(k)
-    for n0 in range(0, n, nc):
-        nb = min(nc, n - n0)
-        pack_b(bp, w, n0, nb)
-        for i0 in range(0, m, MC):
-            mb = min(MC, m - i0)
-            rows = (mb + MR - 1) // MR * MR
-            b_at = bp.ctypes.data
-            for blk in range(count):
-                k0 = blk * depth
-                kc = min(depth, k - k0)
-                _panel_product(c_ptr + (i0 + n0 * ldc) * 4, ldc, ap.ctypes.data + (i0 * k + rows * k0) * 4, mb, kc,
-                               b_at, nb, tile, blk)
-                b_at += (nb + NR - 1) // NR * NR * kc * 4
+    _loop_nest(c_ptr, ldc, m, w, rest[:b_size], rest[b_size:b_size + t_size], ap, 0, 0)
 
 
 @scalar

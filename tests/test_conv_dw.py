@@ -37,7 +37,7 @@ def test_conv_transpose_2d(case, n_threads, impl):
     assert result.ok, f"{impl} {case.id}: {result.message}"
 
 
-@pytest.mark.parametrize("budget", [4 * 4, 4 * 4 * 37, 1 << 24])
+@pytest.mark.parametrize("budget", [4 * 4, 4 * 4 * 37, 1 << 15, 1 << 24])
 @pytest.mark.parametrize("ne,k,stride", [((13, 7, 9, 2), (3, 2, 5), 2), ((10, 6, 16, 1), (2, 2, 8), 2),
                                           ((5, 9, 12, 3), (1, 3, 7), 3)])
 def test_conv_transpose_2d_gemm_tiled(ne, k, stride, budget):

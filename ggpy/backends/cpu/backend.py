@@ -32,7 +32,8 @@ class CPUBackend(Backend):
 
     force: {op: implementation} runs every node of `op` with that implementation instead of the one the
     backend would choose (for tests and measurements). scratch_budget: the most temp bytes a kernel that
-    can tile its scratch (im2col) plans for one node. fuse: run the patterns of fusion.py as one kernel.
+    can tile its scratch (im2col, GEMM panels) plans for one node; never more than the buffer type's
+    max_size, since a node's temp lives in one buffer. fuse: run the patterns of fusion.py as one kernel.
     autotune: time every implementation of a node once per shape and run the fastest (autotune.py).
     """
 
@@ -53,7 +54,7 @@ class CPUBackend(Backend):
                 known = ", ".join(entry.impls) if entry is not None and entry.impls else "none"
                 raise UnsupportedOpError(f"CPUBackend: cannot force {op!r} to run as {impl!r}; its "
                                          f"implementations: {known}")
-        self.scratch_budget = int(scratch_budget)
+        self.scratch_budget = min(int(scratch_budget), self.buffer_type.max_size)
         self.fuse = bool(fuse)
         self.autotune = bool(autotune)
 

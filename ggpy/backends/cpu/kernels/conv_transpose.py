@@ -4,8 +4,10 @@ Arrays arrive in reversed ne order: kernel a (Cin, Cout, KH, KW), input b (N, Ci
 d (N, Cout, OH, OW), OH = (H - 1) * stride + KH. Two implementations, chosen per node (or forced with
 CPUBackend(force={"conv_transpose_2d": impl})):
 
-gemm    every input pixel's output patch at once: cols (Cout * KH * KW, positions) = a^T @ x_n by
-        single-threaded BLAS sgemm into the temp block, then scattered (added) into the output (col2im).
+gemm    every input pixel's output patch at once: cols (Cout * KH * KW, positions) = a^T @ x_n into the temp
+        block, then scattered (added) into the output (col2im). The product runs on ggpy's own GEMM (gemm.py,
+        from a^T transposed once per evaluation into the temp block, with each worker's panels) where the
+        host has its vector width and the budget room, else on single-threaded BLAS sgemm.
         Workers own disjoint output channels, so no two add into the same pixel; positions go in chunks
         so that the temp block stays under backend.scratch_budget.
 direct  output row by row, each a sum of strided input rows times kernel taps: no scratch; chosen for
@@ -16,11 +18,13 @@ import numpy as np
 from numba import prange
 
 from ..registry import BoundNode, register
+from . import gemm as own_gemm
 from .blas import SGEMM_ADDRESS, sgemm
 from .common import block, kernel, launch, parallel_kernel, row_index, scalar
 from .conv import aligned, then, widen
 from .conv_dw import _axpy
 from .fp16 import load
+from .layout import copy_transposed, copy_transposed_par
 
 GEMM_MIN_CIN = 8
 """Input channels (the GEMM's depth) from which `gemm` is chosen."""
@@ -82,17 +86,20 @@ def _scatter(d, cols, n, c, cb, p0, pc, w, kh, kw, stride):
 
 
 @kernel
-def gemm_rows(fn, d, a, b, ldx, cols, cap, stride, ith, nth):
+def gemm_rows(fn, d, a, a_t, b, ldx, cols, cap, stride, scratch, ith, nth):
     """Worker ith's block of (image, output channel) pairs: for each image, its output channels in groups of
     cb and its positions in chunks of pc (cb * KH * KW * pc <= cap floats of `cols`), zero the channels,
-    then cols = a[:, group]^T @ x_n[:, chunk] by sgemm and scatter. a: contiguous F32 (Cin, Cout, KH, KW);
-    b: F32, image n's plane read in place as (Cin, H * W) with row stride ldx floats."""
+    then cols = a[:, group]^T @ x_n[:, chunk] and scatter. a: contiguous F32 (Cin, Cout, KH, KW); a_t: a as
+    (Cout * KH * KW, Cin) contiguous, for the own GEMM when the worker has scratch (nth, floats) for its
+    panels, else BLAS sgemm reads a; b: F32, image n's plane read in place as (Cin, H * W) with row stride
+    ldx floats."""
     nco = d.shape[1]
     nci, h, w = b.shape[1], b.shape[2], b.shape[3]
     kh, kw = a.shape[2], a.shape[3]
     kk = kh * kw
     positions = h * w
     mine = cols[ith * cap:(ith + 1) * cap]
+    panels = scratch[ith]
     work = np.empty(10, np.int32)
     q0, q1 = block(d.shape[0] * nco, ith, nth)
     q = q0
@@ -106,17 +113,21 @@ def gemm_rows(fn, d, a, b, ldx, cols, cap, stride, ith, nth):
             d[n, c:c + cb] = _ZERO
             for p0 in range(0, positions, pc):
                 m = min(pc, positions - p0)
-                sgemm(fn, work, False, True, m, cb * kk, nci, b[n].ctypes.data + p0 * 4, ldx,
-                      a.ctypes.data + c * kk * 4, nco * kk, mine.ctypes.data, m)
+                if panels.size:
+                    own_gemm.gemm(mine.ctypes.data, m, b[n].ctypes.data + p0 * 4, ldx, m,
+                                  a_t[c * kk:(c + cb) * kk], panels)
+                else:
+                    sgemm(fn, work, False, True, m, cb * kk, nci, b[n].ctypes.data + p0 * 4, ldx,
+                          a.ctypes.data + c * kk * 4, nco * kk, mine.ctypes.data, m)
                 _scatter(d, mine, n, c, cb, p0, m, w, kh, kw, stride)
             c += cb
         q = n * nco + c_end
 
 
 @parallel_kernel
-def gemm_par(fn, d, a, b, ldx, cols, cap, stride, nth):
+def gemm_par(fn, d, a, a_t, b, ldx, cols, cap, stride, scratch, nth):
     for ith in prange(nth):
-        gemm_rows(fn, d, a, b, ldx, cols, cap, stride, ith, nth)
+        gemm_rows(fn, d, a, a_t, b, ldx, cols, cap, stride, scratch, ith, nth)
 
 
 # -- choice, scratch and binding ----------------------------------------------------------------------------
@@ -151,13 +162,30 @@ def _widen_bytes(node) -> int:
         (0 if _reads_in_place(node) else aligned(b.nelements * 4))
 
 
+def _own_gemm_parts(node, backend, wide: int):
+    """(a^T bytes, one worker's panel bytes) when the product runs on the own GEMM, else (0, 0): the host
+    lacks its vector width, or a^T and the workers' panels would take more than half the budget left."""
+    a, b = node.src
+    if not own_gemm.available():
+        return 0, 0
+    kk_out = a.ne[0] * a.ne[1] * a.ne[2]
+    transposed = aligned(kk_out * a.ne[3] * 4)
+    per_worker = aligned(own_gemm.scratch_floats(b.ne[0] * b.ne[1], kk_out, a.ne[3]) * 4)
+    if 2 * (transposed + _workers(node, backend.n_threads) * per_worker) > backend.scratch_budget - wide:
+        return 0, 0
+    return transposed, per_worker
+
+
 def temp_size(node, impl, backend) -> int:
-    """gemm: widened operands and the workers' cols blocks (capped by scratch_budget); direct: none."""
+    """gemm: widened operands, a^T and the workers' panels (own GEMM), and the workers' cols blocks (capped
+    by scratch_budget); direct: none."""
     if impl == "direct":
         return 0
     wide = _widen_bytes(node)
-    return wide + _workers(node, backend.n_threads) * 4 * _cap(node, backend.scratch_budget - wide,
-                                                                backend.n_threads)
+    transposed, per_worker = _own_gemm_parts(node, backend, wide)
+    nth = _workers(node, backend.n_threads)
+    own = transposed + nth * per_worker
+    return wide + own + nth * 4 * _cap(node, backend.scratch_budget - wide - own, backend.n_threads)
 
 
 def choose(node, backend) -> str:
@@ -189,6 +217,18 @@ def bind_conv_transpose_2d(b: BoundNode):
         prepare.append(step)
         ldx = x.shape[2] * x.shape[3]
     nth = _workers(node, b.n_threads)
+    transposed, per_worker = _own_gemm_parts(node, b.backend, _widen_bytes(node))
+    a_t = np.empty((0, a.shape[0]), np.float32)
+    scratch = np.empty((nth, 0), np.float32)
+    if transposed:
+        rows = a.shape[1] * a.shape[2] * a.shape[3]
+        a_t = b.temp[offset:offset + rows * a.shape[0] * 4].view(np.float32).reshape(rows, a.shape[0])
+        pair = (a_t.reshape(1, 1, rows, a.shape[0]), a.reshape(1, 1, a.shape[0], rows).transpose(0, 1, 3, 2))
+        prepare.append(launch(copy_transposed, copy_transposed_par, pair, b.threads_for(a.size)))
+        offset += transposed
+        scratch = b.temp[offset:offset + nth * per_worker].view(np.float32).reshape(nth, per_worker // 4)
+        offset += nth * per_worker
     cap = (b.temp.size - offset) // (4 * nth)               # the planned _cap
     cols = b.temp[offset:offset + nth * cap * 4].view(np.float32)
-    return then(prepare, launch(gemm_rows, gemm_par, (SGEMM_ADDRESS, d, a, x, ldx, cols, cap, stride), nth))
+    return then(prepare, launch(gemm_rows, gemm_par, (SGEMM_ADDRESS, d, a, a_t, x, ldx, cols, cap, stride, scratch),
+                                nth))

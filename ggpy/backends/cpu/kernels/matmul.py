@@ -160,15 +160,15 @@ def _aligned(n: int) -> int:
 
 def _gemm_panels_bytes(node, backend) -> int:
     """One worker's temp for the own GEMM: a packed, x's panels and the edge tile; 0 where BLAS suits better
-    (products too small to amortise the packing) or the workers' panels would take more than half of the
-    scratch budget."""
+    (products too small to amortise the packing) or the workers' panels would take more than half of what the
+    scratch budget leaves after the operand copies."""
     a = node.src[0]
     m, k = node.ne[0], a.ne[0]
     rows = node.ne[1] * (node.ne[2] * node.ne[3] if a.ne[2] * a.ne[3] == 1 else 1)
     if m < GEMM_MIN_M or k < GEMM_MIN_K or rows < GEMM_MIN_ROWS:
         return 0
     per_worker = _aligned(own_gemm.prepacked_floats(m, rows, k) * 4)
-    return per_worker if 2 * backend.n_threads * per_worker <= backend.scratch_budget else 0
+    return per_worker if 2 * backend.n_threads * per_worker <= backend.scratch_budget - _copies_bytes(node) else 0
 
 
 def mul_mat_choose(node, backend) -> str:
@@ -188,8 +188,11 @@ def mul_mat_temp_size(node, impl, backend) -> int:
     """Bytes for contiguous F32 copies of the operands that cannot be read in place, and (gemm) the workers'
     panels."""
     _check_impl(node, impl, backend)
-    copies = sum(_aligned(t.nelements * 4) for t, conv in zip(node.src[:2], _converted(node)) if conv)
-    return copies + (backend.n_threads * _gemm_panels_bytes(node, backend) if impl == "gemm" else 0)
+    return _copies_bytes(node) + (backend.n_threads * _gemm_panels_bytes(node, backend) if impl == "gemm" else 0)
+
+
+def _copies_bytes(node) -> int:
+    return sum(_aligned(t.nelements * 4) for t, conv in zip(node.src[:2], _converted(node)) if conv)
 
 
 def _kernel_name(node, impl) -> str:

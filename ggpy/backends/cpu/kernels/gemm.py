@@ -178,11 +178,9 @@ def _zero_depth(c_ptr, ldc, m, n, k):
 def _copy_bytes(typingctx, dst, src, nbytes):
     """memcpy(dst, src, nbytes) between integer addresses (unrolled into vector moves for a constant size)."""
     def codegen(context, builder, sig, args):
-        i8p = ir.IntType(8).as_pointer()
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i8p, ir.IntType(64), ir.IntType(1)])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.memcpy.p0.p0.i64")
-        builder.call(fn, [builder.inttoptr(args[0], i8p), builder.inttoptr(args[1], i8p), args[2],
-                          ir.Constant(ir.IntType(1), 0)])
+        dst, src, nbytes = args
+        cgutils.raw_memcpy(builder, builder.inttoptr(dst, cgutils.voidptr_t), builder.inttoptr(src, cgutils.voidptr_t),
+                           nbytes, 1)
         return context.get_dummy_value()
     return types.void(types.intp, types.intp, types.intp), codegen
 

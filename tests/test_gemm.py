@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(not own.available(), reason="the host has neithe
 
 @njit(nogil=True)
 def _run(c, ldc, a, lda, m, w, scratch):
-    own.gemm(c.ctypes.data, ldc, a.ctypes.data, lda, m, w, scratch)
+    own.gemm(c.ctypes.data, ldc, a.ctypes.data, lda, m, w, scratch, False)
 
 
 SHAPES = [(1, 1, 1), (5, 3, 2), (own.MR, own.NR, 16), (own.MR + 1, own.NR - 1, 7), (100, 37, 500),
@@ -68,7 +68,7 @@ assert (own.MV, own.NR, own.W) == (2, 6, 8), (own.MV, own.NR, own.W)
 
 @njit
 def run(c, ldc, a, lda, m, w, scratch):
-    own.gemm(c.ctypes.data, ldc, a.ctypes.data, lda, m, w, scratch)
+    own.gemm(c.ctypes.data, ldc, a.ctypes.data, lda, m, w, scratch, False)
 
 rng = np.random.default_rng(1)
 for m, n, k in [(1, 1, 1), (17, 7, 5), (own.MC + 21, 13, own.KC + 3)]:

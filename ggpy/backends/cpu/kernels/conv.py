@@ -127,12 +127,12 @@ def im2col_par(d, b, kh_n, kw_n, s0, s1, p0, p1, d0, d1, nth):
 
 
 @scalar
-def _product(fn, work, scratch, trans_x, m, x_ptr, ldx, w, c_ptr, ldc):
+def _product(fn, work, scratch, w_packed, trans_x, m, x_ptr, ldx, w, c_ptr, ldc):
     """C (m x OC, column-major, ldc floats) = X (m x K) @ w^T, w (OC, K) contiguous: by ggpy's own GEMM when
-    the worker has scratch for its panels (X column-major, ldx), else by BLAS sgemm (X read transposed when
-    trans_x). Pointers are integer addresses."""
+    the worker has scratch for its panels (X column-major, ldx; w_packed: its last product had this w), else by
+    BLAS sgemm (X read transposed when trans_x). Pointers are integer addresses."""
     if scratch.size:
-        own_gemm.gemm(c_ptr, ldc, x_ptr, ldx, m, w, scratch)
+        own_gemm.gemm(c_ptr, ldc, x_ptr, ldx, m, w, scratch, w_packed)
     else:
         sgemm(fn, work, trans_x, False, m, w.shape[0], w.shape[1], x_ptr, ldx, w.ctypes.data, w.shape[1],
               c_ptr, ldc)
@@ -155,7 +155,8 @@ def conv_im2col_rows(fn, d, w, b, cols, chunk, scratch, kh_n, kw_n, s0, s1, p0, 
         pos = q - n * plane
         m = min(q1 - q, chunk, plane - pos)
         fill_cols(mine, m, b, n, pos, ow_n, kh_n, kw_n, s0, s1, p0, p1, d0, d1)
-        _product(fn, work, scratch[ith], False, m, mine.ctypes.data, m, w, d[n].ctypes.data + pos * 4, plane)
+        _product(fn, work, scratch[ith], q > q0, False, m, mine.ctypes.data, m, w, d[n].ctypes.data + pos * 4,
+                 plane)
         q += m
 
 
@@ -179,7 +180,7 @@ def conv_1x1_rows(fn, d, w, b, trans_x, ldx, step, scratch, ith, nth):
         n = q // plane
         p0 = q - n * plane
         m = min(q1 - q, plane - p0)
-        _product(fn, work, scratch[ith], trans_x, m, b[n].ctypes.data + p0 * step, ldx, w,
+        _product(fn, work, scratch[ith], q > q0, trans_x, m, b[n].ctypes.data + p0 * step, ldx, w,
                  d[n].ctypes.data + p0 * 4, plane)
         q += m
 
@@ -287,14 +288,9 @@ def _b_layout(node):
 
 
 def _own_gemm_bytes(node, backend, m: int, budget: int) -> int:
-    """One worker's packed panels when this conv's products (m positions at a time) run on ggpy's own GEMM
-    (gemm.py), or 0 when they go to BLAS sgemm: the host lacks its vector width, or the workers' panels would
-    take more than half of `budget`."""
-    if not own_gemm.available():
-        return 0
+    """One worker's own-GEMM panels for this conv's products (m positions at a time), or 0 for BLAS sgemm."""
     _, oc, _, _, ic, kh, kw = _geometry(node)
-    per_worker = aligned(own_gemm.scratch_floats(m, oc, ic * kh * kw) * 4)
-    return per_worker if 2 * backend.n_threads * per_worker <= budget else 0
+    return own_gemm.panel_bytes(own_gemm.scratch_floats(m, oc, ic * kh * kw), backend.n_threads, budget)
 
 
 def _gemm_1x1_bytes(node, backend):
@@ -429,10 +425,10 @@ def bind_conv(b: BoundNode):
             prepare.append(step)
             layout = (False, x.shape[2] * x.shape[3], 4)
         trans_x, ldx, step_bytes = layout
-        scratch, _ = _panels(b, offset, _gemm_1x1_bytes(node, b.backend)[2], nth)
+        scratch, _ = worker_panels(b, offset, _gemm_1x1_bytes(node, b.backend)[2], nth)
         return then(prepare, launch(conv_1x1_rows, conv_1x1_par,
                                      (SGEMM_ADDRESS, d, w, x, trans_x, ldx, step_bytes, scratch), nth))
-    scratch, offset = _panels(b, offset, _im2col_parts(node, b.backend)[1], nth)
+    scratch, offset = worker_panels(b, offset, _im2col_parts(node, b.backend)[1], nth)
     cols = b.temp[offset:].view(np.float32)
     nth = max(1, min(nth, cols.size // k))
     chunk = min(cols.size // (k * nth), IM2COL_CHUNK)
@@ -441,7 +437,7 @@ def bind_conv(b: BoundNode):
                                   s0, s1, p0, p1, d0, d1), nth))
 
 
-def _panels(b: BoundNode, offset: int, per_worker: int, nth: int):
+def worker_panels(b: BoundNode, offset: int, per_worker: int, nth: int):
     """(the workers' own-GEMM panels as (nth, floats) from the temp block, zero floats each when the product
     runs on BLAS; the temp offset after the n_threads workers' panels the plan reserved)."""
     if per_worker == 0:

@@ -21,7 +21,7 @@ from ..registry import BoundNode, register
 from . import gemm as own_gemm
 from .blas import SGEMM_ADDRESS, sgemm
 from .common import block, kernel, launch, parallel_kernel, row_index, scalar
-from .conv import aligned, then, widen
+from .conv import aligned, then, widen, worker_panels
 from .conv_dw import _axpy
 from .fp16 import load
 from .layout import copy_transposed, copy_transposed_par
@@ -115,7 +115,7 @@ def gemm_rows(fn, d, a, a_t, b, ldx, cols, cap, stride, scratch, ith, nth):
                 m = min(pc, positions - p0)
                 if panels.size:
                     own_gemm.gemm(mine.ctypes.data, m, b[n].ctypes.data + p0 * 4, ldx, m,
-                                  a_t[c * kk:(c + cb) * kk], panels)
+                                  a_t[c * kk:(c + cb) * kk], panels, p0 > 0)
                 else:
                     sgemm(fn, work, False, True, m, cb * kk, nci, b[n].ctypes.data + p0 * 4, ldx,
                           a.ctypes.data + c * kk * 4, nco * kk, mine.ctypes.data, m)
@@ -166,14 +166,11 @@ def _own_gemm_parts(node, backend, wide: int):
     """(a^T bytes, one worker's panel bytes) when the product runs on the own GEMM, else (0, 0): the host
     lacks its vector width, or a^T and the workers' panels would take more than half the budget left."""
     a, b = node.src
-    if not own_gemm.available():
-        return 0, 0
     kk_out = a.ne[0] * a.ne[1] * a.ne[2]
     transposed = aligned(kk_out * a.ne[3] * 4)
-    per_worker = aligned(own_gemm.scratch_floats(b.ne[0] * b.ne[1], kk_out, a.ne[3]) * 4)
-    if 2 * (transposed + _workers(node, backend.n_threads) * per_worker) > backend.scratch_budget - wide:
-        return 0, 0
-    return transposed, per_worker
+    per_worker = own_gemm.panel_bytes(own_gemm.scratch_floats(b.ne[0] * b.ne[1], kk_out, a.ne[3]),
+                                      backend.n_threads, backend.scratch_budget - wide - 2 * transposed)
+    return (transposed, per_worker) if per_worker else (0, 0)
 
 
 def temp_size(node, impl, backend) -> int:
@@ -183,9 +180,9 @@ def temp_size(node, impl, backend) -> int:
         return 0
     wide = _widen_bytes(node)
     transposed, per_worker = _own_gemm_parts(node, backend, wide)
-    nth = _workers(node, backend.n_threads)
-    own = transposed + nth * per_worker
-    return wide + own + nth * 4 * _cap(node, backend.scratch_budget - wide - own, backend.n_threads)
+    own = transposed + backend.n_threads * per_worker
+    return wide + own + _workers(node, backend.n_threads) * 4 * _cap(node, backend.scratch_budget - wide - own,
+                                                                      backend.n_threads)
 
 
 def choose(node, backend) -> str:
@@ -219,15 +216,13 @@ def bind_conv_transpose_2d(b: BoundNode):
     nth = _workers(node, b.n_threads)
     transposed, per_worker = _own_gemm_parts(node, b.backend, _widen_bytes(node))
     a_t = np.empty((0, a.shape[0]), np.float32)
-    scratch = np.empty((nth, 0), np.float32)
     if transposed:
         rows = a.shape[1] * a.shape[2] * a.shape[3]
         a_t = b.temp[offset:offset + rows * a.shape[0] * 4].view(np.float32).reshape(rows, a.shape[0])
         pair = (a_t.reshape(1, 1, rows, a.shape[0]), a.reshape(1, 1, a.shape[0], rows).transpose(0, 1, 3, 2))
         prepare.append(launch(copy_transposed, copy_transposed_par, pair, b.threads_for(a.size)))
         offset += transposed
-        scratch = b.temp[offset:offset + nth * per_worker].view(np.float32).reshape(nth, per_worker // 4)
-        offset += nth * per_worker
+    scratch, offset = worker_panels(b, offset, per_worker, nth)
     cap = (b.temp.size - offset) // (4 * nth)               # the planned _cap
     cols = b.temp[offset:offset + nth * cap * 4].view(np.float32)
     return then(prepare, launch(gemm_rows, gemm_par, (SGEMM_ADDRESS, d, a, a_t, x, ldx, cols, cap, stride, scratch),

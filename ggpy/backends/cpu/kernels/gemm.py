@@ -54,6 +54,14 @@ def available() -> bool:
     return _TILE is not None
 
 
+def panel_bytes(floats: int, n_workers: int, budget: int) -> int:
+    """Bytes of one worker's panels (`floats`, rounded to 64 bytes) when a node's products should run on this
+    GEMM, else 0 (BLAS then): the host lacks the tile's vector width, or the workers' panels would take more
+    than half of `budget`."""
+    per_worker = (floats * 4 + 63) // 64 * 64
+    return per_worker if available() and 2 * n_workers * per_worker <= budget else 0
+
+
 @scalar
 def _round16(n):
     return (n + 15) // 16 * 16
@@ -79,10 +87,11 @@ def scratch_floats(m: int, n: int, k: int) -> int:
 
 
 @scalar
-def gemm(c_ptr, ldc, a_ptr, lda, m, w, scratch):
+def gemm(c_ptr, ldc, a_ptr, lda, m, w, scratch, w_packed):
     """C (m x n, column-major, ldc floats) = A (m x k, column-major, lda floats) @ w^T, w (n, k) any strides;
     C and A are integer addresses, scratch this worker's float32 block of at least scratch_floats(m, n, k).
-    A is packed MC x KC at a time as it is used."""
+    A is packed MC x KC at a time as it is used. w_packed: the previous call on this scratch had the same w
+    (its panels are reused when they hold all of it)."""
     n, k = w.shape
     if _zero_depth(c_ptr, ldc, m, n, k):
         return
@@ -92,20 +101,21 @@ def gemm(c_ptr, ldc, a_ptr, lda, m, w, scratch):
     bp = scratch[:b_size]
     ap = scratch[b_size:b_size + a_size]
     tile = scratch[b_size + a_size:b_size + a_size + t_size]
-    _loop_nest(c_ptr, ldc, m, w, bp, tile, ap, a_ptr, lda)
+    _loop_nest(c_ptr, ldc, m, w, w_packed, bp, tile, ap, a_ptr, lda)
 
 
 @scalar
-def _loop_nest(c_ptr, ldc, m, w, bp, tile, ap, a_ptr, lda):
-    """The BLIS loop nest: w's columns NC at a time (packed into bp), A's rows MC at a time, k in blocks, then
-    _panel_product. a_ptr != 0: A is column-major at a_ptr (lda floats), packed into ap block by block;
+def _loop_nest(c_ptr, ldc, m, w, w_packed, bp, tile, ap, a_ptr, lda):
+    """The BLIS loop nest: w's columns NC at a time (packed into bp, unless w_packed and bp holds all of w),
+    A's rows MC at a time, k in blocks, then _panel_product. a_ptr != 0: A is column-major at a_ptr (lda floats), packed into ap block by block;
     a_ptr == 0: ap already holds all of A, packed by pack_a_rows."""
     n, k = w.shape
     count, depth = _k_blocks(k)
     nc = _column_block(k)
     for n0 in range(0, n, nc):
         nb = min(nc, n - n0)
-        pack_b(bp, w, n0, nb)
+        if not w_packed or nb < n:
+            pack_b(bp, w, n0, nb)
         for i0 in range(0, m, MC):
             mb = min(MC, m - i0)
             rows = (mb + MR - 1) // MR * MR
@@ -162,7 +172,7 @@ def gemm_prepacked(c_ptr, ldc, m, ap, w, rest):
     b_size, _, t_size = _scratch_parts(m, n, k)
     if rest.size < b_size + t_size or ap.size < packed_a_floats(m, k):
         raise ValueError("gemm_prepacked: scratch smaller than prepacked_floats(m, n, k)")
-    _loop_nest(c_ptr, ldc, m, w, rest[:b_size], rest[b_size:b_size + t_size], ap, 0, 0)
+    _loop_nest(c_ptr, ldc, m, w, False, rest[:b_size], rest[b_size:b_size + t_size], ap, 0, 0)
 
 
 @scalar

@@ -51,12 +51,12 @@ def to_f32_par(dst, src, nth):
 
 @scalar
 def _task(t, d, a, nsplit):
-    """(i3, i2, first row, end row, index of its matrix a) of task t."""
+    """(i3, i2, first row, end row, a3, a2) of task t: its matrix of d, its rows, and the matrix a[a3, a2]."""
     d3, d2, n = d.shape[0], d.shape[1], d.shape[2]
     i3 = t // (d2 * nsplit)
     i2 = (t // nsplit) % d2
     n0, n1 = block(n, t % nsplit, nsplit)
-    return i3, i2, n0, n1, (i3 // (d3 // a.shape[0])) * a.shape[1] + i2 // (d2 // a.shape[1])
+    return i3, i2, n0, n1, i3 // (d3 // a.shape[0]), i2 // (d2 // a.shape[1])
 
 
 @scalar
@@ -80,10 +80,10 @@ def mul_mat_rows(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, chunk, nspl
     m, k = d.shape[3], a.shape[3]
     work = np.empty(10, np.int32)
     for t in range(ith, d.shape[0] * d.shape[1] * nsplit, nth):
-        i3, i2, n0, n1, which = _task(t, d, a, nsplit)
+        i3, i2, n0, n1, a3, a2 = _task(t, d, a, nsplit)
         for c0 in range(n0, n1, chunk):
             c1 = min(n1, c0 + chunk)
-            sgemm(fn, work, trans_a, trans_x, m, c1 - c0, k, a[which // a.shape[1], which % a.shape[1]].ctypes.data, lda,
+            sgemm(fn, work, trans_a, trans_x, m, c1 - c0, k, a[a3, a2].ctypes.data, lda,
                   x[i3, i2].ctypes.data + c0 * x.strides[2], ldx, d[i3, i2].ctypes.data + c0 * d.strides[2],
                   d.strides[2] // 4)
             _epilogue(f, d, i3, i2, c0, c1, bias)
@@ -106,9 +106,10 @@ def mul_mat_gemm_rows(act, d, a, x, bias, chunk, nsplit, scratch, ith, nth):
     ap, rest = mine[:packed_size], mine[packed_size:]
     packed = -1
     for t in range(ith, d.shape[0] * d.shape[1] * nsplit, nth):
-        i3, i2, n0, n1, which = _task(t, d, a, nsplit)
+        i3, i2, n0, n1, a3, a2 = _task(t, d, a, nsplit)
+        which = a3 * a.shape[1] + a2
         if which != packed and n1 > n0:
-            own_gemm.pack_a_rows(ap, a[which // a.shape[1], which % a.shape[1]])
+            own_gemm.pack_a_rows(ap, a[a3, a2])
             packed = which
         for c0 in range(n0, n1, chunk):
             c1 = min(n1, c0 + chunk)
@@ -167,13 +168,13 @@ def _gemm_panels_bytes(node, backend) -> int:
     rows = node.ne[1] * (node.ne[2] * node.ne[3] if a.ne[2] * a.ne[3] == 1 else 1)
     if m < GEMM_MIN_M or k < GEMM_MIN_K or rows < GEMM_MIN_ROWS:
         return 0
-    per_worker = _aligned(own_gemm.prepacked_floats(m, rows, k) * 4)
-    return per_worker if 2 * backend.n_threads * per_worker <= backend.scratch_budget - _copies_bytes(node) else 0
+    return own_gemm.panel_bytes(own_gemm.prepacked_floats(m, rows, k), backend.n_threads,
+                                backend.scratch_budget - _copies_bytes(node))
 
 
 def mul_mat_choose(node, backend) -> str:
     """gemm on hosts with its vector width for products that amortise its packing, else blas."""
-    return "gemm" if own_gemm.available() and _gemm_panels_bytes(node, backend) else "blas"
+    return "gemm" if _gemm_panels_bytes(node, backend) else "blas"
 
 
 def _check_impl(node, impl, backend):

@@ -10,16 +10,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ggpy  # noqa: E402
 from ggpy.backends.cuda.backend import CUDABackend  # noqa: E402
-from ggpy.backends.cuda.kernels import conv  # noqa: E402
 
 SHAPES = [("patch_embed 3->32 s2 @1024", 3, 32, 1024, 2), ("patch_embed 32->64 s2 @512", 32, 64, 512, 2),
           ("neck 3x3 256->256 @64", 256, 256, 64, 1)]
 for tf32 in (False, True):
-    be = CUDABackend(allow_tf32=tf32)
     for label, ci, co, hw, s in SHAPES:
         row = []
         for mode in ("implicit", "im2col"):
-            conv.MODE = mode
+            be = CUDABackend(allow_tf32=tf32, force={"conv_2d": mode})
             ctx = ggpy.Context()
             k = ctx.new_tensor(ggpy.F32, (3, 3, ci, co)).set_input()
             x = ctx.new_tensor(ggpy.F32, (hw, hw, ci, 1)).set_input()
@@ -34,4 +32,3 @@ for tf32 in (False, True):
             ts = [sum(t for _, _, t in be.profile(g)) for _ in range(5)]
             row.append(f"{mode} {np.median(ts) * 1e3:.3f} ms")
         print(f"{'TF32' if tf32 else 'F32 '} {label}: " + ", ".join(row), flush=True)
-conv.MODE = "auto"

@@ -1,4 +1,6 @@
-"""Every op case of ggpy.test_backend_ops on the CPU backend, against its float64 numpy reference."""
+"""Every test-backend-ops case on every available backend (cpu always, cuda where a GPU is present) against its
+float64 numpy reference, as ggml's test-backend-ops runs every case on every backend. A case whose nodes a
+backend refuses is skipped with the backend's reason."""
 import os
 import zlib
 
@@ -8,15 +10,38 @@ import ggpy
 from ggpy.test_backend_ops import all_cases, run_case
 
 CASES = [c for c in all_cases() if "perf" not in c.tags]
+_BACKENDS = {}
 
 
-@pytest.fixture(scope="module")
-def backend():
-    return ggpy.CPUBackend(n_threads=2)
+def _backend(name: str):
+    """The backend `name`, made once per session; pytest.skip where it cannot be made here."""
+    if name not in _BACKENDS:
+        try:
+            _BACKENDS[name] = ggpy.CPUBackend(n_threads=2) if name == "cpu" else ggpy.backends.make_backend(name)
+        except ggpy.CudaError as e:
+            _BACKENDS[name] = e
+    made = _BACKENDS[name]
+    if isinstance(made, Exception):
+        pytest.skip(f"no {name} backend here: {made}")
+    return made
+
+
+def refusal(backend, case) -> str | None:
+    """The backend's reason for refusing one of the case's nodes (None: it runs them all)."""
+    graph = ggpy.Graph().build_forward_expand(case.build(ggpy.Context()))
+    for node in graph.nodes:
+        if not backend.supports_op(node):
+            return f"{backend.name} refuses {node.op}: {backend.refusal(node)}"
+    return None
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_op(case, backend):
+@pytest.mark.parametrize("backend_name", ["cpu", "cuda"])
+def test_op(backend_name, case):
+    backend = _backend(backend_name)
+    reason = refusal(backend, case)
+    if reason is not None:
+        pytest.skip(reason)
     seed = zlib.crc32(case.id.encode()) ^ int(os.environ.get("GGPY_TEST_SEED", "0"))
     result = run_case(case, backend, seed=seed)
-    assert result.ok, f"{case.id}: {result.message}"
+    assert result.ok, f"{case.id} on {backend.name}: {result.message}"

@@ -5,7 +5,7 @@ import pytest
 
 import ggpy
 from ggpy.test_backend_ops import run_case
-from ggpy.test_backend_ops.cases.conv_dw import cases, dw_case, transpose_case
+from ggpy.test_backend_ops.cases.conv import cases, dw_case, transpose_case
 
 CASES = [c for c in cases() if "perf" not in c.tags]
 DW_CASES = [c for c in CASES if c.op == "conv_2d_dw"]

@@ -1,6 +1,6 @@
-"""The CUDA backend on a GPU: test-backend-ops cases of the ops it runs (same float64 references and
-tolerances as the CPU; mul_mat also in TF32 with a looser one), host<->device round trips, the NVRTC disk
-cache, and its errors. Skips where cuda-python or a GPU is missing (mul_mat cases where nvmath-python is)."""
+"""The CUDA backend on a GPU (its op cases run in test_backend_ops.py): mul_mat cases in TF32 with a looser
+tolerance, GEMM planning and epilogues, host<->device round trips, the NVRTC disk cache, fusions, and its errors.
+Skips where cuda-python or a GPU is missing (mul_mat tests where nvmath-python is)."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,19 +12,13 @@ import numpy as np
 import pytest
 
 import ggpy
-from ggpy.test_backend_ops.cases import (
-    elementwise,
-    layout,
-    matmul,
-    norm,
-    reduce,
-    softmax,
-)
+from ggpy.test_backend_ops.cases import matmul
 from ggpy.test_backend_ops.harness import run_case
 
 pytest.importorskip("cuda.bindings.driver")
 
-from ggpy.backends.cuda import kernels
+from ggpy.backends.cuda import cublas  # noqa: E402
+from ggpy.backends.cuda.kernels import elementwise  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -35,34 +29,19 @@ def backend():
         pytest.skip(f"no usable GPU: {e}")
 
 
-ALL = [c for m in (elementwise, layout, norm, reduce, softmax, matmul) for c in m.cases() if "perf" not in c.tags]
-CASES = [c for c in ALL if c.op in kernels.FAMILY_OF and c.op != "mul_mat"]
-MUL_MAT = [c for c in ALL if c.op == "mul_mat"]
+MUL_MAT = [c for c in matmul.cases() if "perf" not in c.tags]
 
 
 @pytest.fixture(scope="module")
 def blas_backend(backend):
-    from ggpy.backends.cuda.kernels.matmul import _nvmath_missing
-    if _nvmath_missing():
-        pytest.skip(_nvmath_missing())
+    if cublas.MISSING:
+        pytest.skip(cublas.MISSING)
     return backend
 
 
 @pytest.fixture(scope="module")
 def tf32_backend(blas_backend):
     return ggpy.backends.cuda.CUDABackend("cuda", allow_tf32=True)
-
-
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_op_case(backend, case):
-    result = run_case(case, backend)
-    assert result.ok, f"{case.id}: {result.message}"
-
-
-@pytest.mark.parametrize("case", MUL_MAT, ids=lambda c: c.id)
-def test_mul_mat_case(blas_backend, case):
-    result = run_case(case, blas_backend)
-    assert result.ok, f"{case.id}: {result.message}"
 
 
 @pytest.mark.parametrize("case", [c for c in MUL_MAT if c.params.lower().startswith(("f32,f32", "f32,a="))],
@@ -175,7 +154,7 @@ def test_graph_reuses_its_launches(backend):
     backend.compute(graph)
     assert backend.program(graph) is first and len(first) == 3
     times = backend.profile(graph)
-    assert [name for _, name, _ in times] == ["scale_c_f32", "add_c_f32_f32", "gelu_c_f32"]
+    assert [t.name for t in times] == ["scale_c_f32", "add_c_f32_f32", "gelu_c_f32"]
     assert all(s >= 0 for _, _, s in times)
     assert np.allclose(y.numpy(), 3 / (1 + np.exp(-1.5957691216 * (3 + 0.044715 * 27))), rtol=1e-5)
 
@@ -226,7 +205,7 @@ def test_unsupported_op_is_refused(backend):
 
 def test_mul_mat_refused_without_nvmath(backend, monkeypatch):
     from ggpy.backends.cuda.kernels import matmul as mm
-    monkeypatch.setattr(mm, "_nvmath_missing", lambda: "mul_mat on CUDA needs nvmath-python (test)")
+    monkeypatch.setattr(mm, "MISSING", "needs nvmath-python (test)")
     ctx = ggpy.Context()
     y = ggpy.mul_mat(ctx.new_tensor(ggpy.F32, (8, 4)), ctx.new_tensor(ggpy.F32, (8, 3)))
     assert not backend.supports_op(y)
@@ -393,7 +372,7 @@ def test_add_broadcast_block(backend, bne, flat):
     b.set(bv)
     backend.compute(graph)
     assert backend.kernel_name(y) == ("add_c_f32_f32" if flat else "add_f32_f32")
-    assert backend.program(graph)[0].args.iop == (kernels.elementwise._inner(y) if flat else 1)
+    assert backend.program(graph)[0].args.iop == (elementwise._inner(y) if flat else 1)
     assert np.allclose(y.numpy(), av + bv, atol=1e-6)
 
 

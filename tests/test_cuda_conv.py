@@ -1,7 +1,6 @@
-"""The convolution family on the CUDA backend: every test-backend-ops case of im2col, conv_1d, conv_2d,
-conv_2d_dw, conv_transpose_2d, pool_2d, upscale and win_part/win_unpart (same float64 references and
-tolerances as the CPU), the fast 3x3 CWHN depthwise kernel alone and with its bias + activation epilogue
-fused. Skips where cuda-python or a GPU is missing."""
+"""The convolution family on the CUDA backend (its op cases run in test_backend_ops.py): the CWHN layout, the fast
+3x3 CWHN depthwise kernel alone and with its bias + activation epilogue fused, large integer parameters, conv_2d
+forced to im2col + cuBLASLt, bilinear resizing as the CPU. Skips where cuda-python or a GPU is missing."""
 from __future__ import annotations
 
 import math
@@ -10,16 +9,12 @@ import numpy as np
 import pytest
 
 import ggpy
-from ggpy.test_backend_ops.cases import conv, conv_dw, layout, pool
+from ggpy.test_backend_ops.cases import conv
 from ggpy.test_backend_ops.harness import run_case
 
 pytest.importorskip("cuda.bindings.driver")
 
-from ggpy.backends.cuda.kernels import conv as conv_kernels
-from ggpy.backends.cuda.kernels import pool as pool_kernels
-
-OPS = conv_kernels.OPS + pool_kernels.OPS
-CASES = [c for c in conv.cases() + conv_dw.cases() + pool.cases() + layout.cases() if c.op in OPS]
+from ggpy.backends.cuda.kernels import conv as conv_kernels  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -30,14 +25,8 @@ def backend():
         pytest.skip(f"no usable GPU: {e}")
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_op_case(backend, case):
-    result = run_case(case, backend)
-    assert result.ok, f"{case.id}: {result.message}"
-
-
 def test_cwhn_result_keeps_its_layout(backend):
-    case = conv_dw.dw_case((9, 7, 6, 1), (3, 3), (1, 1), (2, 2), (2, 2), cwhn=True)    # dilated: the generic kernel
+    case = conv.dw_case((9, 7, 6, 1), (3, 3), (1, 1), (2, 2), (2, 2), cwhn=True)    # dilated: the generic kernel
     assert backend.kernel_name(case.build(ggpy.Context())) == "conv_2d_dw_cwhn_f32_f32"
     assert run_case(case, backend).ok
 
@@ -52,7 +41,7 @@ DW3 = [((17, 13, 5, 2), 1, 1), ((17, 13, 5, 2), 2, 1), ((23, 9, 12, 1), 1, 1), (
 @pytest.mark.parametrize("ta", [ggpy.F32, ggpy.F16], ids=lambda t: t.name)
 @pytest.mark.parametrize("ne,s,p", DW3, ids=[f"{ne}-s{s}-p{p}" for ne, s, p in DW3])
 def test_dw3_cwhn(backend, ne, s, p, ta):
-    case = conv_dw.dw_case(ne, (3, 3), (s, s), (p, p), (1, 1), ta, cwhn=True)
+    case = conv.dw_case(ne, (3, 3), (s, s), (p, p), (1, 1), ta, cwhn=True)
     node = case.build(ggpy.Context())
     vec = 4 if ne[2] % 4 == 0 else 1
     assert conv_kernels.dw_fast(node) == s
@@ -147,15 +136,21 @@ def test_large_integer_parameters(backend, build):
 CONV_2D = [c for c in conv.cases() if c.op == "conv_2d"]
 
 
+@pytest.fixture(scope="module")
+def im2col_backend(backend):
+    return ggpy.backends.cuda.CUDABackend("cuda", force={"conv_2d": "im2col"})
+
+
 @pytest.mark.parametrize("case", CONV_2D, ids=lambda c: c.id)
-def test_conv_2d_im2col_gemm(backend, case, monkeypatch):
-    """conv_2d as im2col bands (a small scratch budget: several bands) + cuBLASLt GEMMs."""
+def test_conv_2d_im2col_gemm(im2col_backend, case, monkeypatch):
+    """conv_2d forced to im2col bands (a small scratch budget: several bands) + cuBLASLt GEMMs."""
     pytest.importorskip("nvmath")
-    monkeypatch.setattr(conv_kernels, "MODE", "im2col")
     monkeypatch.setattr(conv_kernels, "COLS_BUDGET", 4096)
     node = case.build(ggpy.Context())
-    assert conv_kernels.uses_im2col(node) == (node.nb[0] == 4 and (node.ne[1] == 1 or node.nb[1] == 4 * node.ne[0]))
-    result = run_case(case, backend)
+    assert im2col_backend.impl_for(node) == "im2col"
+    assert conv_kernels.uses_im2col(node, "im2col") == (node.nb[0] == 4 and (node.ne[1] == 1
+                                                                           or node.nb[1] == 4 * node.ne[0]))
+    result = run_case(case, im2col_backend)
     assert result.ok, f"{case.id}: {result.message}"
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ggpy
-from ggpy.backends.cpu.fusion import find_fusions
+from ggpy.graph.fusion import find_fusions
 
 FUSE = True
 ERF = np.vectorize(math.erf)
@@ -24,7 +24,7 @@ def _run(build, fuse, rng, n_threads=2):
     for t, v in zip(inputs, values):
         t.set(v)
     backend.compute(graph)
-    names = [name for _, _, name in backend.program(graph)]
+    names = [step.name for step in backend.program(graph)]
     return out.numpy(), [v.squeeze() for v in values], names, graph
 
 
@@ -150,10 +150,10 @@ def test_fusions_found_again_when_an_intermediate_becomes_an_output():
     graph = ggpy.Graph().build_forward_expand(out)
     backend = ggpy.CPUBackend(n_threads=2)
     ggpy.GraphAllocator(backend).alloc_graph(graph)
-    assert [name for _, _, name in backend.program(graph)] == ["blas_sgemm+bias"]
+    assert [step.name for step in backend.program(graph)] == ["blas_sgemm+bias"]
     y.set_output()
     ggpy.GraphAllocator(backend).alloc_graph(graph)
-    assert [name for _, _, name in backend.program(graph)] == ["blas_sgemm", "add"]
+    assert [step.name for step in backend.program(graph)] == ["blas_sgemm", "add"]
     values = [rng.standard_normal(tuple(reversed(t.ne))).astype(np.float32) for t in (w, x, b)]
     for t, v in zip((w, x, b), values):
         t.set(v)

@@ -120,7 +120,7 @@ def test_small_graph_capture_and_fallback():
     bad = type("Sync", (), {"node": steps[0].node, "name": "sync", "__call__": lambda self, s: s.synchronize()})()
     steps.insert(0, bad)                        # stream synchronize is illegal during capture
     b2 = cuda_backend()
-    graph.backend_cache[b2] = graph.backend_cache[b]
+    graph.backend_cache[(b2, "program")] = graph.backend_cache[(b, "program")]
     v = rng.standard_normal((32, 64)).astype(np.float32)
     a.set(v)
     b2.compute(graph)

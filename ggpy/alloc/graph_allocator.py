@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 
+from ..backends.base import COMPUTE
 from ..errors import AllocationError
 from .plan import Plan
 from .planner import plan_graph
@@ -29,7 +30,7 @@ class GraphAllocator:
         self.n_plans = 0          # how many times a graph was planned (replays do not count)
 
     def _signature(self, graph) -> tuple:
-        owned = tuple(t.buffer is None or getattr(t.buffer, "planned", False) for t in graph.leafs + graph.nodes)
+        owned = tuple(t.buffer is None or t.buffer.usage == COMPUTE for t in graph.leafs + graph.nodes)
         return graph.signature() + (owned,)
 
     def _plan(self, graph) -> Plan:
@@ -52,7 +53,7 @@ class GraphAllocator:
         self.buffers = []
         for size in sizes:
             buf = btype.alloc_buffer(max(size, btype.alignment))
-            buf.planned = True
+            buf.usage = COMPUTE
             self.buffers.append(buf)
 
     def reserve(self, graph) -> Plan:

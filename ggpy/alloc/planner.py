@@ -10,14 +10,10 @@ place: the kernel writes the run's result where it was planned while its sources
 """
 from __future__ import annotations
 
+from ..backends.base import COMPUTE
+from ..ops.registry import may_run_inplace
 from .dynamic import DynamicAllocator, align_up
 from .plan import FOREVER, Block, Plan, TimelineRow
-
-INPLACE_OPS = frozenset((
-    "add", "sub", "mul", "div", "scale", "clamp", "leaky_relu", "sqr", "sqrt", "log", "exp", "abs", "neg", "sgn",
-    "step", "relu", "gelu", "gelu_erf", "gelu_quick", "silu", "sigmoid", "tanh", "elu", "hardswish",
-    "hardsigmoid", "soft_max", "norm", "rms_norm", "group_norm", "diag_mask_inf", "add_rel_pos"))
-
 
 def _same_layout(a, b) -> bool:
     return a.type == b.type and a.ne == b.ne and a.nb == b.nb
@@ -38,7 +34,7 @@ def plan_graph(graph, backend, signature, *, reuse: bool = True, guard_bytes: in
     n_leafs = len(graph.leafs)
 
     def owned(t) -> bool:
-        return t.view_src is None and (t.buffer is None or getattr(t.buffer, "planned", False))
+        return t.view_src is None and (t.buffer is None or t.buffer.usage == COMPUTE)
 
     n_children = {}
     n_views = {}
@@ -100,7 +96,7 @@ def plan_graph(graph, backend, signature, *, reuse: bool = True, guard_bytes: in
             prev = fused_after.get(id(node))
             if prev is not None and id(prev) in block_of and blocks[block_of[id(prev)]].end == FOREVER:
                 took = prev
-            elif reuse and node.op in INPLACE_OPS:
+            elif reuse and may_run_inplace(node):
                 for s in node.src:
                     if (s is not None and owned(s) and s.op is not None and not s.is_output and not s.is_input
                             and id(s) not in keep and n_children.get(id(s), 0) == 1

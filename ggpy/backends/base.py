@@ -1,9 +1,16 @@
 """The backend interface every device implements: buffer type, buffer, and the backend itself."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
 import numpy as np
 
 from ..errors import UnsupportedOpError
+from ..ops.registry import is_view
+
+WEIGHTS, COMPUTE = "weights", "compute"
 
 
 class BufferType:
@@ -19,11 +26,14 @@ class BufferType:
 
 
 class Buffer:
-    """A block of backend memory holding tensors at byte offsets."""
+    """A block of backend memory holding tensors at byte offsets. `usage` says whose it is (ggml's buffer
+    usage): WEIGHTS (tensors placed by alloc_ctx_tensors, left alone by every plan) or COMPUTE (a graph
+    allocator's, re-planned at will)."""
 
-    def __init__(self, buffer_type: BufferType, size: int):
+    def __init__(self, buffer_type: BufferType, size: int, usage: str = WEIGHTS):
         self.buffer_type = buffer_type
         self.size = size
+        self.usage = usage
 
     def set_tensor(self, tensor, array: np.ndarray):
         """Write `array` (shape reversed(tensor.ne)) into the tensor's bytes."""
@@ -41,16 +51,44 @@ class Buffer:
         raise NotImplementedError
 
 
+@dataclass
+class Step:
+    """One call of a backend's program: computes `node` (and the nodes fused into it) with kernel `name`."""
+
+    node: object
+    name: str
+    run: Callable
+
+    def __call__(self, *args):
+        return self.run(*args)
+
+
+class Timing(NamedTuple):
+    """One row of Backend.profile: a step's node, kernel name and seconds."""
+
+    node: object
+    name: str
+    seconds: float
+
+
 class Backend:
-    """Runs planned graphs. Subclasses implement supports_op, temp_size, compute and synchronize."""
+    """Runs planned graphs. Subclasses implement refusal, temp_size, program, compute and profile.
+
+    program(graph) is the planned graph's list of steps (each with `node` and `name`, made once per plan);
+    profile(graph) runs them once and returns a Timing per step.
+    """
 
     name = "abstract"
 
     def __init__(self, buffer_type: BufferType):
         self.buffer_type = buffer_type
 
-    def supports_op(self, node) -> bool:
+    def refusal(self, node) -> str | None:
+        """Why this backend cannot run `node` (None when it can). View ops never need a kernel."""
         raise NotImplementedError
+
+    def supports_op(self, node) -> bool:
+        return is_view(node) or self.refusal(node) is None
 
     def temp_size(self, node) -> int:
         """Scratch bytes the kernel chosen for `node` needs while it runs (0 when none)."""
@@ -67,7 +105,8 @@ class Backend:
 
     def cached(self, graph, what: str, make, stamp=()):
         """make(graph), computed once per version of `graph` and `stamp` (what else the value depends on) and kept
-        in its backend_cache: e.g. the fusions that both the planner's fused_groups and the plan's binding need."""
+        in graph.backend_cache under (self, what): the one key scheme of every per-graph cache (fusions, program,
+        captured CUDA graph)."""
         key, now = (self, what), (graph.version, stamp)
         hit = graph.backend_cache.get(key)
         if hit is not None and hit[0] == now:
@@ -76,15 +115,33 @@ class Backend:
         graph.backend_cache[key] = (now, value)
         return value
 
+    @staticmethod
+    def plan_stamp(graph) -> tuple:
+        """What a program depends on besides the graph's version: the memory plan applied last."""
+        plan = graph.plan
+        return (id(plan), plan.generation if plan is not None else None)
+
+    def program(self, graph) -> list:
+        raise NotImplementedError
+
     def compute(self, graph):
+        raise NotImplementedError
+
+    def profile(self, graph) -> list[Timing]:
         raise NotImplementedError
 
     def synchronize(self):
         pass
 
+    def unsupported(self, node) -> UnsupportedOpError:
+        """The error for a node this backend cannot run, with the reason."""
+        srcs = ", ".join(f"{s.type.name}{list(s.ne)}" for s in node.src if s is not None)
+        reason = self.refusal(node)
+        return UnsupportedOpError(f"backend {self.name} cannot run node '{node.name}' op={node.op} "
+                                  f"type={node.type.name} ne={node.ne} (sources: {srcs})"
+                                  + (f": {reason}" if reason else ""))
+
     def check_supported(self, graph):
         for node in graph.nodes:
             if not self.supports_op(node):
-                srcs = ", ".join(f"{s.type.name}{list(s.ne)}" for s in node.src if s is not None)
-                raise UnsupportedOpError(f"backend {self.name} cannot run node '{node.name}' op={node.op} "
-                                         f"type={node.type.name} ne={node.ne} (sources: {srcs})")
+                raise self.unsupported(node)

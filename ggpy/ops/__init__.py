@@ -1,18 +1,18 @@
 """Op constructors: they check arguments, infer the result's shape and type, and record a node.
 
-They never compute. Names, argument order and result shapes follow ggml.
+They never compute. Names, argument order and result shapes follow ggml. Every op is in the op table
+(registry.py), with the family module that holds its constructors.
 """
-from .conv import *  # noqa: F401,F403 - im2col, conv_1d, conv_2d
-from .conv_dw import *  # noqa: F401,F403 - conv_2d_dw, conv_transpose_2d
+from .conv import *  # noqa: F401,F403 - im2col, conv_1d, conv_2d, conv_2d_dw, conv_transpose_2d
 from .elementwise import (UNARY_OPS, abs, add, clamp, cos, div, elu, exp, gelu, gelu_erf, gelu_quick, hardsigmoid,
                           hardswish, leaky_relu, log, mul, neg, relu, scale, scale_bias, sgn, sigmoid, silu, sin, sqr,
                           sqrt, step, sub, tanh, unary)
-from .layout import (add_rel_pos, concat, cont, cont_1d, cont_2d, cont_3d, cont_4d, cpy, dup, get_rel_pos,
-                     get_rows, pad, pad_ext, repeat, win_part, win_unpart)
+from .layout import concat, cont, cont_1d, cont_2d, cont_3d, cont_4d, cpy, dup, get_rows, pad, pad_ext, repeat
 from .matmul import mul_mat
 from .norm import group_norm, norm, rms_norm
 from .pool import *  # noqa: F401,F403 - pool_2d, upscale, interpolate
 from .reduce import argmax, mean, sum, sum_rows
+from .sam import add_rel_pos, get_rel_pos, win_part, win_unpart
 from .softmax import diag_mask_inf, soft_max, soft_max_ext
 from .view import (permute, reshape, reshape_1d, reshape_2d, reshape_3d, reshape_4d, transpose, view_1d, view_2d,
                    view_3d, view_4d, view_tensor)

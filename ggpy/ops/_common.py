@@ -24,11 +24,6 @@ def check_float(op: str, *tensors: Tensor, names="abc"):
         check_type(op, t, (F32, F16), n)
 
 
-def check_same_shape(op: str, a: Tensor, b: Tensor, names=("a", "b")):
-    if a.ne != b.ne:
-        raise ShapeError(f"{op}: '{names[0]}' ne={a.ne} and '{names[1]}' ne={b.ne} must have the same shape")
-
-
 def can_repeat(small: Tensor, big: Tensor) -> bool:
     """True when `small` tiles `big` (every big.ne[i] is a multiple of small.ne[i]), as ggml_can_repeat."""
     return all(s > 0 and b % s == 0 for s, b in zip(small.ne, big.ne)) or big.nelements == 0
@@ -50,7 +45,7 @@ def check_contiguous(op: str, t: Tensor, what: str = "a"):
         raise ShapeError(f"{op}: '{what}' must be contiguous (ne={t.ne}, nb={t.nb}); use ggpy.cont() first")
 
 
-def new_node(op: str, type_: GGType, ne, src, params=None, *, like: Tensor | None = None) -> Tensor:
+def new_node(op: str, type_: GGType, ne, src, params=None) -> Tensor:
     """A new contiguous node tensor made by `op` from `src` (the first source gives the context)."""
     first = next(s for s in src if s is not None)
     t = Tensor(first.ctx, type_, normalize_ne(ne, f"{op}: ne"), op=op, src=src, op_params=params)

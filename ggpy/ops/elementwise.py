@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from ..errors import ShapeError
 from ._common import can_repeat, check_float, new_node
-
-UNARY_OPS = ("sqr", "sqrt", "log", "exp", "abs", "neg", "sgn", "step", "relu", "gelu", "gelu_erf",
-             "gelu_quick", "silu", "sigmoid", "tanh", "elu", "hardswish", "hardsigmoid")
+from .registry import UNARY_OPS
 
 
 def _binary(op: str, a, b):

@@ -1,4 +1,4 @@
-"""Ops that move data: copies, concatenation, padding, tiling, row gathering, SAM's window ops."""
+"""Ops that move data: copies, concatenation, padding, tiling, row gathering."""
 from __future__ import annotations
 
 from ..errors import ShapeError
@@ -111,58 +111,3 @@ def get_rows(a, b):
         raise ShapeError(f"get_rows: b ne={b.ne} does not fit a ne={a.ne}; expected b.ne = (n, a.ne[2], a.ne[3], 1)")
     out_type = I32 if a.type == I32 else F32
     return new_node("get_rows", out_type, (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), [a, b])
-
-
-def win_part(a, w: int):
-    """Split an image into w x w windows, zero padding the right and bottom (SAM).
-
-    a.ne = (C, W, H, 1) -> ne = (C, w, w, npx * npy) with npx = ceil(W / w), npy = ceil(H / w);
-    window p = py * npx + px.
-    """
-    check_float("win_part", a)
-    if a.ne[3] != 1:
-        raise ShapeError(f"win_part: a must be (C, W, H, 1), got ne={a.ne}")
-    if w < 1:
-        raise ShapeError(f"win_part: window size must be >= 1, got {w}")
-    npx = (a.ne[1] + w - 1) // w
-    npy = (a.ne[2] + w - 1) // w
-    return new_node("win_part", a.type, (a.ne[0], w, w, npx * npy), [a], {"npx": npx, "npy": npy, "w": w})
-
-
-def win_unpart(a, w0: int, h0: int, w: int):
-    """Inverse of win_part: a.ne = (C, w, w, npx * npy) -> ne = (C, w0, h0, 1), padding dropped."""
-    check_float("win_unpart", a)
-    npx = (w0 + w - 1) // w
-    npy = (h0 + w - 1) // w
-    if a.ne[1] != w or a.ne[2] != w or a.ne[3] != npx * npy:
-        raise ShapeError(f"win_unpart: a ne={a.ne} does not hold {npx}x{npy} windows of {w}x{w} for an image of "
-                         f"{w0}x{h0}; expected ne=({a.ne[0]}, {w}, {w}, {npx * npy})")
-    return new_node("win_unpart", a.type, (a.ne[0], w0, h0, 1), [a], {"w": w})
-
-
-def get_rel_pos(a, qh: int, kh: int):
-    """Relative position embeddings for SAM's attention: a.ne = (C, 2 * max(qh, kh) - 1);
-    result ne = (C, kh, qh) with result[q, k, :] = a[(kh - 1 - k) + q, :]. qh must equal kh (as ggml)."""
-    check_float("get_rel_pos", a)
-    if qh != kh:
-        raise ShapeError(f"get_rel_pos: qh={qh} and kh={kh} must be equal")
-    if a.ne[1] != 2 * max(qh, kh) - 1 or a.ne[2] != 1 or a.ne[3] != 1:
-        raise ShapeError(f"get_rel_pos: a ne={a.ne} expected ({a.ne[0]}, {2 * max(qh, kh) - 1}, 1, 1)")
-    return new_node("get_rel_pos", a.type, (a.ne[0], kh, qh), [a], {"qh": qh, "kh": kh})
-
-
-def add_rel_pos(a, pw, ph):
-    """Add decomposed relative position biases to attention scores (SAM).
-
-    a.ne = (KW * KH, QW * QH, B) contiguous scores; pw.ne = ph.ne = (K, QW, QH, B) with K = KW = KH.
-    a[b, qh, qw, kh, kw] += ph[b, qh, qw, kh] + pw[b, qh, qw, kw]. ne = a.ne.
-    """
-    check_float("add_rel_pos", a, pw, ph)
-    check_type("add_rel_pos", a, (F32, F16))
-    check_contiguous("add_rel_pos", a)
-    if pw.ne != ph.ne:
-        raise ShapeError(f"add_rel_pos: pw ne={pw.ne} and ph ne={ph.ne} must have the same shape")
-    if (pw.ne[0] * pw.ne[0] != a.ne[0] or pw.ne[1] * pw.ne[2] != a.ne[1] or pw.ne[3] != a.ne[2] * a.ne[3]):
-        raise ShapeError(f"add_rel_pos: a ne={a.ne} does not fit pw ne={pw.ne}; expected a.ne = "
-                         f"({pw.ne[0] ** 2}, {pw.ne[1] * pw.ne[2]}, {pw.ne[3]})")
-    return new_node("add_rel_pos", a.type, a.ne, [a, pw, ph])

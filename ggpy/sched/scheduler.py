@@ -25,13 +25,12 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from ..alloc import GraphAllocator
+from ..backends.base import COMPUTE
 from ..alloc.tensor_alloc import alloc_tensors
 from ..errors import AllocationError, UnsupportedOpError
 from ..graph import FLAG_OUTPUT, Graph, Tensor
 from ..graph.tensor import creation_hook
-
-VIEW_OPS = frozenset(("view", "reshape", "permute", "transpose"))
-
+from ..ops.registry import is_view
 
 def _base(t):
     return t.view_src if t.view_src is not None else t
@@ -42,7 +41,7 @@ def _is_constant(t) -> bool:
     allocator's). Inputs are copied on every compute; weights once."""
     b = _base(t)
     return (b.op is None and not b.is_input and not t.is_input and b.buffer is not None
-            and not getattr(b.buffer, "planned", False))
+            and not b.buffer.usage == COMPUTE)
 
 
 def _label(t) -> str:
@@ -152,7 +151,7 @@ class Scheduler:
         where = st.backend_of
         for leaf in graph.leafs:
             pin = self._pins.get(id(leaf))
-            if leaf.buffer is not None and not getattr(leaf.buffer, "planned", False):
+            if leaf.buffer is not None and not leaf.buffer.usage == COMPUTE:
                 where[id(leaf)] = self._backend_of_buffer(leaf)
             elif pin is not None:
                 where[id(leaf)] = pin[1]
@@ -165,7 +164,7 @@ class Scheduler:
                 base = node.view_src
                 b = where.get(id(base))
                 if b is None:
-                    placed = base.buffer is not None and not getattr(base.buffer, "planned", False)
+                    placed = base.buffer is not None and not base.buffer.usage == COMPUTE
                     b = self._backend_of_buffer(base) if placed else (pin[1] if pin else last)
                     where[id(base)] = b
             elif pin is not None:
@@ -184,11 +183,11 @@ class Scheduler:
                 if b is None:
                     self.backends[-1].check_supported(_one_node_graph(node))
                     raise UnsupportedOpError(f"no backend of the scheduler runs node '{node.name}' op={node.op}")
-            if node.op not in VIEW_OPS and not b.supports_op(node):
+            if not is_view(node) and not b.supports_op(node):
                 raise UnsupportedOpError(f"node '{node.name}' op={node.op} is pinned (or written through a view) "
                                          f"to backend {b.name}, which does not support it")
             where[id(node)] = b
-            if node.op not in VIEW_OPS:
+            if not is_view(node):
                 prev = b
 
     # -- splitting ---------------------------------------------------------------------------------------
@@ -196,7 +195,7 @@ class Scheduler:
         where = st.backend_of
         split_of = {}
         for node in graph.nodes:
-            if node.op in VIEW_OPS:
+            if is_view(node):
                 continue
             b = where[id(node)]
             if not st.splits or st.splits[-1].backend is not b:
@@ -207,7 +206,7 @@ class Scheduler:
         def producer(t):
             """The split whose nodes write `t`'s bytes (None for leafs and views of leafs)."""
             b = _base(t)
-            sp = split_of.get(id(t)) if t.op not in VIEW_OPS else None
+            sp = split_of.get(id(t)) if not is_view(t) else None
             return sp if sp is not None else split_of.get(id(b))
 
         copies = {}
@@ -250,7 +249,7 @@ class Scheduler:
         # each split's graph: its nodes, and the views of what it makes (so fusions see every reader)
         views_of = {}
         for node in graph.nodes:
-            if node.op in VIEW_OPS:
+            if is_view(node):
                 sp = split_of.get(id(node.view_src))
                 if sp is not None:
                     views_of.setdefault(id(sp), []).append(node)

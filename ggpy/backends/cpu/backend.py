@@ -9,12 +9,13 @@ import numba
 import numpy as np
 
 from ...errors import AllocationError, UnsupportedOpError
-from ..base import Backend
+from ...graph.fusion import find_fusions, fusion_stamp
+from ...ops.registry import is_view
+from ..base import Backend, Step, Timing
 from . import autotune, kernels  # noqa: F401 - kernels registers every kernel module
 from .buffer import HostBufferType
-from .fusion import find_fusions, fusion_stamp
 from .kernels.blas import single_threaded_blas
-from .kernels.conv_dw import bind_dw_cwhn_epilogue, fuses_epilogue
+from .kernels.conv.depthwise import bind_dw_cwhn_epilogue, fuses_epilogue
 from .kernels.matmul import bind_mul_mat_epilogue
 from .kernels.norm import bind_norm_affine
 from .registry import KERNELS, BoundNode
@@ -33,7 +34,8 @@ class CPUBackend(Backend):
     force: {op: implementation} runs every node of `op` with that implementation instead of the one the
     backend would choose (for tests and measurements). scratch_budget: the most temp bytes a kernel that
     can tile its scratch (im2col, GEMM panels) plans for one node; never more than the buffer type's
-    max_size, since a node's temp lives in one buffer. fuse: run the patterns of fusion.py as one kernel.
+    max_size, since a node's temp lives in one buffer. fuse: run the epilogue patterns of ggpy/graph/fusion.py
+    (bias and activation after mul_mat and channels-contiguous conv_2d_dw, LayerNorm's affine) as one kernel.
     autotune: time every implementation of a node once per shape and run the fastest (autotune.py).
     """
 
@@ -65,8 +67,10 @@ class CPUBackend(Backend):
             return None
         return entry
 
-    def supports_op(self, node) -> bool:
-        return self._kernel(node) is not None
+    def refusal(self, node) -> str | None:
+        if self._kernel(node) is not None:
+            return None
+        return f"no CPU kernel for op {node.op}" if node.op not in KERNELS else "the kernel does not take these types"
 
     def impl_for(self, node) -> str | None:
         """The implementation that runs `node`: forced, else measured (autotune), else the kernel's choice
@@ -84,6 +88,8 @@ class CPUBackend(Backend):
         return int(entry.temp_size(node, self.impl_for(node), self))
 
     def kernel_name(self, node) -> str:
+        if is_view(node):
+            return node.op
         entry = self._kernel(node)
         if entry is None:
             return "unsupported"
@@ -136,9 +142,11 @@ class CPUBackend(Backend):
         return bind_dw_cwhn_epilogue(bound, bias, fused.act)
 
     def _bind(self, node):
+        if is_view(node):
+            return None
         entry = self._kernel(node)
         if entry is None:
-            self.check_supported_node(node)
+            raise self.unsupported(node)
         if node.buffer is None:
             raise AllocationError(f"cpu: node '{node.name}' (op {node.op}) has no memory; plan the graph with "
                                   "ggpy.GraphAllocator(backend).alloc_graph(graph) before compute")
@@ -147,22 +155,15 @@ class CPUBackend(Backend):
                 raise AllocationError(f"cpu: source '{s.name}' of node '{node.name}' has no memory")
         return entry.bind(self._bound_node(node))
 
-    def check_supported_node(self, node):
-        srcs = ", ".join(f"{s.type.name}{list(s.ne)}" for s in node.src if s is not None)
-        raise UnsupportedOpError(f"cpu: no kernel for op={node.op} type={node.type.name} ne={node.ne} "
-                                 f"(sources: {srcs})")
-
     def program(self, graph) -> list:
-        """The bound kernels of `graph` in order as (node, call, kernel name) triples, made once per plan and
-        reused on every compute. A fused kernel appears once, under its first node."""
+        """The bound kernels of `graph` in order as Steps (node, kernel name, call), made once per plan and reused
+        on every compute. A fused kernel appears once, under its first node."""
         return self._program(graph)[0]
 
     def _program(self, graph) -> tuple:
-        plan = getattr(graph, "plan", None)
-        key = (id(plan), getattr(plan, "generation", None), graph.version, self.n_threads)
-        cached = graph.backend_cache.get(self)
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        return self.cached(graph, "program", self._make_program, (self.plan_stamp(graph), self.n_threads))
+
+    def _make_program(self, graph) -> tuple:
         runs, skipped = [], set()
         fusions = self._fusions(graph)
         for node in graph.nodes:
@@ -172,14 +173,12 @@ class CPUBackend(Backend):
             run = self._bind_fused(fused) if fused is not None else None
             if run is not None:
                 skipped.update(id(n) for n in fused.skipped)
-                runs.append((node, run, fused.name(self.kernel_name(node))))
+                runs.append(Step(node, fused.name(self.kernel_name(node)), run))
                 continue
             run = self._bind(node)
             if run is not None:
-                runs.append((node, run, self.kernel_name(node)))
-        uses_blas = any(self._kernel(node).blas for node, _, _ in runs)
-        graph.backend_cache[self] = (key, (runs, uses_blas))
-        return runs, uses_blas
+                runs.append(Step(node, self.kernel_name(node), run))
+        return runs, any(self._kernel(step.node).blas for step in runs)
 
     def _set_threads(self):
         numba.set_num_threads(max(1, min(self.n_threads, numba.config.NUMBA_NUM_THREADS)))
@@ -189,19 +188,19 @@ class CPUBackend(Backend):
         runs, uses_blas = self._program(graph)
         self._set_threads()
         with single_threaded_blas() if uses_blas else nullcontext():
-            for _, run, _ in runs:
-                run()
+            for step in runs:
+                step.run()
 
-    def profile(self, graph) -> list:
-        """Run a planned graph like compute() and return [(node, kernel name, seconds)] in evaluation order."""
+    def profile(self, graph) -> list[Timing]:
+        """Run a planned graph like compute() and return a Timing (node, kernel name, seconds) per step, in order."""
         runs, uses_blas = self._program(graph)
         self._set_threads()
         times = []
         with single_threaded_blas() if uses_blas else nullcontext():
-            for node, run, name in runs:
+            for step in runs:
                 t0 = time.perf_counter()
-                run()
-                times.append((node, name, time.perf_counter() - t0))
+                step.run()
+                times.append(Timing(step.node, step.name, time.perf_counter() - t0))
         return times
 
     def synchronize(self):

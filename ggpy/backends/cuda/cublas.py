@@ -1,25 +1,25 @@
-"""mul_mat as cuBLASLt GEMMs (nvmath-python's low-level bindings), planned once per graph plan.
-
-ggml's result[n, m] = sum_k a[m, k] b[n, k] is, column-major, D (M x N) = op(A) op(B): a's K-contiguous rows
-are a K x M matrix read transposed, b's a K x N matrix. Batches (plan_batches): one GEMM over all rows when a
-is one matrix and b's rows are uniform; else dims 2 and 3 as one strided batch when their strides allow (a's
-stride 0 when it is broadcast); else the dim with more matrices strided-batched and the other looped (a dim
-where a repeats r > 1 times over several matrices is always looped). A bias add fused after the node runs as
-cuBLASLt's BIAS epilogue (backend.py: fused_groups).
+"""cuBLASLt GEMMs through nvmath-python's low-level bindings: one Gemm step is a node's cuBLASLt calls with their
+descriptors, algorithm and pointers fixed per plan. `MISSING` says why cuBLASLt is unavailable (None when it is).
+How mul_mat and conv_2d map onto GEMMs is theirs to say (kernels/matmul.py, kernels/conv.py).
 """
 from __future__ import annotations
 
 import weakref
 
 import numpy as np
-from nvmath.bindings import cublasLt as lt
-from nvmath.bindings.cublas import ComputeType
 
 from ...errors import CudaError
 from ...types import F16, F32
-from .backend import tensor_ptr
-from .kernels import matmul as mm
-from .kernels.common import SUFFIX
+
+try:
+    from nvmath.bindings import cublasLt as lt
+    from nvmath.bindings.cublas import ComputeType
+    MISSING = None
+except Exception as e:  # noqa: BLE001 - missing package or libraries: either way no cuBLASLt
+    lt = ComputeType = None
+    MISSING = f"needs nvmath-python's cuBLASLt bindings (pip install nvmath-python): {e}"
+
+WORKSPACE = 32 << 20        # cuBLASLt workspace bytes (what it suggests for Hopper)
 
 DATA_TYPE = {F32: 0, F16: 2}        # cudaDataType CUDA_R_32F, CUDA_R_16F
 OP_N, OP_T = 0, 1
@@ -104,7 +104,7 @@ class Gemm:
         self.pref = call(lt.matmul_preference_create)
         strides = tuple(strides) if batch > 1 else ()
         P = lt.MatmulPreferenceAttribute
-        for attr, v in ((P.MAX_WORKSPACE_BYTES, mm.WORKSPACE),
+        for attr, v in ((P.MAX_WORKSPACE_BYTES, WORKSPACE),
                         (P.MIN_ALIGNMENT_A_BYTES, _alignment([p[0] for p in ptrs], strides[:1])),
                         (P.MIN_ALIGNMENT_B_BYTES, _alignment([p[1] for p in ptrs], strides[1:2])),
                         (P.MIN_ALIGNMENT_C_BYTES, _alignment(c_ptrs or [p[2] for p in ptrs], strides[2:])),
@@ -125,7 +125,7 @@ class Gemm:
         c_ptrs = c_ptrs or [pd for _, _, pd in ptrs]
         self.calls = [(self.handle, self.desc, self.alpha.ctypes.data, pa_, self.a_layout, pb_, self.b_layout,
                        self.beta.ctypes.data, pc, self.d_layout, pd, self.d_layout, self.algo.ptr, workspace,
-                       mm.WORKSPACE, stream) for (pa_, pb_, pd), pc in zip(ptrs, c_ptrs)]
+                       WORKSPACE, stream) for (pa_, pb_, pd), pc in zip(ptrs, c_ptrs)]
 
     def at(self, i: int) -> Gemm:
         """A step running only call i (the descriptors and algorithm shared; self kept alive with it)."""
@@ -137,74 +137,3 @@ class Gemm:
     def __call__(self, stream):
         for args in self.calls:
             call(lt.matmul, *args)
-
-
-def _rows_uniform(t, row_stride: int) -> bool:
-    """Whether t's rows (dim 1) continue through dims 2 and 3 at one stride (one matrix of ne1*ne2*ne3 rows)."""
-    expected = row_stride * t.ne[1]
-    for k in (2, 3):
-        if t.ne[k] > 1:
-            if t.nb[k] != expected:
-                return False
-            expected *= t.ne[k]
-    return True
-
-
-def plan_batches(ta, tb, kb: bool, ldb: int, d, ldd: int):
-    """How the (A2*A3 vs B2*B3) matrices of a mul_mat become cuBLASLt calls: (N per call, batch count, byte
-    strides (A, B, D) between batched matrices, [(A, B, D) byte offsets of each call]).
-    One GEMM over all rows when a is one matrix and b's and d's rows are uniform; else dims 2 and 3 merged into
-    one strided batch when their strides allow; else the larger strided dim batched, the other looped."""
-    es = ta.type.size
-    N = tb.ne[1]
-    B2, B3 = tb.ne[2:]
-    if ta.ne[2] == ta.ne[3] == 1 and kb and _rows_uniform(tb, ldb * es) and _rows_uniform(d, ldd * F32.size):
-        return N * B2 * B3, 1, (0, 0, 0), [(0, 0, 0)]
-    r = {k: tb.ne[k] // ta.ne[k] for k in (2, 3)}
-
-    def stride(k):
-        sa = ta.nb[k] if ta.ne[k] == tb.ne[k] else 0 if ta.ne[k] == 1 else None
-        return None if sa is None else (sa, tb.nb[k], d.nb[k])
-    dims = [k for k in (2, 3) if tb.ne[k] > 1]
-    s = {k: stride(k) for k in dims}
-    if len(dims) == 2 and s[2] is not None and s[3] is not None and all(s[3][j] == s[2][j] * B2 for j in range(3)):
-        return N, B2 * B3, s[2], [(0, 0, 0)]
-    strided = [k for k in dims if s[k] is not None]
-    bdim = max(strided, key=lambda k: tb.ne[k]) if strided else None
-    loop = [k for k in dims if k != bdim]
-    offsets = [(0, 0, 0)]
-    for k in loop:
-        offsets = [(oa + (i // r[k]) * ta.nb[k], ob + i * tb.nb[k], od + i * d.nb[k])
-                   for oa, ob, od in offsets for i in range(tb.ne[k])]
-    if bdim is None:
-        return N, 1, (0, 0, 0), offsets
-    return N, tb.ne[bdim], s[bdim], offsets
-
-
-def gemm_steps(backend, node, add=None, residual_node=None, residual=None) -> list:
-    """The steps of a mul_mat node: copies of operands cuBLASLt cannot read in place, then the GEMMs. With
-    `add` (an add of an F32 bias vector over ne[0] fused after the node), D goes to add's memory with the bias
-    added by cuBLASLt's BIAS epilogue; with `residual_node` too (an add of the contiguous `residual` after the
-    bias add, add and node contiguous), D goes to residual_node's memory and C = residual with beta = 1."""
-    temp = backend.temp_ptr(node)
-    gtype = mm.gemm_type(node)
-    ops = [[tensor_ptr(t), t, mm.operand_layout(t, gtype)] for t in node.src[:2]]
-    steps = []
-    for i, offset, c in mm.conversions(node):
-        ptr, t = ops[i][:2]
-        steps.append(backend.launch(node, f"copy_{SUFFIX[t.type]}_{SUFFIX[gtype]}", temp + offset, c, [(ptr, t)]))
-        ops[i] = [temp + offset, c, (True, c.ne[0])]
-    (pa, ta, _), (pb, tb, (kb, ldb)) = ops
-    dst = node if add is None else add
-    pd = tensor_ptr(dst if residual_node is None else residual_node)
-    ldd = dst.nb[1] // F32.size if dst.ne[1] > 1 else dst.ne[0]
-    N, batch, strides, offsets = plan_batches(ta, tb, kb, ldb, dst, ldd)
-    ptrs = [(pa + oa, pb + ob, pd + od) for oa, ob, od in offsets]
-    c_ptrs = None if residual_node is None else [tensor_ptr(residual) + od for _, _, od in offsets]
-    tf32 = gtype == F32 and backend.allow_tf32
-    name = (mm.kernel_name(node) + ("_tf32" if tf32 else "") + ("+bias" if add is not None else "")
-            + ("+residual" if residual_node is not None else ""))
-    bias = tensor_ptr(add.src[1]) if add is not None else None
-    steps.append(Gemm(backend, node, name, ops[0], ops[1], N, ptrs, batch, strides, tf32, temp, bias, dst,
-                      c_ptrs))
-    return steps

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ... import ops
-from ...ops.elementwise import UNARY_OPS
+from ...ops.registry import UNARY_OPS
 from ...types import F16, F32
 from ..harness import OpCase
 from .util import LAYOUTS, layout, uniform

@@ -1,4 +1,6 @@
-"""CPU kernel modules, one per op family. Importing this package registers them all."""
+"""CPU kernel modules, one per op family of the op table (views need none). Importing this package registers them
+all; common, fp16, mathfn, blas and gemm are the helpers they share."""
+import importlib
 import warnings
 
 from numba.core.errors import NumbaExperimentalFeatureWarning, NumbaIRAssumptionWarning
@@ -8,4 +10,7 @@ from numba.core.errors import NumbaExperimentalFeatureWarning, NumbaIRAssumption
 warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning)
 warnings.filterwarnings("ignore", category=NumbaExperimentalFeatureWarning)
 
-from . import conv, conv_dw, conv_transpose, elementwise, layout, matmul, norm, pool, reduce, softmax, views  # noqa: E402,F401
+from ....ops.registry import OPS  # noqa: E402
+
+for _family in dict.fromkeys(op.family for op in OPS.values() if not op.view):
+    importlib.import_module(f"{__name__}.{_family}")

@@ -10,6 +10,7 @@ import math
 import numpy as np
 from numba import prange
 
+from ....ops.registry import ACTIVATIONS
 from ..registry import BoundNode, register
 from .common import (STREAM_MIN_BYTES, block, flat, kernel, launch, parallel_kernel, row_index, scalar,
                      stream_store)
@@ -179,13 +180,13 @@ def _no_act(x, p0, p1):
     return x
 
 
-EPILOGUE_FUNCS = (_no_act,) + UNARY_FUNCS
-"""Activations fused kernels apply to their results, by epilogue_code (0: none)."""
+EPILOGUE_FUNCS = (_no_act,) + tuple(UNARY[act] for act in sorted(ACTIVATIONS, key=ACTIVATIONS.get))
+"""Activations fused kernels apply to their results, by the op table's activation id (0: none)."""
 
 
 def epilogue_code(act: str | None) -> int:
-    """The EPILOGUE_FUNCS index of a unary op name (None: no activation)."""
-    return 0 if act is None else 1 + UNARY_CODES[act]
+    """The EPILOGUE_FUNCS index of an activation (the op table's id; None: no activation)."""
+    return 0 if act is None else ACTIVATIONS[act]
 
 
 @kernel

@@ -8,16 +8,15 @@ mask (optional, F32/F16) ne = (N, >= N, mh, mw) broadcast over heads and windows
 head); each query is split over 4 adjacent lanes that take every fourth key of 64-key chunks staged in shared
 memory: 8 of a lane's scores at a time, one rescale by their max, then their P.V (an online softmax:
 running max, sum and accumulator in registers); the 4 lanes combine by shuffles.
-Math in F32 (TF32 and F16-weight plans too). Not a family of its own: the backend finds the pattern
-(`find`) and calls `steps`.
+Math in F32 (TF32 and F16-weight plans too). The kernel of the fusion pass's attention pattern
+(ggpy/graph/fusion.py), not of an op: the backend accepts a pattern (`accepts`) and calls `steps`.
 """
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
 
 from ....types import F16, F32
-from .common import C_TYPES, SUFFIX
+from .common import C_TYPES, SUFFIX, tensor_ptr
 
 HEAD_DIMS = (16, 32, 64)
 QUERIES = 32            # queries per block (4 lanes each: 128 threads)
@@ -156,81 +155,29 @@ def source() -> str:
     return "".join(parts)
 
 
-@dataclass
-class AttnFusion:
-    """S = mul_mat(k, q) -> P = soft_max(S, mask) -> O = mul_mat(v^T, P) -> `perm` = permute(O, 0, 2, 1, 3) ->
-    `cont`: computed by win_attn at S's turn into cont's memory."""
-    head: object
-    soft: object
-    out: object
-    perm: object
-    cont: object
-
-    @property
-    def nodes(self) -> list:
-        """The run the planner gives one block (views left out): each node not larger than the one before."""
-        return [self.head, self.soft, self.out, self.cont]
-
-    @property
-    def q(self):
-        return self.head.src[1]
-
-    @property
-    def k(self):
-        return self.head.src[0]
-
-    @property
-    def v(self):
-        return self.out.src[0]
-
-    @property
-    def mask(self):
-        return self.soft.src[1] if len(self.soft.src) > 1 else None
-
-
 def _aligned(t, dims) -> bool:
     return all(t.nb[d] % 16 == 0 for d in dims)
 
 
-def find(graph, only_user) -> dict:
-    """{id(S): AttnFusion} of the windowed-attention patterns win_attn runs (F32 q, k, v with HD in HEAD_DIMS
-    contiguous and 16-byte strides, N >= HD so each node of the run fits the block of the one before, no ALiBi)."""
-    out = {}
-    for s in graph.nodes:
-        if s.op != "mul_mat" or s.type != F32:
-            continue
-        k, q = s.src[:2]
-        hd, n, heads, nw = q.ne
-        if (k.ne != q.ne or hd not in HEAD_DIMS or n < hd or any(t.type != F32 or t.nb[0] != 4 for t in (k, q))
-                or not all(_aligned(t, (1, 2, 3)) for t in (k, q)) or n >= 1 << 15 or heads > 65535 or nw > 65535):
-            continue
-        p = only_user(s)
-        if p is None or p.op != "soft_max" or p.src[0] is not s or p.type != F32 or p.op_params["max_bias"] != 0:
-            continue
-        mask = p.src[1] if len(p.src) > 1 else None
-        if mask is not None and (mask.type not in (F32, F16) or mask.nb[0] != mask.type.size):
-            continue
-        o = only_user(p)
-        if o is None or o.op != "mul_mat" or o.src[1] is not p or o.type != F32:
-            continue
-        v = o.src[0]
-        if v.type != F32 or v.ne != (n, hd, heads, nw) or v.nb[1] != 4 or not _aligned(v, (0, 2, 3)):
-            continue
-        perm = only_user(o)
-        if (perm is None or perm.op != "permute" or perm.view_src is not o or perm.ne != (hd, heads, n, nw)
-                or perm.nb != (o.nb[0], o.nb[2], o.nb[1], o.nb[3])):
-            continue
-        cont = only_user(perm)
-        if (cont is None or cont.op != "cont" or cont.src[0] is not perm or cont.type != F32
-                or not cont.is_contiguous() or cont.nelements != o.nelements or not o.is_contiguous()):
-            continue
-        out[id(s)] = AttnFusion(s, p, o, perm, cont)
-    return out
+def accepts(f) -> bool:
+    """Whether win_attn takes an Attention pattern of the fusion pass: F32 q, k, v, P and O; HD in HEAD_DIMS
+    contiguous with 16-byte strides, N >= HD so each node of the run fits the block of the one before, fewer than
+    2^15 queries and 65536 heads and windows, no ALiBi; the mask F32/F16 with contiguous rows."""
+    q, k, v, mask = f.q, f.k, f.v, f.mask
+    hd, n, heads, nw = q.ne
+    if (hd not in HEAD_DIMS or n < hd or any(t.type != F32 or t.nb[0] != 4 for t in (k, q))
+            or not all(_aligned(t, (1, 2, 3)) for t in (k, q)) or n >= 1 << 15 or heads > 65535 or nw > 65535):
+        return False
+    if any(t.type != F32 for t in (f.head, f.soft, f.out, f.cont)) or f.soft.op_params["max_bias"] != 0:
+        return False
+    if mask is not None and (mask.type not in (F32, F16) or mask.nb[0] != mask.type.size):
+        return False
+    return v.type == F32 and v.nb[1] == 4 and _aligned(v, (0, 2, 3))
 
 
-def steps(backend, f: AttnFusion) -> list:
-    """The win_attn launch of a found pattern (the cont's memory clear of q, k, v and the mask: backend checks)."""
-    from ..backend import Launch, tensor_ptr
+def steps(backend, f) -> list:
+    """The win_attn launch of an accepted Attention pattern (the cont's memory clear of q, k, v and the mask: the
+    backend checks)."""
     q, k, v, mask = f.q, f.k, f.v, f.mask
     hd, n, heads, nw = q.ne
     a = AttnArgs(q=tensor_ptr(q), k=tensor_ptr(k), v=tensor_ptr(v), dst=tensor_ptr(f.cont), n=n,
@@ -248,5 +195,4 @@ def steps(backend, f: AttnFusion) -> list:
         a.mh = a.mw = 1
     name = kernel_name(hd, mask.type if mask is not None else None)
     grid = (-(-n // QUERIES), heads, nw)
-    return [Launch(f.head, name, backend.module.function(name), grid, (QUERIES * 4, 1, 1), a,
-                   (ctypes.c_void_p * 1)(ctypes.addressof(a)))]
+    return [backend.launch_struct(f.head, name, grid, (QUERIES * 4, 1, 1), a)]

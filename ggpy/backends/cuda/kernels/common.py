@@ -1,5 +1,5 @@
 """What every kernel shares: the launch-argument struct (C and ctypes twins), F16 conversion, indexing,
-block reductions and the default launch shape.
+block reductions, the row helpers of row-wise kernels, the default launch shape, and device addresses.
 
 A kernel takes one `Args` by value: the dst pointer and up to two sources, each with ne and nb (bytes) in
 ggml order, and two float parameters. By default every thread handles elements of dst at a flat index in ne
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 
+from ....errors import AllocationError
 from ....types import F16, F32, I32
 
 C_TYPES = {F32: "float", F16: "half_t", I32: "int"}
@@ -75,6 +76,23 @@ template <typename T, typename Op> __device__ T block_reduce(T v, Op op, T ident
 struct Sum { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct Max { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
 
+#define NEG_INF __int_as_float(0xff800000)
+// this block's row of src0: coordinates (0, i1, i2, i3)
+__device__ __forceinline__ void row_coords(const Args& a, i64* c) {
+    i64 r = blockIdx.x;
+    c[0] = 0; c[1] = r % a.ne0[1]; r /= a.ne0[1]; c[2] = r % a.ne0[2]; c[3] = r / a.ne0[2];
+}
+#define ROW_LOOP(i) for (i64 i = threadIdx.x; i < a.ne0[0]; i += blockDim.x)
+// the row of a warp-per-row kernel: warp w of the grid takes row w over ne0[1..3], as c = (i1, i2, i3);
+// false past the last row
+__device__ bool warp_row(const Args& a, int* c) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= (int)(a.ne0[1] * a.ne0[2] * a.ne0[3])) return false;
+    c[0] = r % (int)a.ne0[1]; r /= (int)a.ne0[1];
+    c[1] = r % (int)a.ne0[2]; c[2] = r / (int)a.ne0[2];
+    return true;
+}
+
 #define FOR_EACH_ELEMENT(a, i) \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (a).n; i += (i64)gridDim.x * blockDim.x)
 // the same with index type I (i64, or unsigned where fits32)
@@ -139,3 +157,18 @@ def pack_args(dst_ptr: int, dst, srcs: list, params: tuple = (), iop: int = 0, i
     for k, p in enumerate(params):
         setattr(a, f"p{k}", float(p))
     return a
+
+
+def tensor_ptr(t) -> int:
+    """The device address of t's first element (AllocationError when t is not in CUDA memory)."""
+    buf = t.buffer
+    if buf is None or buf.buffer_type.is_host or not hasattr(buf, "tensor_ptr"):
+        raise AllocationError(f"cuda: tensor '{t.name}' (op {t.op}) is not in CUDA memory ({type(buf).__name__}); "
+                              "plan the graph with ggpy.GraphAllocator(cuda_backend)")
+    return buf.tensor_ptr(t)
+
+
+def extent(t) -> tuple[int, int]:
+    """[first, past the last) device address of t's elements."""
+    p = tensor_ptr(t)
+    return p, p + sum((n - 1) * b for n, b in zip(t.ne, t.nb)) + t.type.size

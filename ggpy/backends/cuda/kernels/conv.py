@@ -1,27 +1,27 @@
-"""im2col (1-D, 2-D), conv_1d, conv_2d, conv_2d_dw (WHCN and CWHN) and conv_transpose_2d, with no im2col
-matrix and no scratch: conv_2d as a shared-memory tiled implicit GEMM, the others one thread per dst element
-summing its taps. Every source may have any strides, dst is written through its nb (so conv_2d_dw's CWHN result
-keeps its layout). Math runs in float.
-
-The integer parameters (strides, paddings, dilations, each < 256) travel packed three to a float parameter:
-p0 = s0 | s1 << 8 | d0 << 16, p1 = p0 | p1 << 8 | d1 << 16 (24-bit integers, exact in float).
+"""The conv family on CUDA: im2col (1-D, 2-D), conv_1d, conv_2d, conv_2d_dw (WHCN and CWHN) and
+conv_transpose_2d. conv_2d has two implementations: "implicit" (a shared-memory tiled implicit GEMM, no scratch)
+and "im2col" (bands of the im2col matrix in the temp block, each followed by one cuBLASLt GEMM); the others run
+one thread per dst element summing its taps, and a 3x3 CWHN conv_2d_dw runs the fast conv_dw3_cwhn kernel (with
+a fused bias and activation when the fusion pass finds them). Every source may have any strides, dst is written
+through its nb (so conv_2d_dw's CWHN result keeps its layout). Math runs in float. The integer parameters
+(strides, paddings, dilations) travel as int32 in Args.ip.
 """
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
+from ....ops.registry import ACTIVATIONS
 from ....types import F16, F32
-from ...cpu.fusion import EPILOGUE_ACTS
-from .common import C_TYPES, SUFFIX
+from ..cublas import MISSING, WORKSPACE, Gemm
+from ..registry import register
+from .common import C_TYPES, SUFFIX, tensor_ptr
 from .elementwise import UNARY
+from .matmul import contiguous
 
-OPS = ("im2col", "conv_1d", "conv_2d", "conv_2d_dw", "conv_transpose_2d")
 FLOATS = (F32, F16)
 DW3_STRIDES = (1, 2)            # the strides of the fast 3x3 CWHN depthwise kernel (conv_dw3_cwhn)
 DW3_BLOCK = 128
 DW3_TW = 4                      # outputs along a row per thread
-ACT_IDS = {act: i + 1 for i, act in enumerate(EPILOGUE_ACTS)}    # fused activations (epilogue_act)
 
 _TEMPLATE = r"""
 // the conv parameters: strides s0, s1, dilation d0, paddings q0, q1, dilation d1 (Args.ip, int_params)
@@ -347,9 +347,8 @@ def _dw3_config(node, vec: int) -> tuple:
 
 
 def dw_steps(backend, node, fused=None) -> list:
-    """conv_2d_dw by conv_dw3_cwhn (dw_fast(node) is not None); with `fused` (the CPU backend's Epilogue:
+    """conv_2d_dw by conv_dw3_cwhn (dw_fast(node) is not None); with `fused` (an Epilogue of the fusion pass:
     bias add, optional activation) the result goes to the epilogue's last node with bias and activation."""
-    from ..backend import tensor_ptr
     a, b = node.src[:2]
     dst = fused.last if fused is not None else node
     pa, pb, pd = tensor_ptr(a), tensor_ptr(b), tensor_ptr(dst)
@@ -358,7 +357,7 @@ def dw_steps(backend, node, fused=None) -> list:
     if fused is not None:
         srcs.append((tensor_ptr(fused.bias), fused.bias))
     launch = backend.launch(node, _dw3_name(node, vec), pd, node, srcs, params(node), _dw3_config(node, vec),
-                            ACT_IDS.get(fused.act, 0) if fused is not None else 0, int_params(node))
+                            ACTIVATIONS.get(fused.act, 0) if fused is not None else 0, int_params(node))
     if fused is not None:
         launch.name = fused.name(launch.name)
     return [launch]
@@ -375,21 +374,12 @@ def kernel_name(node) -> str:
     return f"{node.op}_{SUFFIX[a.type]}_{SUFFIX[b.type]}"
 
 
-def supports(node) -> bool:
-    if node.op not in OPS:
-        return False
+def refusal(node) -> str | None:
     a, b = node.src[0], node.src[1]
     if b.type not in FLOATS or node.type not in FLOATS or (node.op != "im2col" and a.type not in FLOATS):
-        return False
-    return True
-
-
-def refusal(node) -> str | None:
-    """Why supports(node) is False (None when it is True)."""
-    if supports(node):
-        return None
-    return (f"{node.op} kernels take F32/F16 tensors; got "
-            f"{[s.type.name for s in node.src if s is not None]} -> {node.type.name}")
+        return (f"{node.op} kernels take F32/F16 tensors; got "
+                f"{[s.type.name for s in node.src if s is not None]} -> {node.type.name}")
+    return None
 
 
 def launch_config(node):
@@ -427,8 +417,8 @@ def _instances():
 
 
 def _epilogue_act_source() -> str:
-    """epilogue_act(op, x): x through the activation with id `op` (0: none; ACT_IDS)."""
-    cases = "".join(f"        case {i}: return {UNARY[act]};\n" for act, i in ACT_IDS.items())
+    """epilogue_act(op, x): x through the activation with id `op` (0: none; the op table's ACTIVATIONS)."""
+    cases = "".join(f"        case {i}: return {UNARY[act]};\n" for act, i in ACTIVATIONS.items())
     return ("#ifndef GGPY_EPILOGUE_ACT\n#define GGPY_EPILOGUE_ACT\n"
             "__device__ __forceinline__ float epilogue_act(int op, float x) {\n    switch (op) {\n" + cases
             + "        default: return x;\n    }\n}\n#endif\n")
@@ -443,27 +433,31 @@ def source() -> str:
 # Where the reduction K = Cin * KH * KW is deep enough, conv_2d runs as im2col bands of output rows written to
 # the temp block (at most COLS_BUDGET bytes per band) each followed by one cuBLASLt GEMM
 # dst[pos, co] = cols[k, pos]^T kernel[k, co] straight into dst's memory; shallower ones keep the implicit GEMM.
-# GGPY_CUDA_CONV=implicit|im2col forces one way (tests, benchmarks); MODE is read when a plan's steps are made.
+# CUDABackend(force={"conv_2d": "implicit" | "im2col"}) forces one way (tests, benchmarks).
 COLS_BUDGET = 32 << 20
 IM2COL_MIN_K = 64
-MODE = os.environ.get("GGPY_CUDA_CONV", "auto")
 
 
 def _gemm_type(node):
     return F16 if node.src[0].type == F16 and node.src[1].type == F16 else F32
 
 
-def uses_im2col(node) -> bool:
-    if node.op != "conv_2d" or MODE == "implicit":
-        return False
-    from .matmul import _nvmath_missing
-    if _nvmath_missing() is not None:
-        return False
+def im2col_possible(node) -> bool:
+    """Whether conv_2d can run as im2col + cuBLASLt: cuBLASLt present, dst's rows contiguous, 32-bit offsets."""
     OW = node.ne[0]
-    if node.nb[0] != 4 or (node.ne[1] > 1 and node.nb[1] != 4 * OW) or node.ne[2] * node.ne[1] * OW * 4 >= 1 << 31:
-        return False
+    return (MISSING is None and node.nb[0] == 4 and (node.ne[1] == 1 or node.nb[1] == 4 * OW)
+            and node.ne[2] * node.ne[1] * OW * 4 < 1 << 31)
+
+
+def choose(node) -> str:
+    """im2col where it is possible and the reduction K = Cin * KH * KW is deep enough, else the implicit GEMM."""
     k = node.src[0].ne[0] * node.src[0].ne[1] * node.src[0].ne[2]
-    return MODE == "im2col" or k >= IM2COL_MIN_K
+    return "im2col" if im2col_possible(node) and k >= IM2COL_MIN_K else "implicit"
+
+
+def uses_im2col(node, impl: str) -> bool:
+    """Whether `impl` runs as im2col + cuBLASLt (a forced im2col that is not possible runs implicit)."""
+    return impl == "im2col" and im2col_possible(node)
 
 
 def _bands(node) -> list:
@@ -483,16 +477,14 @@ def _align(n: int) -> int:
 
 def _kernel_copy(node):
     """The contiguous copy (in the GEMM type) of the kernel the GEMM needs, or None when it reads it in place."""
-    from .matmul import contiguous
     a, gtype = node.src[0], _gemm_type(node)
     return None if a.type == gtype and a.is_contiguous() else contiguous(a, gtype)
 
 
-def temp_size(node) -> int:
+def temp_size(node, impl: str) -> int:
     """im2col conv_2d: cuBLASLt's workspace, the largest band of im2col matrix, a kernel copy when needed."""
-    if not uses_im2col(node):
+    if not uses_im2col(node, impl):
         return 0
-    from .matmul import WORKSPACE
     a = node.src[0]
     K = a.ne[0] * a.ne[1] * a.ne[2]
     cols = K * node.ne[0] * max(r for _, _, r in _bands(node)) * _gemm_type(node).size
@@ -500,16 +492,12 @@ def temp_size(node) -> int:
     return WORKSPACE + _align(cols) + (_align(c.nbytes) if c is not None else 0)
 
 
-def steps(backend, node) -> list:
-    from ..backend import tensor_ptr
-    if dw_fast(node) is not None:
-        return dw_steps(backend, node)
-    if not uses_im2col(node):
+def conv_2d_steps(backend, node, impl: str) -> list:
+    """The implicit GEMM's one launch, or the im2col bands and their GEMMs."""
+    if not uses_im2col(node, impl):
         return [backend.launch(node, kernel_name(node), tensor_ptr(node), node,
                                [(tensor_ptr(s), s) for s in node.src[:2] if s is not None], params(node),
                                launch_config(node), ints=int_params(node))]
-    from ..cublas import Gemm
-    from .matmul import WORKSPACE
     a, b = node.src[:2]
     gtype = _gemm_type(node)
     KW, KH, CI, CO = a.ne
@@ -545,3 +533,20 @@ def steps(backend, node) -> list:
                                      [(pk, a), (pb + n * b.nb[3], img)], params(node), ints=int_params(node)))
         steps_.append(gemm_of[j])
     return steps_
+
+
+def dw_or_direct_steps(backend, node) -> list:
+    """conv_2d_dw by conv_dw3_cwhn where it applies, else the op's one-thread-per-output kernel."""
+    if dw_fast(node) is not None:
+        return dw_steps(backend, node)
+    return [backend.launch(node, kernel_name(node), tensor_ptr(node), node,
+                           [(tensor_ptr(s), s) for s in node.src[:2] if s is not None], params(node),
+                           launch_config(node), ints=int_params(node))]
+
+
+register(ops=("conv_2d",), source=source, refusal=refusal, kernel_name=kernel_name, params=params,
+         int_params=int_params, launch_config=launch_config, temp_size=temp_size, steps=conv_2d_steps,
+         impls=("implicit", "im2col"), choose=choose)
+register(ops=("im2col", "conv_1d", "conv_2d_dw", "conv_transpose_2d"), source=source, refusal=refusal,
+         kernel_name=kernel_name, params=params, int_params=int_params, launch_config=launch_config,
+         steps=dw_or_direct_steps)

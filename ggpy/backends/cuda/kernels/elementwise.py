@@ -7,8 +7,8 @@ replace the per-element unravel (b's index is (i / inner) % b's elements). The o
 where the tensors fit (iparam32)."""
 from __future__ import annotations
 
-from ....ops.elementwise import UNARY_OPS
 from ....types import F16, F32
+from ..registry import register
 from .common import BLOCK, C_TYPES, MAX_BLOCKS, SUFFIX, iparam32
 
 FLOATS = (F32, F16)
@@ -26,9 +26,7 @@ UNARY = {
     "sin": "sinf(x)", "cos": "cosf(x)",
     "scale": "x * a.p0 + a.p1", "clamp": "fminf(fmaxf(x, a.p0), a.p1)", "leaky_relu": "(x > 0.f) ? x : x * a.p0",
 }
-assert set(UNARY_OPS) <= set(UNARY)
 PARAMS = {"scale": ("s", "b"), "clamp": ("min", "max"), "leaky_relu": ("slope",)}
-OPS = tuple(BINARY) + tuple(UNARY)
 
 _BINARY_TEMPLATE = r"""
 template <typename TA, typename TB, typename I> __device__ void binary_i_%(op)s(const Args& a) {
@@ -151,12 +149,11 @@ def kernel_name(node) -> str:
     return f"{node.op}_{c}{SUFFIX[node.type]}"
 
 
-def supports(node) -> bool:
-    if node.op not in OPS:
-        return False
+def refusal(node) -> str | None:
     srcs = [s for s in node.src if s is not None]
-    n_src = 2 if node.op in BINARY else 1
-    return len(srcs) == n_src and all(s.type in FLOATS for s in srcs) and node.type == srcs[0].type
+    if any(s.type not in FLOATS for s in srcs) or node.type != srcs[0].type:
+        return f"{node.op} on CUDA takes F32/F16 sources and writes the first one's type"
+    return None
 
 
 def params(node) -> tuple:
@@ -181,3 +178,7 @@ def source() -> str:
                 parts.append(f'extern "C" __global__ void {op}_{c}{SUFFIX[t]}(const Args a) '
                              f'{{ unary_{c}{op}<{C_TYPES[t]}>(a); }}\n')
     return "".join(parts)
+
+
+register(ops=tuple(BINARY) + tuple(UNARY), source=source, refusal=refusal, kernel_name=kernel_name, params=params,
+         iparam=iparam, launch_config=launch_config)

@@ -1,14 +1,29 @@
-"""concat, pad (zero padding before and after each dimension), repeat and get_rows: one thread per dst element
-(grid-stride), sources with any strides. get_rows: a.ne = (K, R, A2, A3), b I32 (n, A2, A3) -> (K, n, A2, A3),
-F32 (I32 for I32 rows). pad's four leading paddings (< 4096 each) travel two to a float parameter."""
+"""Copies and layout on CUDA: dup, cont (and cont_Nd) and cpy (elements taken from src0 and written to dst in ne
+order, any strides on both sides, F32 <-> F16 converted, I32 copied as is; for cpy dst is the view of b the node
+describes; 32-bit index math where the tensors fit), concat, pad (zero padding; the four leading paddings, < 4096
+each, travel two to a float parameter), repeat and get_rows (a.ne = (K, R, A2, A3), b I32 (n, A2, A3) ->
+(K, n, A2, A3), F32, I32 for I32 rows): one thread per dst element (grid-stride)."""
 from __future__ import annotations
 
 from ....types import F16, F32, I32
-from .common import C_TYPES, SUFFIX
+from ..registry import register
+from .common import C_TYPES, SUFFIX, iparam32
 
-OPS = ("concat", "pad", "repeat", "get_rows")
+COPY_PAIRS = ((F32, F32), (F32, F16), (F16, F32), (F16, F16), (I32, I32))
 TYPES = (F32, F16, I32)
 MAX_PAD = 4096
+
+_COPY = r"""
+template <typename S, typename D, typename I> __device__ void copy_i(const Args& a) {
+    FOR_EACH_ELEMENT_I(a, i, I) {
+        I cs[4], cd[4];
+        unravel(i, a.ne0, cs);
+        unravel(i, a.ne, cd);
+        *(D*)(a.dst + byte_offset(cd, a.nb)) = convert<D, S>(*(const S*)(a.src0 + byte_offset(cs, a.nb0)));
+    }
+}
+template <typename S, typename D> __device__ void copy(const Args& a) { DISPATCH_I(a, copy_i, S, D); }
+"""
 
 _SOURCE = r"""
 template <typename T> __device__ void concat_k(const Args& a) {          // p0: dim
@@ -48,19 +63,45 @@ template <typename S, typename D> __device__ void get_rows_k(const Args& a) {
 """
 
 
+def copy_kernel_name(node) -> str:
+    return f"copy_{SUFFIX[node.src[0].type]}_{SUFFIX[node.type]}"
+
+
+def copy_refusal(node) -> str | None:
+    a = node.src[0]
+    if (a.type, node.type) not in COPY_PAIRS:
+        return f"{node.op} on CUDA copies F32/F16 to F32/F16 and I32 to I32, not {a.type.name} -> {node.type.name}"
+    if a.nelements != node.nelements:
+        return f"{node.op}: the source has {a.nelements} elements, the destination {node.nelements}"
+    return None
+
+
+def copy_source() -> str:
+    return _COPY + "".join(
+        f'extern "C" __global__ void copy_{SUFFIX[s]}_{SUFFIX[d]}(const Args a) {{ copy<{C_TYPES[s]}, {C_TYPES[d]}>(a); }}\n'
+        for s, d in COPY_PAIRS)
+
+
 def kernel_name(node) -> str:
     return f"{node.op}_{SUFFIX[node.src[0].type]}"
 
 
-def supports(node) -> bool:
-    if node.op not in OPS or node.src[0] is None or node.src[0].type not in TYPES:
-        return False
+def refusal(node) -> str | None:
     a, b = node.src[0], node.src[1] if len(node.src) > 1 else None
+    if a.type not in TYPES:
+        return f"{node.op} on CUDA takes F32, F16 or I32, not {a.type.name}"
     if node.op == "get_rows":
-        return b is not None and b.type == I32 and node.type == (I32 if a.type == I32 else F32)
+        ok = b is not None and b.type == I32 and node.type == (I32 if a.type == I32 else F32)
+        return None if ok else "get_rows on CUDA takes I32 row indices"
     if node.op == "pad":
-        return a.type in (F32, F16) and all(p < MAX_PAD for p in node.op_params["lp"])
-    return node.type == a.type and (node.op != "concat" or b.type == a.type)
+        if a.type not in (F32, F16):
+            return "pad on CUDA takes F32/F16"
+        if any(p >= MAX_PAD for p in node.op_params["lp"]):
+            return f"pad on CUDA takes left paddings below {MAX_PAD}, got {node.op_params['lp']}"
+        return None
+    if node.type != a.type or (node.op == "concat" and b.type != a.type):
+        return f"{node.op} on CUDA takes sources of one type and writes that type"
+    return None
 
 
 def params(node) -> tuple:
@@ -83,3 +124,9 @@ def source() -> str:
         if t != I32:
             parts.append(f'extern "C" __global__ void pad_{s}(const Args a) {{ pad_k<{c}>(a); }}\n')
     return "".join(parts)
+
+
+register(ops=("dup", "cont", "cpy"), source=copy_source, refusal=copy_refusal, kernel_name=copy_kernel_name,
+         iparam=iparam32)
+register(ops=("concat", "pad", "repeat", "get_rows"), source=source, refusal=refusal, kernel_name=kernel_name,
+         params=params)

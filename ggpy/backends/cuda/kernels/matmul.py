@@ -1,49 +1,36 @@
-"""mul_mat through cuBLASLt (nvmath-python's bindings): no CUDA C of its own, the node runs as Python-side
-steps (ggpy/backends/cuda/cublas.py). a.ne = (K, M, A2, A3), b.ne = (K, N, B2, B3), F32 or F16 each;
-result F32 (M, N, B2, B3). Operands that cuBLASLt cannot read in place are copied into the temp block."""
+"""mul_mat as cuBLASLt GEMMs (cublas.py): no CUDA C of its own, the node runs as Python-side steps.
+a.ne = (K, M, A2, A3), b.ne = (K, N, B2, B3), F32 or F16 each; result F32 (M, N, B2, B3). Operands that cuBLASLt
+cannot read in place are copied into the temp block.
+
+ggml's result[n, m] = sum_k a[m, k] b[n, k] is, column-major, D (M x N) = op(A) op(B): a's K-contiguous rows
+are a K x M matrix read transposed, b's a K x N matrix. Batches (plan_batches): one GEMM over all rows when a
+is one matrix and b's rows are uniform; else dims 2 and 3 as one strided batch when their strides allow (a's
+stride 0 when it is broadcast); else the dim with more matrices strided-batched and the other looped (a dim
+where a repeats r > 1 times over several matrices is always looped). A fused bias add runs as cuBLASLt's BIAS
+epilogue, a fused residual add as its C matrix.
+"""
 from __future__ import annotations
 
-import functools
 from types import SimpleNamespace
 
 from ....types import F16, F32
+from ..cublas import MISSING, WORKSPACE, Gemm
+from ..registry import register
+from .common import SUFFIX, tensor_ptr
 
-OPS = ("mul_mat",)
 FLOATS = (F32, F16)
-WORKSPACE = 32 << 20        # cuBLASLt workspace bytes (what it suggests for Hopper)
 ALIGN = 256
-
-
-@functools.cache
-def _nvmath_missing() -> str | None:
-    try:
-        from nvmath.bindings import cublasLt  # noqa: F401
-    except Exception as e:  # noqa: BLE001 - missing package or libraries: either way no cuBLASLt
-        return f"mul_mat on CUDA needs nvmath-python's cuBLASLt bindings (pip install nvmath-python): {e}"
-    return None
 
 
 def refusal(node) -> str | None:
     if any(s.type not in FLOATS for s in node.src[:2]):
         return "mul_mat on CUDA takes F32 and F16 operands"
-    return _nvmath_missing()
-
-
-def supports(node) -> bool:
-    return node.op in OPS and refusal(node) is None
+    return None if MISSING is None else f"mul_mat on CUDA {MISSING}"
 
 
 def kernel_name(node) -> str:
     a, b = node.src[:2]
     return f"cublaslt_{a.type.name.lower()}_{b.type.name.lower()}"
-
-
-def params(node) -> tuple:
-    return ()
-
-
-def source() -> str:
-    return ""
 
 
 def gemm_type(node):
@@ -96,8 +83,76 @@ def temp_size(node) -> int:
     return WORKSPACE + sum(_align(c.nbytes) for _, _, c in conversions(node))
 
 
-def steps(backend, node, add=None, residual_node=None, residual=None) -> list:
-    """The node's cuBLASLt steps; with `add` (a bias add fused after it) D goes to add's memory, bias added;
-    with `residual_node` (an add of `residual` after that) D = A B + bias + residual goes to its memory."""
-    from ..cublas import gemm_steps
-    return gemm_steps(backend, node, add, residual_node, residual)
+def _rows_uniform(t, row_stride: int) -> bool:
+    """Whether t's rows (dim 1) continue through dims 2 and 3 at one stride (one matrix of ne1*ne2*ne3 rows)."""
+    expected = row_stride * t.ne[1]
+    for k in (2, 3):
+        if t.ne[k] > 1:
+            if t.nb[k] != expected:
+                return False
+            expected *= t.ne[k]
+    return True
+
+
+def plan_batches(ta, tb, kb: bool, ldb: int, d, ldd: int):
+    """How the (A2*A3 vs B2*B3) matrices of a mul_mat become cuBLASLt calls: (N per call, batch count, byte
+    strides (A, B, D) between batched matrices, [(A, B, D) byte offsets of each call]).
+    One GEMM over all rows when a is one matrix and b's and d's rows are uniform; else dims 2 and 3 merged into
+    one strided batch when their strides allow; else the larger strided dim batched, the other looped."""
+    es = ta.type.size
+    N = tb.ne[1]
+    B2, B3 = tb.ne[2:]
+    if ta.ne[2] == ta.ne[3] == 1 and kb and _rows_uniform(tb, ldb * es) and _rows_uniform(d, ldd * F32.size):
+        return N * B2 * B3, 1, (0, 0, 0), [(0, 0, 0)]
+    r = {k: tb.ne[k] // ta.ne[k] for k in (2, 3)}
+
+    def stride(k):
+        sa = ta.nb[k] if ta.ne[k] == tb.ne[k] else 0 if ta.ne[k] == 1 else None
+        return None if sa is None else (sa, tb.nb[k], d.nb[k])
+    dims = [k for k in (2, 3) if tb.ne[k] > 1]
+    s = {k: stride(k) for k in dims}
+    if len(dims) == 2 and s[2] is not None and s[3] is not None and all(s[3][j] == s[2][j] * B2 for j in range(3)):
+        return N, B2 * B3, s[2], [(0, 0, 0)]
+    strided = [k for k in dims if s[k] is not None]
+    bdim = max(strided, key=lambda k: tb.ne[k]) if strided else None
+    loop = [k for k in dims if k != bdim]
+    offsets = [(0, 0, 0)]
+    for k in loop:
+        offsets = [(oa + (i // r[k]) * ta.nb[k], ob + i * tb.nb[k], od + i * d.nb[k])
+                   for oa, ob, od in offsets for i in range(tb.ne[k])]
+    if bdim is None:
+        return N, 1, (0, 0, 0), offsets
+    return N, tb.ne[bdim], s[bdim], offsets
+
+
+def gemm_steps(backend, node, add=None, residual_node=None, residual=None) -> list:
+    """The steps of a mul_mat node: copies of operands cuBLASLt cannot read in place, then the GEMMs. With
+    `add` (an add of an F32 bias vector over ne[0] fused after the node), D goes to add's memory with the bias
+    added by cuBLASLt's BIAS epilogue; with `residual_node` too (an add of the contiguous `residual` after the
+    bias add, add and node contiguous), D goes to residual_node's memory and C = residual with beta = 1."""
+    temp = backend.temp_ptr(node)
+    gtype = gemm_type(node)
+    ops = [[tensor_ptr(t), t, operand_layout(t, gtype)] for t in node.src[:2]]
+    steps = []
+    for i, offset, c in conversions(node):
+        ptr, t = ops[i][:2]
+        steps.append(backend.launch(node, f"copy_{SUFFIX[t.type]}_{SUFFIX[gtype]}", temp + offset, c, [(ptr, t)]))
+        ops[i] = [temp + offset, c, (True, c.ne[0])]
+    (pa, ta, _), (pb, tb, (kb, ldb)) = ops
+    dst = node if add is None else add
+    pd = tensor_ptr(dst if residual_node is None else residual_node)
+    ldd = dst.nb[1] // F32.size if dst.ne[1] > 1 else dst.ne[0]
+    N, batch, strides, offsets = plan_batches(ta, tb, kb, ldb, dst, ldd)
+    ptrs = [(pa + oa, pb + ob, pd + od) for oa, ob, od in offsets]
+    c_ptrs = None if residual_node is None else [tensor_ptr(residual) + od for _, _, od in offsets]
+    tf32 = gtype == F32 and backend.allow_tf32
+    name = (kernel_name(node) + ("_tf32" if tf32 else "") + ("+bias" if add is not None else "")
+            + ("+residual" if residual_node is not None else ""))
+    bias = tensor_ptr(add.src[1]) if add is not None else None
+    steps.append(Gemm(backend, node, name, ops[0], ops[1], N, ptrs, batch, strides, tf32, temp, bias, dst,
+                      c_ptrs))
+    return steps
+
+
+register(ops=("mul_mat",), source=lambda: "", refusal=refusal, kernel_name=kernel_name, temp_size=temp_size,
+         steps=gemm_steps)

@@ -1,12 +1,11 @@
-"""pool_2d (max, avg), upscale (nearest, bilinear, bilinear align-corners) and win_part / win_unpart: one thread
-per dst element, sources of any strides, F32/F16 converted on load and store. Integer parameters travel packed
-as in conv.py (pool_2d: p0 = k0 | k1 << 8 | s0 << 16, p1 = s1 | p0 << 8 | p1 << 16)."""
+"""pool_2d (max, avg) and upscale (nearest, bilinear, bilinear align-corners): one thread per dst element, sources
+of any strides, F32/F16 converted on load and store; pool_2d's (k0, k1, s0, s1, p0, p1) travel as Args.ip."""
 from __future__ import annotations
 
 from ....types import F16, F32
-from .common import C_TYPES, SUFFIX, iparam32
+from ..registry import register
+from .common import C_TYPES, SUFFIX
 
-OPS = ("pool_2d", "upscale", "win_part", "win_unpart")
 FLOATS = (F32, F16)
 UPSCALE_MODES = {("nearest", False): "nearest", ("bilinear", False): "bilinear", ("bilinear", True): "bilinear_ac"}
 
@@ -66,35 +65,6 @@ template <typename T, int MODE> __device__ void upscale(const Args& a) {
         *(T*)(a.dst + byte_offset(c, a.nb)) = from_f<T>(v);
     }
 }
-
-// win_part: src0 (C, W, H, 1) -> dst (C, w, w, npx * npy), window p = py * npx + px, zeros past the image
-template <typename T, typename I> __device__ void win_part_i(const Args& a) {
-    const I w = (I)a.ne[1], npx = ((I)a.ne0[1] + w - 1) / w;
-    FOR_EACH_ELEMENT_I(a, i, I) {
-        I c[4];
-        unravel(i, a.ne, c);
-        const I x = (c[3] % npx) * w + c[1], y = (c[3] / npx) * w + c[2];
-        float v = 0.f;
-        if (x < (I)a.ne0[1] && y < (I)a.ne0[2])
-            v = to_f(*(const T*)(a.src0 + (c[0] * (I)a.nb0[0] + x * (I)a.nb0[1] + y * (I)a.nb0[2])));
-        *(T*)(a.dst + byte_offset(c, a.nb)) = from_f<T>(v);
-    }
-}
-template <typename T> __device__ void win_part(const Args& a) { DISPATCH_I(a, win_part_i, T); }
-
-// win_unpart: src0 (C, w, w, npx * npy) -> dst (C, W, H, 1), the inverse of win_part
-template <typename T, typename I> __device__ void win_unpart_i(const Args& a) {
-    const I w = (I)a.ne0[1], npx = ((I)a.ne[1] + w - 1) / w;
-    FOR_EACH_ELEMENT_I(a, i, I) {
-        I c[4];
-        unravel(i, a.ne, c);
-        const I p = (c[2] / w) * npx + c[1] / w;
-        const T v = *(const T*)(a.src0 + (c[0] * (I)a.nb0[0] + (c[1] % w) * (I)a.nb0[1] + (c[2] % w) * (I)a.nb0[2]
-                                          + p * (I)a.nb0[3]));
-        *(T*)(a.dst + byte_offset(c, a.nb)) = v;
-    }
-}
-template <typename T> __device__ void win_unpart(const Args& a) { DISPATCH_I(a, win_unpart_i, T); }
 """
 
 
@@ -103,28 +73,17 @@ def kernel_name(node) -> str:
     p = node.op_params
     if node.op == "pool_2d":
         return f"pool_2d_{p['op']}_{t}"
-    if node.op == "upscale":
-        return f"upscale_{UPSCALE_MODES[p['mode'], p['align_corners']]}_{t}"
-    return f"{node.op}_{t}"
+    return f"upscale_{UPSCALE_MODES[p['mode'], p['align_corners']]}_{t}"
 
 
-def supports(node) -> bool:
-    if node.op not in OPS or node.src[0].type not in FLOATS:
-        return False
-    if node.op == "pool_2d":
-        return True                               # F32 result of an F32 or F16 source
-    if node.op == "upscale":
-        return (node.op_params["mode"], node.op_params["align_corners"]) in UPSCALE_MODES
-    return node.type == node.src[0].type
-
-
-def iparam(node) -> int:
-    """win_part / win_unpart: 32-bit index math where the tensors fit."""
-    return iparam32(node) if node.op in ("win_part", "win_unpart") else 0
-
-
-def params(node) -> tuple:
-    return ()
+def refusal(node) -> str | None:
+    if node.src[0].type not in FLOATS:
+        return f"{node.op} on CUDA takes an F32/F16 source, got {node.src[0].type.name}"
+    if node.op == "upscale" and (node.op_params["mode"], node.op_params["align_corners"]) not in UPSCALE_MODES:
+        return f"upscale on CUDA has no kernel for mode {node.op_params['mode']!r}"
+    if node.op == "upscale" and node.type != node.src[0].type:
+        return "upscale on CUDA writes the source's type"
+    return None
 
 
 def int_params(node) -> tuple:
@@ -142,10 +101,11 @@ def _instances():
         yield f"pool_2d_avg_{st}", f"pool_2d<{ct}, false>"
         for k, mode in enumerate(("nearest", "bilinear", "bilinear_ac")):
             yield f"upscale_{mode}_{st}", f"upscale<{ct}, {k}>"
-        yield f"win_part_{st}", f"win_part<{ct}>"
-        yield f"win_unpart_{st}", f"win_unpart<{ct}>"
 
 
 def source() -> str:
     return _TEMPLATE + "".join(f'extern "C" __global__ void {name}(const Args a) {{ {call}(a); }}\n'
-                                        for name, call in _instances())
+                               for name, call in _instances())
+
+
+register(ops=("pool_2d", "upscale"), source=source, refusal=refusal, kernel_name=kernel_name, int_params=int_params)

@@ -16,10 +16,10 @@ Each worker's V, M and 8 rows of transform scratch live in its part of the temp 
 import numpy as np
 from numba import prange
 
-from ..registry import BoundNode
-from .blas import SGEMM_ADDRESS, sgemm
-from .common import block, kernel, launch, parallel_kernel, scalar
-from .fp16 import load
+from ...registry import BoundNode
+from ..blas import SGEMM_ADDRESS, sgemm
+from ..common import block, kernel, launch, parallel_kernel, scalar
+from ..fp16 import load
 
 CHUNK_BYTES = 768 << 10
 CHUNK_MIN, CHUNK_MAX = 32, 128

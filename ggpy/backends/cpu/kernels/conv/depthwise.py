@@ -1,4 +1,4 @@
-"""Depthwise 2D convolution (the transposed convolution is in conv_transpose.py).
+"""Depthwise 2D convolution.
 
 conv_2d_dw has two implementations: "direct" (WHCN: whole output rows accumulated tap by tap; CWHN: the
 contiguous channels are the vectorised inner loop) and "im2col" (per-channel patches in the temp block,
@@ -8,10 +8,10 @@ Arrays are numpy views of shape (ne3, ne2, ne1, ne0); F16 arrives as uint16 bits
 import numpy as np
 from numba import prange
 
-from ..registry import BoundNode, register
-from .common import block, kernel, launch, parallel_kernel, row_index, scalar, specialize
-from .elementwise import EPILOGUE_FUNCS, epilogue_code
-from .fp16 import load
+from ...registry import BoundNode, register
+from ..common import block, kernel, launch, parallel_kernel, row_index, scalar, specialize
+from ..elementwise import EPILOGUE_FUNCS, epilogue_code
+from ..fp16 import load
 
 _ZERO = np.float32(0.0)
 

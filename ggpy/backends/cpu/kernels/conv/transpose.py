@@ -17,14 +17,14 @@ An F16 kernel, or an input sgemm cannot read in place, is first widened to conti
 import numpy as np
 from numba import prange
 
-from ..registry import BoundNode, register
-from . import gemm as own_gemm
-from .blas import SGEMM_ADDRESS, sgemm
-from .common import block, kernel, launch, parallel_kernel, row_index, scalar
-from .conv import aligned, then, widen, worker_panels
-from .conv_dw import _axpy
-from .fp16 import load
-from .layout import copy_transposed, copy_transposed_par
+from ...registry import BoundNode, register
+from .. import gemm as own_gemm
+from ..blas import SGEMM_ADDRESS, sgemm
+from ..common import block, kernel, launch, parallel_kernel, row_index, scalar
+from .dense import aligned, then, widen, worker_panels
+from .depthwise import _axpy
+from ..fp16 import load
+from ..layout import copy_transposed, copy_transposed_par
 
 GEMM_MIN_CIN = 8
 """Input channels (the GEMM's depth) from which `gemm` is chosen."""

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from .references import reference
+from .common import reference
 
 FLT_MAX = float(np.finfo(np.float32).max)
 

@@ -22,14 +22,14 @@ runs of KW values unroll).
 import numpy as np
 from numba import prange
 
-from ....errors import UnsupportedOpError
-from ..registry import BoundNode, register
-from . import conv_winograd
-from . import gemm as own_gemm
-from .blas import SGEMM_ADDRESS, sgemm
-from .common import block, kernel, launch, parallel_kernel, row_index, scalar
-from .fp16 import load, store
-from .matmul import to_f32_par, to_f32_rows
+from .....errors import UnsupportedOpError
+from ...registry import BoundNode, register
+from . import winograd as conv_winograd
+from .. import gemm as own_gemm
+from ..blas import SGEMM_ADDRESS, sgemm
+from ..common import block, kernel, launch, parallel_kernel, row_index, scalar
+from ..fp16 import load, store
+from ..matmul import to_f32_par, to_f32_rows
 
 DIRECT_MAX_PATCH = 4
 IM2COL_CHUNK = 512

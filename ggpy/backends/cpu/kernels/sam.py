@@ -1,0 +1,93 @@
+"""SAM's window and relative-position kernels: win_part, win_unpart, get_rel_pos (row copies) and add_rel_pos.
+
+Arrays are numpy views of shape (ne3, ne2, ne1, ne0) with any strides; F16 arrives as uint16 bits.
+"""
+import numpy as np
+from numba import prange
+
+from ..registry import BoundNode, register
+from .common import block, kernel, launch, parallel_kernel, row_index
+from .fp16 import load, store
+from .layout import convert
+
+WINDOW_CODES = {"win_part": 0, "win_unpart": 1, "get_rel_pos": 2}
+
+
+@kernel
+def window_rows(op, w, npx, d, a, ith, nth):
+    """Each row of d copied from one row of a (or zeroed), row by row:
+
+    win_part (0):    d (npx * npy, w, w, C) from a (1, H, W, C); window p = py * npx + px, zeros past the image;
+    win_unpart (1):  d (1, H, W, C) from a (npx * npy, w, w, C);
+    get_rel_pos (2): d (1, qh, kh, C) from a (1, 1, 2 * kh - 1, C); d[0, q, k] = a[0, 0, kh - 1 - k + q].
+    """
+    ne3, ne2, ne1, ne0 = d.shape
+    na2, na1 = a.shape[1], a.shape[2]
+    zero = store(np.float32(0.0), d.dtype)
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i3, i2, i1 = row_index(r, ne2, ne1)
+        drow = d[i3, i2, i1]
+        if op == 0:
+            j3, j2, j1 = 0, (i3 // npx) * w + i2, (i3 % npx) * w + i1
+        elif op == 1:
+            j3, j2, j1 = (i2 // w) * npx + i1 // w, i2 % w, i1 % w
+        else:
+            j3, j2, j1 = 0, 0, ne1 - 1 - i1 + i2
+        if j2 >= na2 or j1 >= na1:
+            for i0 in range(ne0):
+                drow[i0] = zero
+            continue
+        arow = a[j3, j2, j1]
+        for i0 in range(ne0):
+            drow[i0] = convert(arow[i0], drow.dtype)
+
+
+@parallel_kernel
+def window_rows_par(op, w, npx, d, a, nth):
+    for ith in prange(nth):
+        window_rows(op, w, npx, d, a, ith, nth)
+
+
+@register(*WINDOW_CODES)
+def bind_window(b: BoundNode):
+    node = b.node
+    w = node.op_params.get("w", 1)
+    npx = (node.ne[1] + w - 1) // w if node.op == "win_unpart" else node.op_params.get("npx", 1)
+    args = (WINDOW_CODES[node.op], w, npx, b.dst, b.srcs[0])
+    return launch(window_rows, window_rows_par, args, b.threads_for(b.dst.size))
+
+
+@kernel
+def add_rel_pos_rows(d, a, pw, ph, ith, nth):
+    """d[b, y, x, kh, kw] = a[b, y, x, kh, kw] + ph[b, y, x, kh] + pw[b, y, x, kw]; pw, ph (B, QH, QW, K).
+
+    Each element of a is read before the same element of d is written, so d may be a (in place).
+    """
+    nb, qh, qw, k = pw.shape
+    r0, r1 = block(nb * qh * qw * k, ith, nth)
+    for r in range(r0, r1):
+        ib = r // (qh * qw * k)
+        iy = (r // (qw * k)) % qh
+        ix = (r // k) % qw
+        ik = r % k
+        drow = d[ib, iy, ix, ik]
+        arow = a[ib, iy, ix, ik]
+        pwrow = pw[ib, iy, ix]
+        h = load(ph[ib, iy, ix, ik])
+        for i0 in range(k):
+            drow[i0] = store(load(arow[i0]) + h + load(pwrow[i0]), drow.dtype)
+
+
+@parallel_kernel
+def add_rel_pos_rows_par(d, a, pw, ph, nth):
+    for ith in prange(nth):
+        add_rel_pos_rows(d, a, pw, ph, ith, nth)
+
+
+@register("add_rel_pos")
+def bind_add_rel_pos(b: BoundNode):
+    pw, ph = b.srcs[1], b.srcs[2]
+    shape = pw.shape + (pw.shape[3],)
+    args = (b.dst.reshape(shape), b.srcs[0].reshape(shape), pw, ph)
+    return launch(add_rel_pos_rows, add_rel_pos_rows_par, args, b.threads_for(b.dst.size))

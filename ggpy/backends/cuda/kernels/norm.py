@@ -1,0 +1,189 @@
+"""norm, rms_norm (one block per row; short LayerNorm rows with their affine one warp per row) and group_norm
+(one block per (group, batch), sums in double, two passes as the CPU and the reference); F32 and F16, sources
+with any strides. A norm followed by mul(weight) and add(bias) runs fused as norm_affine (the epilogue pattern of
+ggpy/graph/fusion.py)."""
+from __future__ import annotations
+
+from ....types import F16, F32
+from ..registry import register
+from .common import C_TYPES, SUFFIX, tensor_ptr
+
+FLOATS = (F32, F16)
+NORM_WARP_MAX = 32 * 16             # LayerNorm rows up to this long: one warp per row (norm_affine_warp)
+NORM_WARP_BLOCK = 128
+GROUP_BLOCK = 256
+
+_SOURCE = r"""
+#define X(i) to_f(*(const T*)(x + (i) * a.nb0[0]))
+template <typename T, bool RMS> __device__ void norm_row(const Args& a) {      // p0: eps
+    i64 c[4]; row_coords(a, c);
+    const char* x = a.src0 + byte_offset(c, a.nb0); char* y = a.dst + byte_offset(c, a.nb);
+    const double n = (double)a.ne0[0];
+    float mean = 0.f;
+    if (!RMS) {
+        double s = 0.0;
+        ROW_LOOP(i) s += X(i);
+        mean = (float)(block_reduce(s, Sum(), 0.0) / n);
+    }
+    double v = 0.0;
+    ROW_LOOP(i) { float d = X(i) - mean; v += (double)d * d; }
+    float inv = (float)(1.0 / sqrt(block_reduce(v, Sum(), 0.0) / n + (double)a.p0));
+    ROW_LOOP(i) *(T*)(y + i * a.nb[0]) = from_f<T>((X(i) - mean) * inv);
+}
+
+// LayerNorm with its affine fused (norm -> mul(weight) -> add(bias)): src1 the F32 weight, src2 the F32 bias
+// (contiguous, ne0[0] each); dst F32 (the add's memory) by its nb. Sums in float over the row held in registers
+// when it fits (ne0[0] <= 8 * blockDim.x), else re-read.
+template <typename T> __device__ void norm_affine_row(const Args& a) {      // p0: eps
+    i64 c[4]; row_coords(a, c);
+    const char* x = a.src0 + byte_offset(c, a.nb0); char* y = a.dst + byte_offset(c, a.nb);
+    const float* w = (const float*)a.src1; const float* b = (const float*)a.src2;
+    const int n = (int)a.ne0[0];
+    float v[8];
+    float s = 0.f;
+    #pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        v[j] = i < n ? X(i) : 0.f;
+        s += v[j];
+    }
+    for (int i = threadIdx.x + 8 * blockDim.x; i < n; i += blockDim.x) s += X(i);
+    const float mean = block_reduce(s, Sum(), 0.f) / n;
+    float q = 0.f;
+    #pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < n) { const float d = v[j] - mean; q += d * d; }
+    }
+    for (int i = threadIdx.x + 8 * blockDim.x; i < n; i += blockDim.x) { const float d = X(i) - mean; q += d * d; }
+    const float inv = rsqrtf(block_reduce(q, Sum(), 0.f) / n + a.p0);
+    #pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < n) *(float*)(y + i * a.nb[0]) = (v[j] - mean) * inv * w[i] + b[i];
+    }
+    for (int i = threadIdx.x + 8 * blockDim.x; i < n; i += blockDim.x)
+        *(float*)(y + i * a.nb[0]) = (X(i) - mean) * inv * w[i] + b[i];
+}
+
+// norm_affine_row for rows of at most 32 * NORM_WARP_V elements: one warp per row, the row in registers, warp
+// shuffles for the sums (no shared memory, no block barrier); blockDim.x / 32 rows per block
+#define NORM_WARP_V 16
+template <typename T> __device__ void norm_affine_warp(const Args& a) {      // p0: eps
+    int c[3];
+    if (!warp_row(a, c)) return;                  // the whole warp leaves together
+    const int lane = threadIdx.x & 31, c1 = c[0], c2 = c[1], c3 = c[2];
+    const char* x = a.src0 + c1 * a.nb0[1] + c2 * a.nb0[2] + c3 * a.nb0[3];
+    char* y = a.dst + c1 * a.nb[1] + c2 * a.nb[2] + c3 * a.nb[3];
+    const float* w = (const float*)a.src1; const float* b = (const float*)a.src2;
+    const int n = (int)a.ne0[0], xs = (int)a.nb0[0], ys = (int)a.nb[0];
+    float v[NORM_WARP_V];
+    float s = 0.f;
+    #pragma unroll
+    for (int j = 0; j < NORM_WARP_V; ++j) {
+        const int i = lane + 32 * j;
+        v[j] = i < n ? to_f(*(const T*)(x + i * xs)) : 0.f;
+        s += v[j];
+    }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const float mean = s / n;
+    float q = 0.f;
+    #pragma unroll
+    for (int j = 0; j < NORM_WARP_V; ++j)
+        if (lane + 32 * j < n) { const float d = v[j] - mean; q += d * d; }
+    for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+    const float inv = rsqrtf(q / n + a.p0);
+    #pragma unroll
+    for (int j = 0; j < NORM_WARP_V; ++j) {
+        const int i = lane + 32 * j;
+        if (i < n) *(float*)(y + i * ys) = (v[j] - mean) * inv * w[i] + b[i];
+    }
+}
+
+// block (g, n): channels [g * per, min(C, (g + 1) * per)) of batch n normalised over (W, H, channels); p0: per, p1: eps
+template <typename T> __device__ void group_norm_k(const Args& a) {
+    const i64 per = (i64)a.p0, g = blockIdx.x, n = blockIdx.y;
+    const i64 c0 = g * per, c1 = min(a.ne0[2], c0 + per);
+    if (c0 >= c1) return;
+    const i64 plane = a.ne0[0] * a.ne0[1], count = plane * (c1 - c0);
+#define GN_COORDS(e) i64 c[4] = {(e) % a.ne0[0], ((e) / a.ne0[0]) % a.ne0[1], c0 + (e) / plane, n}
+#define GN_X(e) to_f(*(const T*)(a.src0 + byte_offset(c, a.nb0)))
+    double s = 0.0;
+    for (i64 e = threadIdx.x; e < count; e += blockDim.x) { GN_COORDS(e); s += GN_X(e); }
+    const float mean = (float)(block_reduce(s, Sum(), 0.0) / (double)count);
+    double v = 0.0;
+    for (i64 e = threadIdx.x; e < count; e += blockDim.x) { GN_COORDS(e); float d = GN_X(e) - mean; v += (double)d * d; }
+    const float inv = (float)(1.0 / sqrt(block_reduce(v, Sum(), 0.0) / (double)count + (double)a.p1));
+    for (i64 e = threadIdx.x; e < count; e += blockDim.x) {
+        GN_COORDS(e);
+        *(T*)(a.dst + byte_offset(c, a.nb)) = from_f<T>((GN_X(e) - mean) * inv);
+    }
+#undef GN_COORDS
+#undef GN_X
+}
+#undef X
+"""
+
+
+def _rows(node) -> int:
+    s = node.src[0]
+    return s.ne[1] * s.ne[2] * s.ne[3]
+
+
+def refusal(node) -> str | None:
+    x = node.src[0]
+    if x.type not in FLOATS or node.type != x.type:
+        return f"{node.op} on CUDA takes F32/F16 with a result of the same type; got {x.type.name} -> {node.type.name}"
+    if node.op == "group_norm" and (x.ne[3] >= 65536 or node.op_params["n_groups"] >= 2 ** 31):
+        return "group_norm on CUDA takes fewer than 65536 images and 2^31 groups"
+    if _rows(node) >= 2 ** 31:
+        return f"{node.op} on CUDA takes fewer than 2^31 rows"
+    return None
+
+
+def kernel_name(node) -> str:
+    return f"{node.op}_{SUFFIX[node.src[0].type]}"
+
+
+def params(node) -> tuple:
+    if node.op == "group_norm":
+        c, g = node.src[0].ne[2], node.op_params["n_groups"]
+        return ((c + g - 1) // g, node.op_params["eps"])
+    return (node.op_params["eps"],)
+
+
+def launch_config(node) -> tuple:
+    """group_norm: one block per (group, image); norm, rms_norm: one block per row, threads by row length."""
+    if node.op == "group_norm":
+        return (node.op_params["n_groups"], node.src[0].ne[3]), GROUP_BLOCK
+    n = node.src[0].ne[0]
+    return _rows(node), (32 if n <= 64 else 256 if n <= 4096 else 1024)
+
+
+def norm_affine_steps(backend, node, fused) -> list:
+    """A norm with its affine (a fused Epilogue: scale and bias F32 row vectors) as one row kernel writing the
+    add's memory."""
+    add = fused.add_node
+    x = node.src[0]
+    n = x.ne[0]
+    block = 32 if n <= 256 else 128 if n <= 1024 else 256
+    config, name = (_rows(node), block), f"norm_affine_{SUFFIX[x.type]}"
+    if n <= NORM_WARP_MAX and all(abs(nb) * k < 1 << 31 for t in (x, add) for k, nb in zip(t.ne, t.nb)):
+        config, name = (-(-_rows(node) // (NORM_WARP_BLOCK // 32)), NORM_WARP_BLOCK), f"norm_affine_warp_{SUFFIX[x.type]}"
+    srcs = [(tensor_ptr(x), x), (tensor_ptr(fused.scale), fused.scale), (tensor_ptr(fused.bias), fused.bias)]
+    return [backend.launch(node, name, tensor_ptr(add), add, srcs, params(node), config)]
+
+
+def source() -> str:
+    parts = [_SOURCE]
+    for t in FLOATS:
+        c, s = C_TYPES[t], SUFFIX[t]
+        for name, body in (("norm", f"norm_row<{c}, false>"), ("rms_norm", f"norm_row<{c}, true>"),
+                           ("norm_affine", f"norm_affine_row<{c}>"), ("norm_affine_warp", f"norm_affine_warp<{c}>"),
+                           ("group_norm", f"group_norm_k<{c}>")):
+            parts.append(f'extern "C" __global__ void {name}_{s}(const Args a) {{ {body}(a); }}\n')
+    return "".join(parts)
+
+
+register(ops=("norm", "rms_norm", "group_norm"), source=source, refusal=refusal, kernel_name=kernel_name,
+         params=params, launch_config=launch_config)

@@ -1,0 +1,32 @@
+"""Launch: one kernel launch with its arguments packed once per plan, the step the CUDA backend runs and captures."""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+from .device import Stream
+from .driver import check, driver
+
+
+def dim3(v) -> tuple[int, int, int]:
+    """(x, y, z) of an int or a tuple of up to three."""
+    v = (v,) if isinstance(v, int) else tuple(v)
+    return v + (1,) * (3 - len(v))
+
+
+@dataclass
+class Launch:
+    """One kernel launch of `node`'s step `name`: `params` is the void** kernelParams array over `args` (the
+    argument structs, kept alive here)."""
+
+    node: object
+    name: str
+    function: object
+    grid: tuple             # (x, y, z) blocks
+    block: tuple            # (x, y, z) threads
+    args: object
+    params: object
+
+    def __call__(self, stream: Stream):
+        check(driver.cuLaunchKernel(self.function, *self.grid, *self.block, 0, stream.handle,
+                                    ctypes.addressof(self.params), 0), f"cuLaunchKernel({self.name})")

@@ -1,0 +1,269 @@
+"""Fusion: patterns of a graph that one kernel can compute at once, found without knowing any backend.
+
+The pass finds the patterns and checks their structural legality (every intermediate has a single reader and
+is not an output; the operands the fused kernel reads are ready at the head's turn; views in between keep the
+memory order). Each backend decides which patterns it runs (find_fusions' arguments: which heads take an
+epilogue, whether the activation rides along, residual adds, attention) and binds them; ggml splits
+ggml_can_fuse (core) from ggml_cuda_can_fuse (backend) the same way. The graph and its memory plan are
+untouched: the head node is bound to the fused kernel, which writes the pattern's last output, and the planner
+gives the run one block (Backend.fused_groups).
+
+Patterns:
+- epilogue: a head (mul_mat, conv_2d_dw, or norm followed by mul(weight over ne[0]): LayerNorm's affine), then
+  add(bias over ne[0]) and optionally an activation (ACTIVATIONS of the op table). Between a conv_2d_dw head
+  and its add there may be views that keep the memory order (the permute back to a token layout, reshapes).
+- residual: after a mul_mat's bias add (no activation), an add of a residual operand of the same shape
+  (through same-order views): a GEMM's C matrix.
+- attention: S = mul_mat(k, q) -> P = soft_max(S, mask) -> O = mul_mat(v^T, P) -> permute(O, 0, 2, 1, 3) ->
+  cont: windowed attention in one kernel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collections.abc import Callable
+
+from ..ops.registry import ACTIVATIONS, is_view
+from ..types import F32
+from .tensor import Tensor
+
+
+@dataclass
+class Epilogue:
+    """`head`, then `add_node` (+ bias over ne[0]) and optionally `act_node` (an activation); for a norm head,
+    `scale_node` (x weight over ne[0]) comes between the head and the add."""
+    head: Tensor
+    add_node: Tensor
+    act_node: Tensor | None = None
+    scale_node: Tensor | None = None
+    views: tuple = ()          # same-order views between a conv_2d_dw head and its add
+    residual_node: Tensor | None = None     # mul_mat heads, find_fusions(residual=True): add(bias out, r)
+    residual_views: tuple = ()              # same-order views between the bias add and the residual add
+
+    @property
+    def bias(self) -> Tensor:
+        return self.add_node.src[1]
+
+    @property
+    def scale(self) -> Tensor | None:
+        return None if self.scale_node is None else self.scale_node.src[1]
+
+    @property
+    def act(self) -> str | None:
+        return None if self.act_node is None else self.act_node.op
+
+    @property
+    def residual(self) -> Tensor | None:
+        """The residual operand r of residual_node (the same shape and layout as its result)."""
+        if self.residual_node is None:
+            return None
+        a, b = self.residual_node.src[:2]
+        return b if a is self.add_node or any(a is v for v in self.residual_views) else a
+
+    @property
+    def nodes(self) -> list:
+        """The nodes whose memory the fused result goes through, in order (views left out)."""
+        return [n for n in (self.head, self.scale_node, self.add_node, self.residual_node, self.act_node)
+                if n is not None]
+
+    @property
+    def last(self) -> Tensor:
+        """The node whose memory receives the fused result."""
+        return self.nodes[-1]
+
+    @property
+    def skipped(self) -> list:
+        """The nodes after the head that the fused kernel computes (views in between included)."""
+        return list(self.views) + list(self.residual_views) + self.nodes[1:]
+
+    def name(self, head_kernel: str) -> str:
+        return (head_kernel + ("+scale" if self.scale_node is not None else "") + "+bias"
+                + ("+residual" if self.residual_node is not None else "") + (f"+{self.act}" if self.act else ""))
+
+
+def fusion_stamp(graph) -> tuple:
+    """What find_fusions depends on besides the graph's nodes: which of them are outputs (never fused away)."""
+    return tuple(id(n) for n in graph.nodes if n.is_output)
+
+
+def consumers(graph) -> dict:
+    """{id(tensor): [nodes reading it]} over the graph's nodes."""
+    users = {}
+    for node in graph.nodes:
+        for s in node.src:
+            if s is not None:
+                users.setdefault(id(s), []).append(node)
+    return users
+
+
+def only_user(node, users):
+    """The single node reading `node` (a view of it counts as a reader), with `users` from consumers(graph);
+    None for outputs and for nodes read by several."""
+    if node.is_output:
+        return None
+    readers = users.get(id(node), [])
+    return readers[0] if len(readers) == 1 else None
+
+
+def _same_order_view(view, head) -> bool:
+    """A view that reads head's memory from its start in memory order (contiguous strides)."""
+    return (view is head or (view.view_src is head and view.view_offs == 0 and view.is_contiguous()
+                             and view.nelements == head.nelements))
+
+
+def _is_row_vector(v, node) -> bool:
+    """A contiguous F32 vector ne = (node.ne[0],) broadcast over every row of node."""
+    return v.type == F32 and v.ne == (node.ne[0], 1, 1, 1) and v.nb[0] == 4
+
+
+def _add_after(head, users, keep_order: bool, op: str = "add"):
+    """(the `op` node reading head directly (or, with keep_order, through same-order views), the views in
+    between), or (None, ())."""
+    node, views = head, []
+    while True:
+        user = only_user(node, users)
+        if user is None:
+            return None, ()
+        if user.op == op:
+            ok = user.src[0] is node and (node is head or keep_order)
+            return (user, tuple(views)) if ok else (None, ())
+        if not keep_order or not is_view(user):
+            return None, ()
+        views.append(user)
+        node = user
+
+
+def _residual_after(add, users):
+    """(the add reading `add`'s result (directly or through same-order views) and a second operand of the same
+    shape, both contiguous F32, the views in between), or (None, ())."""
+    node, views = add, []
+    while True:
+        user = only_user(node, users)
+        if user is None:
+            return None, ()
+        if user.op == "add":
+            a, b = user.src[:2]
+            other = b if a is node else a if b is node else None
+            ok = (other is not None and other is not node and other.type == F32 and user.type == F32
+                  and other.ne == user.ne and other.is_contiguous() and user.is_contiguous()
+                  and user.nelements == add.nelements)
+            return (user, tuple(views)) if ok else (None, ())
+        if not is_view(user) or not _same_order_view(user, add):
+            return None, ()
+        views.append(user)
+        node = user
+
+
+@dataclass
+class Attention:
+    """S = mul_mat(k, q) -> P = soft_max(S, mask) -> O = mul_mat(v^T, P) -> `perm` = permute(O, 0, 2, 1, 3) ->
+    `cont`: q, k ne = (HD, N, heads, nW), v^T ne = (N, HD, heads, nW); the result (HD, heads, N, nW) in the cont's
+    memory, computed at S's turn."""
+
+    head: Tensor
+    soft: Tensor
+    out: Tensor
+    perm: Tensor
+    cont: Tensor
+
+    @property
+    def nodes(self) -> list:
+        """The run the planner gives one block (views left out)."""
+        return [self.head, self.soft, self.out, self.cont]
+
+    @property
+    def last(self) -> Tensor:
+        return self.cont
+
+    @property
+    def skipped(self) -> list:
+        return [self.soft, self.out, self.perm, self.cont]
+
+    @property
+    def q(self) -> Tensor:
+        return self.head.src[1]
+
+    @property
+    def k(self) -> Tensor:
+        return self.head.src[0]
+
+    @property
+    def v(self) -> Tensor:
+        return self.out.src[0]
+
+    @property
+    def mask(self) -> Tensor | None:
+        return self.soft.src[1] if len(self.soft.src) > 1 else None
+
+
+def _attention_after(s, users) -> Attention | None:
+    """The attention pattern headed by mul_mat `s`, or None: each node the only reader of the one before, with
+    the shapes of q, k, v and the permute as Attention says, the cont contiguous."""
+    k, q = s.src[:2]
+    hd, n, heads, nw = q.ne
+    p = only_user(s, users)
+    if k.ne != q.ne or p is None or p.op != "soft_max" or p.src[0] is not s:
+        return None
+    o = only_user(p, users)
+    if o is None or o.op != "mul_mat" or o.src[1] is not p or o.src[0].ne != (n, hd, heads, nw):
+        return None
+    perm = only_user(o, users)
+    if (perm is None or perm.op != "permute" or perm.view_src is not o or perm.ne != (hd, heads, n, nw)
+            or perm.nb != (o.nb[0], o.nb[2], o.nb[1], o.nb[3])):
+        return None
+    cont = only_user(perm, users)
+    if (cont is None or cont.op != "cont" or cont.src[0] is not perm or not cont.is_contiguous()
+            or cont.nelements != o.nelements or not o.is_contiguous()):
+        return None
+    return Attention(s, p, o, perm, cont)
+
+
+def _epilogue_after(node, users, ready, act_ok: bool, residual: bool) -> Epilogue | None:
+    scale = None
+    if node.op == "norm":
+        scale, _ = _add_after(node, users, keep_order=False, op="mul")
+        if scale is None or not _is_row_vector(scale.src[1], node) or not ready(scale.src[1]):
+            return None
+    channels_first = node.op == "conv_2d_dw"
+    add, views = _add_after(scale or node, users, keep_order=channels_first)
+    if add is None or add.type != F32 or add.nelements != node.nelements:
+        return None
+    if channels_first and not (_same_order_view(add.src[0], node) and add.ne[0] == node.ne[2]):
+        return None
+    if not channels_first and add.ne != node.ne:
+        return None
+    if not _is_row_vector(add.src[1], add) or not ready(add.src[1]):
+        return None
+    fused = Epilogue(node, add, scale_node=scale, views=views)
+    act = only_user(add, users)
+    if act is not None and act.op in ACTIVATIONS and act.src[0] is add and act.type == F32:
+        if act_ok:
+            fused.act_node = act
+    elif residual and node.op == "mul_mat" and add.is_contiguous():
+        fused.residual_node, fused.residual_views = _residual_after(add, users)
+        if fused.residual_node is not None and not ready(fused.residual):
+            fused.residual_node, fused.residual_views = None, ()
+    return fused
+
+
+def find_fusions(graph, head_ok: Callable, *, act_ok: Callable = lambda head: True, residual: bool = False,
+                 attention: bool = False, accepts: Callable = lambda fusion: True) -> dict:
+    """{id(head): Epilogue or Attention} for the patterns of `graph` a backend runs. The backend decides:
+    head_ok(node): its kernel for node (mul_mat, conv_2d_dw, norm) takes an epilogue; act_ok(head): the epilogue
+    applies the activation after the bias (else the activation stays a node of its own); residual: it adds a
+    residual after a mul_mat's bias (Epilogue.residual_node); attention: it runs the attention pattern;
+    accepts(fusion): its fused kernel takes the pattern's types and layouts (else the nodes run one by one)."""
+    users = consumers(graph)
+    position = {id(n): i for i, n in enumerate(graph.nodes)}
+    fusions = {}
+    for node in graph.nodes:
+        def ready(v, at=position[id(node)]) -> bool:   # the fused kernel runs at the head's turn
+            return position.get(id(v), -1) < at
+        fused = None
+        if node.op in ("mul_mat", "conv_2d_dw", "norm") and head_ok(node):
+            fused = _epilogue_after(node, users, ready, act_ok(node), residual)
+        if fused is None and attention and node.op == "mul_mat":
+            fused = _attention_after(node, users)
+        if fused is not None and accepts(fused):
+            fusions[id(node)] = fused
+    return fusions

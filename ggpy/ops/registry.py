@@ -1,0 +1,100 @@
+"""The op table: every op a node can record, its family, and the facts the planner, the scheduler, the fusion
+pass, both backends and test-backend-ops read from here (ggml's one enum and name table).
+
+`family` names the module the op lives in, in every layer: `ggpy/ops/<family>.py`,
+`ggpy/backends/cpu/kernels/<family>`, `ggpy/backends/cuda/kernels/<family>.py`,
+`ggpy/test_backend_ops/cases/<family>.py` and `ggpy/test_backend_ops/references/<family>.py`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UnsupportedOpError
+
+
+@dataclass(frozen=True)
+class Op:
+    """One op. `constructors`: the ggpy functions that record it. `view`: the node only shows its source's bytes
+    (nothing to compute; the scheduler keeps it with its source). `inplace`: its result may take over a source's
+    block (same type and layout) when the planner allows. `unary`: one of ggml_unary's functions (`ggpy.unary`).
+    `activation`: the id fused epilogues use for it (0: not fusable as an activation)."""
+
+    name: str
+    family: str
+    constructors: tuple
+    view: bool = False
+    inplace: bool = False
+    unary: bool = False
+    activation: int = 0
+
+
+def _table() -> dict:
+    ops = []
+
+    def add(family, name, constructors=None, **facts):
+        ops.append(Op(name, family, tuple(constructors or (name,)), **facts))
+
+    for name, ctors in (("view", ("view_1d", "view_2d", "view_3d", "view_4d", "view_tensor")),
+                        ("reshape", ("reshape", "reshape_1d", "reshape_2d", "reshape_3d", "reshape_4d")),
+                        ("permute", None), ("transpose", None)):
+        add("view", name, ctors, view=True)
+    add("layout", "dup")
+    add("layout", "cont", ("cont", "cont_1d", "cont_2d", "cont_3d", "cont_4d"))
+    add("layout", "cpy")                    # a view of its destination (view_src) that the copy kernel writes
+    add("layout", "concat")
+    add("layout", "pad", ("pad", "pad_ext"))
+    add("layout", "repeat")
+    add("layout", "get_rows")
+    for name in ("win_part", "win_unpart", "get_rel_pos"):
+        add("sam", name)
+    add("sam", "add_rel_pos", inplace=True)
+    for name in ("add", "sub", "mul", "div"):
+        add("elementwise", name, inplace=True)
+    add("elementwise", "scale", ("scale", "scale_bias"), inplace=True)
+    for name in ("clamp", "leaky_relu"):
+        add("elementwise", name, inplace=True)
+    activations = ("gelu", "gelu_erf", "gelu_quick", "relu", "silu", "sigmoid", "tanh")
+    for name in ("sqr", "sqrt", "log", "exp", "abs", "neg", "sgn", "step", "relu", "gelu", "gelu_erf", "gelu_quick",
+                 "silu", "sigmoid", "tanh", "elu", "hardswish", "hardsigmoid"):
+        act = activations.index(name) + 1 if name in activations else 0
+        add("elementwise", name, (name, "unary"), inplace=True, unary=True, activation=act)
+    for name in ("sin", "cos"):
+        add("elementwise", name)
+    for name in ("sum", "sum_rows", "mean", "argmax"):
+        add("reduce", name)
+    for name in ("norm", "rms_norm", "group_norm"):
+        add("norm", name, inplace=True)
+    add("softmax", "soft_max", ("soft_max", "soft_max_ext"), inplace=True)
+    add("softmax", "diag_mask_inf", inplace=True)
+    add("matmul", "mul_mat")
+    for name in ("im2col", "conv_1d", "conv_2d", "conv_2d_dw", "conv_transpose_2d"):
+        add("conv", name)
+    add("pool", "pool_2d")
+    add("pool", "upscale", ("upscale", "interpolate"))
+    return {op.name: op for op in ops}
+
+
+OPS: dict[str, Op] = _table()
+FAMILIES = tuple(dict.fromkeys(op.family for op in OPS.values()))
+UNARY_OPS = tuple(name for name, op in OPS.items() if op.unary)
+ACTIVATIONS = {name: op.activation for name, op in OPS.items() if op.activation}
+
+
+def op_info(name: str) -> Op:
+    """The table entry of op `name` (UnsupportedOpError for a name no constructor records)."""
+    op = OPS.get(name)
+    if op is None:
+        raise UnsupportedOpError(f"unknown op {name!r}; the op table (ggpy/ops/registry.py) has {', '.join(OPS)}")
+    return op
+
+
+def is_view(node) -> bool:
+    """Whether `node` only shows memory (a view op): no kernel computes it."""
+    op = OPS.get(node.op)
+    return op is not None and op.view
+
+
+def may_run_inplace(node) -> bool:
+    """Whether `node`'s op may write its result over one of its sources' blocks."""
+    op = OPS.get(node.op)
+    return op is not None and op.inplace

@@ -1,0 +1,55 @@
+"""Cases for SAM's window and relative-position ops: win_part, win_unpart, get_rel_pos, add_rel_pos."""
+from __future__ import annotations
+
+from ... import ops
+from ...types import F16, F32
+from ..harness import OpCase
+from .util import LAYOUTS, layout, leaf
+
+
+def _win_cases():
+    out = []
+    for t in (F32, F16):
+        for c, w0, h0, w in ((5, 13, 9, 4), (3, 8, 8, 4), (2, 7, 10, 3)):
+            p = f"{t.name},C={c},W={w0},H={h0},w={w}"
+            out.append(OpCase("win_part", p, lambda ctx, t=t, c=c, w0=w0, h0=h0, w=w: ops.win_part(
+                leaf(ctx, t, (c, w0, h0, 1)), w)))
+            out.append(OpCase("win_unpart", p + ",round_trip", lambda ctx, t=t, c=c, w0=w0, h0=h0, w=w: ops.win_unpart(
+                ops.win_part(leaf(ctx, t, (c, w0, h0, 1)), w), w0, h0, w)))
+            npw = ((w0 + w - 1) // w) * ((h0 + w - 1) // w)
+            out.append(OpCase("win_unpart", p, lambda ctx, t=t, c=c, w0=w0, h0=h0, w=w, npw=npw: ops.win_unpart(
+                leaf(ctx, t, (c, w, w, npw)), w0, h0, w)))
+        for how in LAYOUTS[1:]:
+            out.append(OpCase("win_part", f"{t.name},{how},C=5,W=13,H=9,w=4", lambda ctx, t=t, how=how: ops.win_part(
+                layout(ctx, t, (5, 13, 9, 1), how), 4)))
+            out.append(OpCase("win_unpart", f"{t.name},{how},C=5,W=13,H=9,w=4", lambda ctx, t=t, how=how:
+                              ops.win_unpart(layout(ctx, t, (5, 4, 4, 12), how), 13, 9, 4)))
+    return out
+
+
+def _rel_pos_cases():
+    out = []
+    for t in (F32, F16):
+        for c, k in ((6, 7), (3, 1), (8, 4)):
+            out.append(OpCase("get_rel_pos", f"{t.name},C={c},qh=kh={k}", lambda ctx, t=t, c=c, k=k: ops.get_rel_pos(
+                leaf(ctx, t, (c, 2 * k - 1)), k, k)))
+        for how in LAYOUTS[1:]:
+            out.append(OpCase("get_rel_pos", f"{t.name},{how},C=6,qh=kh=7", lambda ctx, t=t, how=how: ops.get_rel_pos(
+                layout(ctx, t, (6, 13), how), 7, 7)))
+        for tp in (F32, F16):
+            for k, qw, qh, nb in ((4, 4, 4, 3), (3, 5, 2, 2), (2, 3, 7, 1)):
+                out.append(OpCase("add_rel_pos", f"a={t.name},p={tp.name},K={k},QW={qw},QH={qh},B={nb}",
+                                  lambda ctx, t=t, tp=tp, k=k, qw=qw, qh=qh, nb=nb: ops.add_rel_pos(
+                                      leaf(ctx, t, (k * k, qw * qh, nb)), leaf(ctx, tp, (k, qw, qh, nb)),
+                                      leaf(ctx, tp, (k, qw, qh, nb)))))
+    for how in LAYOUTS[1:]:
+        out.append(OpCase("add_rel_pos", f"f32,pw={how},ph={how},K=3,QW=5,QH=2,B=2", lambda ctx, how=how:
+                          ops.add_rel_pos(leaf(ctx, F32, (9, 10, 2)), layout(ctx, F32, (3, 5, 2, 2), how),
+                                          layout(ctx, F32, (3, 5, 2, 2), how))))
+    out.append(OpCase("add_rel_pos", "f32,a=(9,10,2,3),K=3,QW=5,QH=2,B=6", lambda ctx: ops.add_rel_pos(
+        leaf(ctx, F32, (9, 10, 2, 3)), leaf(ctx, F32, (3, 5, 2, 6)), leaf(ctx, F32, (3, 5, 2, 6)))))
+    return out
+
+
+def cases():
+    return _win_cases() + _rel_pos_cases()

@@ -1,0 +1,42 @@
+"""Layout references: copies, concat, pad, repeat, get_rows."""
+from __future__ import annotations
+
+import numpy as np
+
+from .common import reference, tile
+
+
+@reference("dup", "cont")
+def _copy(node, s):
+    return s[0].reshape(tuple(reversed(node.ne)))
+
+
+@reference("cpy")
+def _cpy(node, s):
+    return s[0].reshape(tuple(reversed(node.ne)))
+
+
+@reference("concat")
+def _concat(node, s):
+    return np.concatenate([s[0], s[1]], axis=3 - node.op_params["dim"])
+
+
+@reference("pad")
+def _pad(node, s):
+    lp, rp = node.op_params["lp"], node.op_params["rp"]
+    return np.pad(s[0], [(lp[3 - i], rp[3 - i]) for i in range(4)])
+
+
+@reference("repeat")
+def _repeat(node, s):
+    return tile(s[0], tuple(reversed(node.ne)))
+
+
+@reference("get_rows")
+def _get_rows(node, s):
+    a, idx = s[0], s[1].astype(np.int64)       # a (A3, A2, R, K), idx (1, A3, A2, n)
+    out = np.empty(tuple(reversed(node.ne)))
+    for i3 in range(out.shape[0]):
+        for i2 in range(out.shape[1]):
+            out[i3, i2] = a[i3, i2, idx[0, i3, i2]]
+    return out

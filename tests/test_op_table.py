@@ -1,0 +1,101 @@
+"""The op table (ggpy/ops/registry.py) is the one list of ops: every op has its constructors, a float64 reference,
+test-backend-ops cases, a CPU kernel and a CUDA kernel entry (or an explicit refusal), each in its family's module;
+no registry names an op the table lacks; nothing outside the table keeps its own list of view or in-place ops."""
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+import ggpy
+from ggpy.backends.cpu.registry import KERNELS as CPU_KERNELS
+from ggpy.backends.cuda import kernels as cuda_kernels  # noqa: F401 - registers the CUDA entries (no GPU needed)
+from ggpy.backends.cuda.registry import KERNELS as CUDA_KERNELS
+from ggpy.ops.registry import ACTIVATIONS, FAMILIES, OPS, UNARY_OPS
+from ggpy.test_backend_ops import all_cases
+from ggpy.test_backend_ops.references import REFERENCES
+
+ROOT = Path(ggpy.__file__).parent
+COMPUTING = [name for name, op in OPS.items() if not op.view]
+CASE_OPS = {c.op for c in all_cases()}
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_constructors_record_the_op(name):
+    op = OPS[name]
+    for ctor in op.constructors:
+        fn = getattr(ggpy, ctor, None)
+        assert callable(fn), f"op {name}: constructor ggpy.{ctor} missing"
+        module = importlib.import_module(fn.__module__)
+        assert module.__name__ == f"ggpy.ops.{op.family}", f"ggpy.{ctor} lives in {module.__name__}"
+
+
+@pytest.mark.parametrize("name", COMPUTING)
+def test_every_op_is_implemented_and_checked(name):
+    op = OPS[name]
+    assert name in REFERENCES, f"op {name}: no float64 reference"
+    assert REFERENCES[name].__module__.endswith(f"references.{op.family}"), REFERENCES[name].__module__
+    assert name in CASE_OPS, f"op {name}: no test-backend-ops case"
+    cpu = CPU_KERNELS.get(name)
+    assert cpu is not None, f"op {name}: no CPU kernel"
+    assert f".kernels.{op.family}" in cpu.bind.__module__, f"op {name}: CPU kernel in {cpu.bind.__module__}"
+    cuda = CUDA_KERNELS.get(name)
+    assert cuda is not None, f"op {name}: no CUDA kernel entry (register one whose refusal says why)"
+    assert cuda.refusal.__module__ == f"ggpy.backends.cuda.kernels.{op.family}", cuda.refusal.__module__
+
+
+def test_registries_name_only_table_ops():
+    for registry in (CPU_KERNELS, CUDA_KERNELS, REFERENCES):
+        assert set(registry) <= set(COMPUTING), set(registry) - set(COMPUTING)
+    assert CASE_OPS <= set(COMPUTING)
+
+
+def test_families_have_one_module_per_layer():
+    for family in FAMILIES:
+        assert (ROOT / "ops" / f"{family}.py").exists(), family
+        if family == "view":
+            continue
+        for path in (ROOT / "backends/cuda/kernels" / f"{family}.py",
+                     ROOT / "test_backend_ops/cases" / f"{family}.py",
+                     ROOT / "test_backend_ops/references" / f"{family}.py"):
+            assert path.exists(), path
+        cpu = ROOT / "backends/cpu/kernels"
+        assert (cpu / f"{family}.py").exists() or (cpu / family / "__init__.py").exists(), family
+
+
+def test_activation_ids_are_defined_once():
+    assert sorted(ACTIVATIONS.values()) == list(range(1, len(ACTIVATIONS) + 1))
+    assert set(ACTIVATIONS) <= set(UNARY_OPS)
+
+
+def test_no_other_list_of_view_or_inplace_ops():
+    """No module but the op table holds a literal tuple/list/set of view op names (the four copies of VIEW_OPS)
+    or of more than three in-place op names (INPLACE_OPS)."""
+    views = {n for n, op in OPS.items() if op.view}
+    inplace = {n for n, op in OPS.items() if op.inplace}
+    for path in ROOT.rglob("*.py"):
+        if path.name == "registry.py" and path.parent.name == "ops":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                names = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+                assert not (len(names & views) >= 2), f"{path}: a list of view ops {sorted(names)}"
+                assert len(names & inplace) <= 4 or not names <= inplace, f"{path}: a list of in-place ops"
+
+
+def test_no_backend_imports_the_other_and_no_import_cycle():
+    """ggpy/backends/cuda and ggpy/backends/cpu import nothing from each other; no import inside a function in
+    the CUDA backend (the former cycle through backend.py)."""
+    for a, b in (("cuda", "cpu"), ("cpu", "cuda")):
+        for path in (ROOT / "backends" / a).rglob("*.py"):
+            text = path.read_text()
+            assert f"backends.{b}" not in text and f"..{b}." not in text and f"from ..{b} " not in text, path
+    for path in (ROOT / "backends" / "cuda").rglob("*.py"):
+        if path.name == "__init__.py" and path.parent.name == "cuda":
+            continue        # the package's lazy CUDABackend attribute: `import ggpy` needs no cuda-python
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inner = [n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))]
+                assert not inner, f"{path}: import inside {node.name}()"

@@ -15,8 +15,13 @@ $PY -c "from nvmath.bindings import cublasLt; import nvmath; print('nvmath', nvm
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 $PY -c "import cuda.bindings, numpy, numba; print('cuda-bindings', cuda.bindings.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__)"
 $PY -c "import time; t = time.perf_counter(); import ggpy; b = ggpy.backends.make_backend('cuda'); b.module; print(b, f'kernels ready in {time.perf_counter() - t:.2f} s')"
-$PY -m pytest -q -p no:cacheprovider -rfE tests/test_cuda_backend.py tests/test_cuda_conv.py tests/test_scheduler.py "$@" 2>&1 | tee /tmp/ggpy-tests.log | tail -n 40
+# every test-backend-ops case on the GPU (the cuda half of tests/test_backend_ops.py), then the CUDA tests
+$PY -m pytest -q -p no:cacheprovider -rfE tests/test_backend_ops.py -k "cuda-" 2>&1 | tee /tmp/ggpy-op-tests.log | tail -n 15
+op_status=${PIPESTATUS[0]}
+echo "SUMMARY op cases on cuda: $(tail -n 1 /tmp/ggpy-op-tests.log | tr -d '=') (exit $op_status)"
+$PY -m pytest -q -p no:cacheprovider -rfE tests/test_cuda_backend.py tests/test_cuda_conv.py tests/test_scheduler.py tests/test_op_table.py "$@" 2>&1 | tee /tmp/ggpy-tests.log | tail -n 40
 status=${PIPESTATUS[0]}
+[ "$op_status" -ne 0 ] && status=$op_status
 echo "cuda tests exit status: $status"
 bench=$(PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} $PY benchmarks/cuda_mul_mat.py 4096 2>&1 | tail -n 1)
 echo "$bench"
@@ -34,5 +39,5 @@ if [ -z "${GGPY_SKIP_MOBILESAM:-}" ]; then
     echo "SUMMARY mobilesam decoder: tests $(tail -n 1 /tmp/ggpy-mobilesam-decoder-tests.log | tr -d '=') | $(grep '^summary' /tmp/ggpy-mobilesam-decoder-bench.log)"
 fi
 if [ -n "${GGPY_LOG_DIR:-}" ]; then
-    mkdir -p "$GGPY_LOG_DIR" && cp /tmp/ggpy-tests.log /tmp/ggpy-mobilesam-*.log "$GGPY_LOG_DIR"/ 2>/dev/null
+    mkdir -p "$GGPY_LOG_DIR" && cp /tmp/ggpy-op-tests.log /tmp/ggpy-tests.log /tmp/ggpy-mobilesam-*.log "$GGPY_LOG_DIR"/ 2>/dev/null
 fi

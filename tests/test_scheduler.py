@@ -133,6 +133,27 @@ def test_fallback_copies_at_both_boundaries_and_weights_uploaded_once():
     assert all(a.n_plans <= 1 for a in sched.allocators.values())
 
 
+def test_user_tensors_untouched():
+    """The scheduler evaluates its own wiring: the user's nodes keep their sources and flags across splits and
+    copies (only their memory is set, so that results can be read)."""
+    dev, cpu = Restricted(("soft_max",)), CPUBackend(n_threads=2)
+    v = make_values(2)
+    x, graph, y = setup(cpu, v)
+    before = [(n, list(n.src), n.flags) for n in graph.nodes]
+    seen = []                                   # the user's wiring as it is while a split computes
+    compute = cpu.compute
+    cpu.compute = lambda g: (seen.append([(list(n.src), n.flags) for n, _, _ in before]), compute(g))
+    sched = ggpy.Scheduler([dev, cpu])
+    sched.alloc_graph(graph)
+    x.set(v["x"].astype(np.float32))
+    sched.compute(graph)
+    assert len(sched.splits) == 3 and any(sp.inputs for sp in sched.splits) and seen
+    for wiring in seen + [[(n.src, n.flags) for n, _, _ in before]]:
+        for (src, flags), (n, src0, flags0) in zip(wiring, before):
+            assert all(a is b for a, b in zip(src, src0)) and flags == flags0, n.name
+    assert rel_err(y.numpy(), reference(v)) < 1e-5
+
+
 def test_weights_pull_their_nodes():
     """With offload_host_weights=False, weights in the CPU's memory keep their nodes on the CPU."""
     dev, cpu = Restricted(("soft_max",)), CPUBackend(n_threads=2)

@@ -70,9 +70,10 @@ class _State:
         self.version = graph.version
         self.backend_of = {}      # id(tensor) -> backend
         self.splits: list[Split] = []
-        self.rewire = {}          # id(node) -> (node, sources as its backend sees them)
-        self.keep = []            # tensors read outside their split: kept as outputs while planning/binding
-        self.sub_graphs = {}      # backend -> Graph planned by that backend's allocator
+        self.rewire = {}          # id(node) -> the node's sources as its backend sees them (copies)
+        self.keep = set()         # ids of tensors read outside their split: outputs of the scheduler's wiring
+        self.wired = {}           # id(user tensor) -> (user tensor, the scheduler's own node for it)
+        self.sub_graphs = {}      # backend -> Graph (of the scheduler's nodes) planned by that backend's allocator
         self.weights = []         # [weight, copy, uploaded, backend] entries this graph uses
 
 
@@ -210,7 +211,6 @@ class Scheduler:
             return sp if sp is not None else split_of.get(id(b))
 
         copies = {}
-        keep = {}
         for sp in st.splits:
             for node in sp.nodes:
                 srcs = []
@@ -221,8 +221,7 @@ class Scheduler:
                         continue
                     ps = producer(s)
                     if ps is not None and ps is not sp:
-                        keep[id(s)] = s
-                        keep[id(_base(s))] = _base(s)
+                        st.keep.update((id(s), id(_base(s))))
                     sb = where.get(id(s)) or where.get(id(_base(s)))
                     if sb is sp.backend:
                         srcs.append(s)
@@ -244,8 +243,8 @@ class Scheduler:
                         sp.inputs.append((s, c))
                     srcs.append(c)
                 if changed:
-                    st.rewire[id(node)] = (node, srcs)
-        st.keep = list(keep.values())
+                    st.rewire[id(node)] = srcs
+        self._wire(graph, st)
         # each split's graph: its nodes, and the views of what it makes (so fusions see every reader)
         views_of = {}
         for node in graph.nodes:
@@ -253,10 +252,11 @@ class Scheduler:
                 sp = split_of.get(id(node.view_src))
                 if sp is not None:
                     views_of.setdefault(id(sp), []).append(node)
+        wired = self._wired
         for sp in st.splits:
             members = {id(n) for n in sp.nodes} | {id(v) for v in views_of.get(id(sp), [])}
             g = Graph()
-            g.nodes = [n for n in graph.nodes if id(n) in members]
+            g.nodes = [wired(st, n) for n in graph.nodes if id(n) in members]
             g.version = 1
             sp.graph = g
         # each backend's graph: its leafs, its copies and every node (views too) it holds
@@ -264,27 +264,38 @@ class Scheduler:
             g = Graph()
             g.leafs = [t for t in graph.leafs if where[id(t)] is b]
             g.leafs += [c for (_, bid), c in copies.items() if bid == id(b)]
-            g.nodes = [n for n in graph.nodes if where[id(n)] is b]
+            g.nodes = [wired(st, n) for n in graph.nodes if where[id(n)] is b]
             g.version = 1
             if g.nodes or g.leafs:
                 st.sub_graphs[b] = g
 
-    @contextmanager
-    def _rewired(self, st: _State):
-        """Nodes read their backend's copies, and tensors read across splits are outputs, for the duration."""
-        saved = [(node, node.src) for node, _ in st.rewire.values()]
-        flagged = [t for t in st.keep if not t.is_output]
-        try:
-            for node, srcs in st.rewire.values():
-                node.src = srcs
-            for t in flagged:
-                t.flags |= FLAG_OUTPUT
-            yield
-        finally:
-            for node, srcs in saved:
-                node.src = srcs
-            for t in flagged:
-                t.flags &= ~FLAG_OUTPUT
+    @staticmethod
+    def _wire(graph, st: _State):
+        """The scheduler's own node for every node of `graph` (ggml's scheduler works on its own graph copy): the
+        same op, shape and parameters, reading its backend's copies where the split needs them, marked as an
+        output where another split or a copy reads it. The user's tensors keep their sources and flags."""
+        for node in graph.nodes:
+            srcs = st.rewire.get(id(node), node.src)
+            own = Tensor(None, node.type, node.ne, nb=node.nb, op=node.op,
+                         src=[None if s is None else st.wired.get(id(s), (s, s))[1] for s in srcs],
+                         op_params=node.op_params,
+                         view_src=None if node.view_src is None else st.wired.get(id(node.view_src),
+                                                                                  (node.view_src,) * 2)[1],
+                         view_offs=node.view_offs)
+            own.name = node.name
+            own.flags = node.flags | (FLAG_OUTPUT if id(node) in st.keep else 0)
+            st.wired[id(node)] = (node, own)
+
+    @staticmethod
+    def _wired(st: _State, t):
+        """The scheduler's node for the user's tensor t (t itself for leafs)."""
+        return st.wired.get(id(t), (t, t))[1]
+
+    @staticmethod
+    def _place_user_tensors(st: _State):
+        """Give the user's nodes the memory the plans gave the scheduler's, so that t.numpy() reads results."""
+        for user, own in st.wired.values():
+            user.buffer, user.offset, user.released = own.buffer, own.offset, own.released
 
     # -- planning and evaluation -----------------------------------------------------------------------
     def alloc_graph(self, graph) -> list:
@@ -294,12 +305,12 @@ class Scheduler:
         self._assign(graph, st)
         self._split(graph, st)
         self._alloc_weights(st)
-        with self._rewired(st):
-            for b, g in st.sub_graphs.items():
-                plan = self.allocators[b].alloc_graph(g)
-                for sp in st.splits:
-                    if sp.backend is b:
-                        sp.graph.plan = plan
+        for b, g in st.sub_graphs.items():
+            plan = self.allocators[b].alloc_graph(g)
+            for sp in st.splits:
+                if sp.backend is b:
+                    sp.graph.plan = plan
+        self._place_user_tensors(st)
         self._state = st
         return st.splits
 
@@ -332,13 +343,12 @@ class Scheduler:
                 _copy(entry[0], entry[1])
                 entry[2] = True
                 self.n_uploads += 1
-        with self._rewired(st):
-            for sp in st.splits:
-                for src, c in sp.inputs:
-                    _copy(src, c)
-                    self.n_copies += 1
-                sp.backend.compute(sp.graph)
-                self.n_splits_run += 1
+        for sp in st.splits:
+            for src, c in sp.inputs:
+                _copy(self._wired(st, src), c)
+                self.n_copies += 1
+            sp.backend.compute(sp.graph)
+            self.n_splits_run += 1
 
     def synchronize(self):
         for b in self.backends:
@@ -367,8 +377,7 @@ class Scheduler:
                              f"{st.backend_of.get(id(_base(src))).name} -> {sp.backend.name}")
             for node in sp.nodes:
                 pinned = " (pinned)" if id(node) in self._pins else ""
-                with self._rewired(st):
-                    kernel = sp.backend.kernel_name(node)
+                kernel = sp.backend.kernel_name(self._wired(st, node))
                 lines.append(f"  n{index[id(node)]:<4} {node.op:<16} {sp.backend.name:<8} {kernel:<24} "
                              f"{_label(node)}{pinned}")
         for b, g in st.sub_graphs.items():

@@ -5,7 +5,7 @@ They never compute. Names, argument order and result shapes follow ggml. Every o
 """
 from .conv import *  # noqa: F401,F403 - im2col, conv_1d, conv_2d, conv_2d_dw, conv_transpose_2d
 from .elementwise import (UNARY_OPS, abs, add, clamp, cos, div, elu, exp, gelu, gelu_erf, gelu_quick, hardsigmoid,
-                          hardswish, leaky_relu, log, mul, neg, relu, scale, scale_bias, sgn, sigmoid, silu, sin, sqr,
+                          hardswish, leaky_relu, log, mul, neg, relu, scale, scale_bias, sgn, sigmoid, silu, sin, softplus, sqr,
                           sqrt, step, sub, tanh, unary)
 from .layout import concat, cont, cont_1d, cont_2d, cont_3d, cont_4d, cpy, dup, get_rows, pad, pad_ext, repeat
 from .matmul import mul_mat

@@ -55,7 +55,7 @@ def _table() -> dict:
         add("elementwise", name, inplace=True)
     activations = ("gelu", "gelu_erf", "gelu_quick", "relu", "silu", "sigmoid", "tanh")
     for name in ("sqr", "sqrt", "log", "exp", "abs", "neg", "sgn", "step", "relu", "gelu", "gelu_erf", "gelu_quick",
-                 "silu", "sigmoid", "tanh", "elu", "hardswish", "hardsigmoid"):
+                 "silu", "sigmoid", "tanh", "elu", "hardswish", "hardsigmoid", "softplus"):
         act = activations.index(name) + 1 if name in activations else 0
         add("elementwise", name, (name, "unary"), inplace=True, unary=True, activation=act)
     for name in ("sin", "cos"):

@@ -21,7 +21,8 @@ BINARY_SHAPES = [  # (a.ne, b.ne)
 
 UNARY_RANGES = {"sqrt": (0.05, 4.0), "log": (0.05, 4.0), "exp": (-10.0, 10.0), "gelu": (-6.0, 6.0),
                 "gelu_erf": (-6.0, 6.0), "gelu_quick": (-6.0, 6.0), "silu": (-8.0, 8.0), "sigmoid": (-8.0, 8.0),
-                "tanh": (-5.0, 5.0), "elu": (-4.0, 4.0), "hardswish": (-5.0, 5.0), "hardsigmoid": (-5.0, 5.0)}
+                "tanh": (-5.0, 5.0), "elu": (-4.0, 4.0), "hardswish": (-5.0, 5.0), "hardsigmoid": (-5.0, 5.0),
+                "softplus": (-30.0, 30.0)}
 
 
 def _div_fill(rng, t):

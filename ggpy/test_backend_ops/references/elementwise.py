@@ -35,6 +35,7 @@ UNARY = {
     "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
     "hardswish": lambda x: x * np.clip((x + 3) / 6, 0, 1),
     "hardsigmoid": lambda x: np.clip((x + 3) / 6, 0, 1),
+    "softplus": lambda x: np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20)))),
     "sin": np.sin,
     "cos": np.cos,
 }

@@ -21,6 +21,7 @@ _ZERO = np.float32(0.0)
 _ONE = np.float32(1.0)
 _THREE = np.float32(3.0)
 _SIX = np.float32(6.0)
+_TWENTY = np.float32(20.0)
 _GELU_K = np.float32(2.0 * 0.7978845608028654)      # 2 * sqrt(2 / pi): gelu = x * sigmoid(2u)
 _GELU_A = np.float32(0.044715)
 _INV_SQRT2 = np.float32(0.7071067811865476)
@@ -143,6 +144,11 @@ def _hardsigmoid(x, p0, p1):
 
 
 @scalar
+def _softplus(x, p0, p1):
+    return x if x > _TWENTY else np.float32(math.log1p(math.exp(np.float64(x))))
+
+
+@scalar
 def _scale(x, p0, p1):
     return x * p0 + p1
 
@@ -170,7 +176,7 @@ def _cos(x, p0, p1):
 UNARY = {"sqr": _sqr, "sqrt": _sqrt, "log": _log, "exp": _exp, "abs": _abs, "neg": _neg, "sgn": _sgn,
          "step": _step, "relu": _relu, "gelu": _gelu, "gelu_erf": _gelu_erf, "gelu_quick": _gelu_quick,
          "silu": _silu, "sigmoid": _sigmoid, "tanh": _tanh, "elu": _elu, "hardswish": _hardswish,
-         "hardsigmoid": _hardsigmoid, "scale": _scale, "clamp": _clamp, "leaky_relu": _leaky_relu, "sin": _sin, "cos": _cos}
+         "hardsigmoid": _hardsigmoid, "softplus": _softplus, "scale": _scale, "clamp": _clamp, "leaky_relu": _leaky_relu, "sin": _sin, "cos": _cos}
 UNARY_FUNCS = tuple(UNARY.values())
 UNARY_CODES = {name: i for i, name in enumerate(UNARY)}
 

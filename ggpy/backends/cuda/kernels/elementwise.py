@@ -23,6 +23,7 @@ UNARY = {
     "sigmoid": "1.f / (1.f + expf(-x))", "tanh": "tanhf(x)", "elu": "(x > 0.f) ? x : expm1f(x)",
     "hardswish": "x * fminf(1.f, fmaxf(0.f, (x + 3.f) / 6.f))",
     "hardsigmoid": "fminf(1.f, fmaxf(0.f, (x + 3.f) / 6.f))",
+    "softplus": "(x > 20.f) ? x : log1pf(expf(x))",
     "sin": "sinf(x)", "cos": "cosf(x)",
     "scale": "x * a.p0 + a.p1", "clamp": "fminf(fmaxf(x, a.p0), a.p1)", "leaky_relu": "(x > 0.f) ? x : x * a.p0",
 }

@@ -69,7 +69,7 @@ def cases(backend, rng):
     ro = np.empty_like(r)
     t = {}
     if torch is not None:
-        t = {k: torch.from_numpy(v) for k, v in dict(a=a, b=b, o=o, m1=m1, m2=m2, mo=mo, s=s, so=so, r=r, ro=ro).items()}
+        t = {k: torch.from_numpy(v) for k, v in {"a": a, "b": b, "o": o, "m1": m1, "m2": m2, "mo": mo, "s": s, "so": so, "r": r, "ro": ro}.items()}
     yield ("mul_mat f32 1024^3", 2 * 1024 ** 3, {
         "ggpy": planned(backend, ggpy.mul_mat, [m1, m2]),
         "numpy": lambda: np.matmul(m2, m1.T, out=mo),

@@ -64,7 +64,8 @@ class GgpyRuntime:
 
         profiles = sorted((self.enc.profile() for _ in range(PROFILE_RUNS)), key=lambda p: sum(p[0].values()))
         by_stage, by_kernel = profiles[len(profiles) // 2]
-        return {"version": f"numpy {np.__version__}, numba {numba.__version__}", "flops": self.flops, "nodes": len(self.enc.graph.nodes), "planned_bytes": self.enc.planned_bytes,
+        return {"version": f"numpy {np.__version__}, numba {numba.__version__}", "flops": self.flops,
+                "nodes": len(self.enc.graph.nodes), "planned_bytes": self.enc.planned_bytes,
                 "intermediate_bytes": self.enc.intermediate_bytes, "weight_bytes": self.enc.model.nbytes,
                 "by_stage": by_stage, "by_kernel": by_kernel}
 

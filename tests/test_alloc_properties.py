@@ -27,7 +27,7 @@ from ggpy.alloc.dynamic import DynamicAllocator, align_up
 from ggpy.backends.cpu import HostBufferType
 from temp_backend import TempBackend
 
-SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
 MAX_BOUND = 64.0
 
 UNARY = {

@@ -70,7 +70,7 @@ def test_chain_fused_equals_unfused():
     def build(ctx):
         x = ctx.new_tensor(ggpy.F32, (24, 700)).set_input()
         ts, h = [x], x
-        for i in range(4):
+        for _i in range(4):
             w = ctx.new_tensor(ggpy.F32, (24, 24)).set_input()
             b = ctx.new_tensor(ggpy.F32, (24,)).set_input()
             ts += [w, b]

@@ -101,7 +101,7 @@ def test_small_graph_capture_and_fallback():
     graph = ggpy.Graph().build_forward_expand(out)
     ggpy.GraphAllocator(b).alloc_graph(graph)
     rng = np.random.default_rng(0)
-    for i in range(3):
+    for _i in range(3):
         v = rng.standard_normal((32, 64)).astype(np.float32)
         a.set(v)
         b.compute(graph)

@@ -43,7 +43,7 @@ def test_pool_2d_matches_torch(backend, op, shape, k, s, p):
     x = _input(shape)
     out = _run(backend, x, lambda a: ggpy.pool_2d(a, op, k[0], k[1], s[0], s[1], p[0], p[1]))
     t = torch.from_numpy(x)
-    kw = dict(kernel_size=(k[1], k[0]), stride=(s[1], s[0]), padding=(p[1], p[0]))
+    kw = {"kernel_size": (k[1], k[0]), "stride": (s[1], s[0]), "padding": (p[1], p[0])}
     ref = F.max_pool2d(t, **kw) if op == "max" else F.avg_pool2d(t, count_include_pad=True, **kw)
     assert out.shape == tuple(ref.shape)
     np.testing.assert_allclose(out, ref.numpy(), rtol=1e-6, atol=1e-6)
@@ -96,7 +96,7 @@ def test_interpolate_size_sweep_matches_torch(backend, mode, align_corners):
     for n_in in range(1, 14):
         x = _input((1, 1, n_in, n_in), n_in)
         for n_out in range(1, 30):
-            out = _run(backend, x, lambda a: ggpy.interpolate(a, n_out, n_out, 1, 1, mode, align_corners))
+            out = _run(backend, x, lambda a, n=n_out: ggpy.interpolate(a, n, n, 1, 1, mode, align_corners))
             ref = torch.nn.functional.interpolate(torch.from_numpy(x), size=(n_out, n_out), mode=mode, **kw)
             np.testing.assert_allclose(out, ref.numpy(), rtol=1e-5, atol=1e-5, err_msg=f"{n_in} -> {n_out}")
 

@@ -21,7 +21,7 @@ class BufferType:
     max_size = 2 ** 62
     is_host = False
 
-    def alloc_buffer(self, size: int) -> "Buffer":
+    def alloc_buffer(self, size: int) -> Buffer:
         raise NotImplementedError
 
 
@@ -82,6 +82,15 @@ class Backend:
 
     def __init__(self, buffer_type: BufferType):
         self.buffer_type = buffer_type
+
+    def checked_force(self, force: dict | None, kernels: dict) -> dict:
+        """`force` ({op: implementation}) checked against the backend's kernel table `kernels`."""
+        for op, impl in (force or {}).items():
+            impls = getattr(kernels.get(op), "impls", ())
+            if impl not in impls:
+                raise UnsupportedOpError(f"{type(self).__name__}: cannot force {op!r} to run as {impl!r}; its "
+                                         f"implementations: {', '.join(impls) or 'none'}")
+        return dict(force or {})
 
     def refusal(self, node) -> str | None:
         """Why this backend cannot run `node` (None when it can). View ops never need a kernel."""

@@ -15,7 +15,7 @@ class Graph:
         self.plan = None          # the memory plan last applied by a GraphAllocator
         self.backend_cache = {}   # backend -> its bound program for (plan, version)
 
-    def build_forward_expand(self, tensor: Tensor) -> "Graph":
+    def build_forward_expand(self, tensor: Tensor) -> Graph:
         """Append `tensor` and every tensor it depends on (depth first, sources before users)."""
         if not isinstance(tensor, Tensor):
             raise TypeError(f"build_forward_expand expects a ggpy Tensor, got {type(tensor).__name__}")

@@ -52,7 +52,7 @@ class Tensor:
                  "name", "buffer", "offset", "temp", "released", "ctx")
 
     def __init__(self, ctx, type_: GGType, ne: tuple, nb: tuple | None = None, op: str | None = None,
-                 src=(), op_params=None, view_src: "Tensor | None" = None, view_offs: int = 0):
+                 src=(), op_params=None, view_src: Tensor | None = None, view_offs: int = 0):
         self.ctx = ctx
         self.type = type_
         self.ne = ne
@@ -70,22 +70,22 @@ class Tensor:
         self.released = False
 
     # -- naming and flags -------------------------------------------------------------------------
-    def set_name(self, name: str) -> "Tensor":
+    def set_name(self, name: str) -> Tensor:
         self.name = str(name)
         return self
 
-    def format_name(self, fmt: str, *args) -> "Tensor":
+    def format_name(self, fmt: str, *args) -> Tensor:
         return self.set_name(fmt % args)
 
-    def set_input(self) -> "Tensor":
+    def set_input(self) -> Tensor:
         self.flags |= FLAG_INPUT
         return self
 
-    def set_output(self) -> "Tensor":
+    def set_output(self) -> Tensor:
         self.flags |= FLAG_OUTPUT
         return self
 
-    def set_param(self) -> "Tensor":
+    def set_param(self) -> Tensor:
         self.flags |= FLAG_PARAM
         return self
 
@@ -158,7 +158,7 @@ class Tensor:
                 "whose memory the allocator released for reuse by later nodes; call t.set_output() (or pass "
                 "it to graph.build_forward_expand) before planning to keep it")
 
-    def set(self, array) -> "Tensor":
+    def set(self, array) -> Tensor:
         """Write a numpy array into the tensor; its shape must be `self.shape` or the full 4-d reversed(ne)."""
         self._check_readable("set")
         arr = np.asarray(array)

@@ -107,7 +107,7 @@ def conv_2d_dw(a, b, s0=1, s1=1, p0=0, p1=0, d0=1, d1=1):
     op = "conv_2d_dw"
     check_float(op, a, b)
     shapes = f"a ne={a.ne}, b ne={b.ne}"
-    for name, v in dict(s0=s0, s1=s1, d0=d0, d1=d1, p0=p0, p1=p1).items():
+    for name, v in {"s0": s0, "s1": s1, "d0": d0, "d1": d1, "p0": p0, "p1": p1}.items():
         check_int(op, name, v, 0 if name[0] == "p" else 1, shapes)
     kw, kh, one, c = a.ne
     if one != 1 or c != b.ne[2] or kw < 1 or kh < 1:

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from ..errors import ShapeError
-from ..types import F16, F32, I32
-from ._common import (can_repeat, check_contiguous, check_float, check_tensor, check_type, new_node, new_view)
+from ..types import F32, I32
+from ._common import (can_repeat, check_float, check_tensor, check_type, new_node, new_view)
 
 
 def dup(a):

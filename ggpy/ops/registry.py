@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import UnsupportedOpError
-
 
 @dataclass(frozen=True)
 class Op:
@@ -78,14 +76,6 @@ OPS: dict[str, Op] = _table()
 FAMILIES = tuple(dict.fromkeys(op.family for op in OPS.values()))
 UNARY_OPS = tuple(name for name, op in OPS.items() if op.unary)
 ACTIVATIONS = {name: op.activation for name, op in OPS.items() if op.activation}
-
-
-def op_info(name: str) -> Op:
-    """The table entry of op `name` (UnsupportedOpError for a name no constructor records)."""
-    op = OPS.get(name)
-    if op is None:
-        raise UnsupportedOpError(f"unknown op {name!r}; the op table (ggpy/ops/registry.py) has {', '.join(OPS)}")
-    return op
 
 
 def is_view(node) -> bool:

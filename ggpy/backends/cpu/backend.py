@@ -8,7 +8,7 @@ from contextlib import nullcontext
 import numba
 import numpy as np
 
-from ...errors import AllocationError, UnsupportedOpError
+from ...errors import AllocationError
 from ...graph.fusion import find_fusions, fusion_stamp
 from ...ops.registry import is_view
 from ..base import Backend, Step, Timing
@@ -49,13 +49,7 @@ class CPUBackend(Backend):
         if n_threads < 1:
             raise ValueError(f"CPUBackend: n_threads must be >= 1, got {n_threads}")
         self.n_threads = n_threads
-        self.force = dict(force or {})
-        for op, impl in self.force.items():
-            entry = KERNELS.get(op)
-            if entry is None or impl not in entry.impls:
-                known = ", ".join(entry.impls) if entry is not None and entry.impls else "none"
-                raise UnsupportedOpError(f"CPUBackend: cannot force {op!r} to run as {impl!r}; its "
-                                         f"implementations: {known}")
+        self.force = self.checked_force(force, KERNELS)
         self.scratch_budget = min(int(scratch_budget), self.buffer_type.max_size)
         self.fuse = bool(fuse)
         self.autotune = bool(autotune)

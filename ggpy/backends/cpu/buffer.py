@@ -20,7 +20,7 @@ class HostBufferType(BufferType):
         self.alignment = alignment
         self.max_size = max_size
 
-    def alloc_buffer(self, size: int) -> "HostBuffer":
+    def alloc_buffer(self, size: int) -> HostBuffer:
         return HostBuffer(self, size)
 
 

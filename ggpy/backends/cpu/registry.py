@@ -6,7 +6,7 @@ parameters, thread count), so evaluating a graph is a loop of plain calls.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

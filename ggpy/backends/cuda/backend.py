@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ctypes
 
-from ...errors import AllocationError, CudaError, UnsupportedOpError
+from ...errors import AllocationError, CudaError
 from ...graph.fusion import Attention, consumers, find_fusions, fusion_stamp
 from ...ops.registry import is_view
 from ...types import F32
@@ -49,13 +49,7 @@ class CUDABackend(Backend):
 
     def __init__(self, device: str = "cuda:0", allow_tf32: bool = False, graphs: bool = True, fuse: bool = True,
                  force: dict | None = None):
-        self.force = dict(force or {})
-        for op, impl in self.force.items():
-            entry = KERNELS.get(op)
-            if entry is None or impl not in entry.impls:
-                known = ", ".join(entry.impls) if entry is not None and entry.impls else "none"
-                raise UnsupportedOpError(f"CUDABackend: cannot force {op!r} to run as {impl!r}; its "
-                                         f"implementations: {known}")
+        self.force = self.checked_force(force, KERNELS)
         self.device = get_device(device)
         self.fuse = fuse
         self.allow_tf32 = allow_tf32        # F32 GEMMs may round their inputs to TF32

@@ -81,9 +81,9 @@ def _im2col(ta, dst, is_2d, w, h, cin, n, kw, kh, s0, s1, p0, p1, d0, d1):
     return OpCase("im2col", params, build, max_nmse=1e-9)
 
 
-def _conv_1d(ta, how, l, cin, cout, n, k, s0, p0, d0):
-    return OpCase("conv_1d", f"{ta.name},b={how},in=({l},{cin},{n}),k=({k},{cout}),s={s0},p={p0},d={d0}",
-                  lambda ctx: ops.conv_1d(layout(ctx, ta, (k, cin, cout)), layout(ctx, F32, (l, cin, n), how), s0, p0, d0),
+def _conv_1d(ta, how, length, cin, cout, n, k, s0, p0, d0):
+    return OpCase("conv_1d", f"{ta.name},b={how},in=({length},{cin},{n}),k=({k},{cout}),s={s0},p={p0},d={d0}",
+                  lambda ctx: ops.conv_1d(layout(ctx, ta, (k, cin, cout)), layout(ctx, F32, (length, cin, n), how), s0, p0, d0),
                   max_nmse=5e-7, flops=_flops)
 
 

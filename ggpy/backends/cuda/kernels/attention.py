@@ -20,7 +20,6 @@ from .common import C_TYPES, SUFFIX, tensor_ptr
 
 HEAD_DIMS = (16, 32, 64)
 QUERIES = 32            # queries per block (4 lanes each: 128 threads)
-KEYS = 64               # keys per shared-memory chunk
 
 SOURCE = r"""
 struct AttnArgs {

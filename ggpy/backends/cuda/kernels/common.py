@@ -12,6 +12,7 @@ import ctypes
 from ....errors import AllocationError
 from ....types import F16, F32, I32
 
+FLOATS = (F32, F16)
 C_TYPES = {F32: "float", F16: "half_t", I32: "int"}
 SUFFIX = {F32: "f32", F16: "f16", I32: "i32"}
 
@@ -172,3 +173,15 @@ def extent(t) -> tuple[int, int]:
     """[first, past the last) device address of t's elements."""
     p = tensor_ptr(t)
     return p, p + sum((n - 1) * b for n, b in zip(t.ne, t.nb)) + t.type.size
+
+
+def rows(node) -> int:
+    """The rows (dims 1-3) of the node's first source: the blocks of a row-wise kernel."""
+    s = node.src[0]
+    return s.ne[1] * s.ne[2] * s.ne[3]
+
+
+def row_launch(node) -> tuple:
+    """(grid, block) of a block-per-row kernel: one block per row, threads by row length."""
+    n = node.src[0].ne[0]
+    return rows(node), (32 if n <= 64 else 256 if n <= 4096 else 1024)

@@ -14,11 +14,10 @@ from ....ops.registry import ACTIVATIONS
 from ....types import F16, F32
 from ..cublas import MISSING, WORKSPACE, Gemm
 from ..registry import register
-from .common import C_TYPES, SUFFIX, tensor_ptr
+from .common import C_TYPES, FLOATS, SUFFIX, tensor_ptr
 from .elementwise import UNARY
 from .matmul import contiguous
 
-FLOATS = (F32, F16)
 DW3_STRIDES = (1, 2)            # the strides of the fast 3x3 CWHN depthwise kernel (conv_dw3_cwhn)
 DW3_BLOCK = 128
 DW3_TW = 4                      # outputs along a row per thread

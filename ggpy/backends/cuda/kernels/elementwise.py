@@ -7,11 +7,10 @@ replace the per-element unravel (b's index is (i / inner) % b's elements). The o
 where the tensors fit (iparam32)."""
 from __future__ import annotations
 
-from ....types import F16, F32
+from ....types import F32
 from ..registry import register
-from .common import BLOCK, C_TYPES, MAX_BLOCKS, SUFFIX, iparam32
+from .common import BLOCK, C_TYPES, FLOATS, MAX_BLOCKS, SUFFIX, iparam32
 
-FLOATS = (F32, F16)
 BINARY = {"add": "x + y", "sub": "x - y", "mul": "x * y", "div": "x / y"}
 UNARY = {
     "sqr": "x * x", "sqrt": "sqrtf(x)", "log": "logf(x)", "exp": "expf(x)", "abs": "fabsf(x)", "neg": "-x",

@@ -16,9 +16,8 @@ from types import SimpleNamespace
 from ....types import F16, F32
 from ..cublas import MISSING, WORKSPACE, Gemm
 from ..registry import register
-from .common import SUFFIX, tensor_ptr
+from .common import FLOATS, SUFFIX, tensor_ptr
 
-FLOATS = (F32, F16)
 ALIGN = 256
 
 

@@ -4,11 +4,9 @@ with any strides. A norm followed by mul(weight) and add(bias) runs fused as nor
 ggpy/graph/fusion.py)."""
 from __future__ import annotations
 
-from ....types import F16, F32
 from ..registry import register
-from .common import C_TYPES, SUFFIX, tensor_ptr
+from .common import C_TYPES, FLOATS, SUFFIX, row_launch, rows, tensor_ptr
 
-FLOATS = (F32, F16)
 NORM_WARP_MAX = 32 * 16             # LayerNorm rows up to this long: one warp per row (norm_affine_warp)
 NORM_WARP_BLOCK = 128
 GROUP_BLOCK = 256
@@ -125,10 +123,6 @@ template <typename T> __device__ void group_norm_k(const Args& a) {
 """
 
 
-def _rows(node) -> int:
-    s = node.src[0]
-    return s.ne[1] * s.ne[2] * s.ne[3]
-
 
 def refusal(node) -> str | None:
     x = node.src[0]
@@ -136,7 +130,7 @@ def refusal(node) -> str | None:
         return f"{node.op} on CUDA takes F32/F16 with a result of the same type; got {x.type.name} -> {node.type.name}"
     if node.op == "group_norm" and (x.ne[3] >= 65536 or node.op_params["n_groups"] >= 2 ** 31):
         return "group_norm on CUDA takes fewer than 65536 images and 2^31 groups"
-    if _rows(node) >= 2 ** 31:
+    if rows(node) >= 2 ** 31:
         return f"{node.op} on CUDA takes fewer than 2^31 rows"
     return None
 
@@ -156,8 +150,7 @@ def launch_config(node) -> tuple:
     """group_norm: one block per (group, image); norm, rms_norm: one block per row, threads by row length."""
     if node.op == "group_norm":
         return (node.op_params["n_groups"], node.src[0].ne[3]), GROUP_BLOCK
-    n = node.src[0].ne[0]
-    return _rows(node), (32 if n <= 64 else 256 if n <= 4096 else 1024)
+    return row_launch(node)
 
 
 def norm_affine_steps(backend, node, fused) -> list:
@@ -167,9 +160,9 @@ def norm_affine_steps(backend, node, fused) -> list:
     x = node.src[0]
     n = x.ne[0]
     block = 32 if n <= 256 else 128 if n <= 1024 else 256
-    config, name = (_rows(node), block), f"norm_affine_{SUFFIX[x.type]}"
+    config, name = (rows(node), block), f"norm_affine_{SUFFIX[x.type]}"
     if n <= NORM_WARP_MAX and all(abs(nb) * k < 1 << 31 for t in (x, add) for k, nb in zip(t.ne, t.nb)):
-        config, name = (-(-_rows(node) // (NORM_WARP_BLOCK // 32)), NORM_WARP_BLOCK), f"norm_affine_warp_{SUFFIX[x.type]}"
+        config, name = (-(-rows(node) // (NORM_WARP_BLOCK // 32)), NORM_WARP_BLOCK), f"norm_affine_warp_{SUFFIX[x.type]}"
     srcs = [(tensor_ptr(x), x), (tensor_ptr(fused.scale), fused.scale), (tensor_ptr(fused.bias), fused.bias)]
     return [backend.launch(node, name, tensor_ptr(add), add, srcs, params(node), config)]
 

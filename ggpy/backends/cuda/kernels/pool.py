@@ -2,11 +2,9 @@
 of any strides, F32/F16 converted on load and store; pool_2d's (k0, k1, s0, s1, p0, p1) travel as Args.ip."""
 from __future__ import annotations
 
-from ....types import F16, F32
 from ..registry import register
-from .common import C_TYPES, SUFFIX
+from .common import C_TYPES, FLOATS, SUFFIX
 
-FLOATS = (F32, F16)
 UPSCALE_MODES = {("nearest", False): "nearest", ("bilinear", False): "bilinear", ("bilinear", True): "bilinear_ac"}
 
 _TEMPLATE = r"""

@@ -2,11 +2,10 @@
 largest value); F32 and F16 sources with any strides, sums in double."""
 from __future__ import annotations
 
-from ....types import F16, F32, I32
+from ....types import I32
 from ..registry import register
-from .common import C_TYPES, SUFFIX
+from .common import C_TYPES, FLOATS, SUFFIX, row_launch, rows
 
-FLOATS = (F32, F16)
 
 _SOURCE = r"""
 #define X(i) to_f(*(const T*)(x + (i) * a.nb0[0]))
@@ -54,17 +53,13 @@ template <typename T> __device__ void argmax_row(const Args& a) {
 """
 
 
-def _rows(node) -> int:
-    s = node.src[0]
-    return s.ne[1] * s.ne[2] * s.ne[3]
-
 
 def refusal(node) -> str | None:
     x = node.src[0]
     out = I32 if node.op == "argmax" else x.type
     if x.type not in FLOATS or node.type != out:
         return f"{node.op} on CUDA takes an F32/F16 source; got {x.type.name} -> {node.type.name}"
-    if _rows(node) >= 2 ** 31:
+    if rows(node) >= 2 ** 31:
         return f"{node.op} on CUDA takes fewer than 2^31 rows"
     return None
 
@@ -77,8 +72,7 @@ def launch_config(node) -> tuple:
     """One block per row (one block in all for sum); threads by row length."""
     if node.op == "sum":
         return 1, 1024
-    n = node.src[0].ne[0]
-    return _rows(node), (32 if n <= 64 else 256 if n <= 4096 else 1024)
+    return row_launch(node)
 
 
 def source() -> str:

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import ctypes
 
-from ....types import F16, F32
 from ..registry import register
-from .common import C_TYPES, SUFFIX, iparam32, tensor_ptr
+from .common import C_TYPES, FLOATS, SUFFIX, iparam32, tensor_ptr
 
-FLOATS = (F32, F16)
 
 _SOURCE = r"""
 // win_part: src0 (C, W, H, 1) -> dst (C, w, w, npx * npy), window p = py * npx + px, zeros past the image

@@ -3,11 +3,9 @@ per row) and diag_mask_inf (grid-stride); F32 and F16, sources with any strides.
 attention is fused into win_attn (attention.py)."""
 from __future__ import annotations
 
-from ....types import F16, F32
 from ..registry import register
-from .common import C_TYPES, SUFFIX
+from .common import C_TYPES, FLOATS, SUFFIX, row_launch, rows
 
-FLOATS = (F32, F16)
 SOFT_MAX_WARP_MAX = 32 * 8          # rows up to this long run one warp per row (soft_max_warp)
 SOFT_MAX_WARP_BLOCK = 128
 
@@ -92,10 +90,6 @@ template <typename T> __device__ void diag_mask_inf_k(const Args& a) {
 """
 
 
-def _rows(node) -> int:
-    s = node.src[0]
-    return s.ne[1] * s.ne[2] * s.ne[3]
-
 
 def _warp(node) -> bool:
     """Whether soft_max runs one warp per row: short rows, 32-bit row offsets within the tensors."""
@@ -109,7 +103,7 @@ def refusal(node) -> str | None:
     srcs = [s for s in node.src if s is not None]
     if any(s.type not in FLOATS for s in srcs) or node.type != srcs[0].type:
         return f"{node.op} on CUDA takes F32/F16 with a result of the same type"
-    if _rows(node) >= 2 ** 31:
+    if rows(node) >= 2 ** 31:
         return f"{node.op} on CUDA takes fewer than 2^31 rows"
     return None
 
@@ -135,9 +129,8 @@ def launch_config(node):
     if node.op == "diag_mask_inf":
         return None
     if _warp(node):
-        return -(-_rows(node) // (SOFT_MAX_WARP_BLOCK // 32)), SOFT_MAX_WARP_BLOCK
-    n = node.src[0].ne[0]
-    return _rows(node), (32 if n <= 64 else 256 if n <= 4096 else 1024)
+        return -(-rows(node) // (SOFT_MAX_WARP_BLOCK // 32)), SOFT_MAX_WARP_BLOCK
+    return row_launch(node)
 
 
 def source() -> str:

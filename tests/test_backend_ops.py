@@ -7,7 +7,7 @@ import zlib
 import pytest
 
 import ggpy
-from ggpy.test_backend_ops import all_cases, run_case
+from ggpy.test_backend_ops import all_cases, refusal, run_case
 
 CASES = [c for c in all_cases() if "perf" not in c.tags]
 _BACKENDS = {}
@@ -26,20 +26,11 @@ def _backend(name: str):
     return made
 
 
-def refusal(backend, case) -> str | None:
-    """The backend's reason for refusing one of the case's nodes (None: it runs them all)."""
-    graph = ggpy.Graph().build_forward_expand(case.build(ggpy.Context()))
-    for node in graph.nodes:
-        if not backend.supports_op(node):
-            return f"{backend.name} refuses {node.op}: {backend.refusal(node)}"
-    return None
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 @pytest.mark.parametrize("backend_name", ["cpu", "cuda"])
 def test_op(backend_name, case):
     backend = _backend(backend_name)
-    reason = refusal(backend, case)
+    reason = refusal(case, backend)
     if reason is not None:
         pytest.skip(reason)
     seed = zlib.crc32(case.id.encode()) ^ int(os.environ.get("GGPY_TEST_SEED", "0"))

@@ -31,7 +31,7 @@ class EncoderParams:
     neck_dim: int
 
     @classmethod
-    def from_metadata(cls, md: dict) -> "EncoderParams":
+    def from_metadata(cls, md: dict) -> EncoderParams:
         def get(key):
             full = f"mobilesam.{key}"
             if full not in md:

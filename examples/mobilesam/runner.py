@@ -77,7 +77,7 @@ class ImageEncoder:
         """Evaluate once, timing every kernel: ({stage: seconds}, {kernel: seconds}), stages in STAGES order."""
         position = {id(n): i for i, n in enumerate(self.graph.nodes)}
         ends = [position[id(n)] for n in self.graph.nodes if n.name.startswith("stage:")]
-        by_stage, by_kernel = {name: 0.0 for name in STAGES}, defaultdict(float)
+        by_stage, by_kernel = dict.fromkeys(STAGES, 0.0), defaultdict(float)
         for node, kernel, seconds in self.backend.profile(self.graph):
             stage = next(i for i, end in enumerate(ends) if position[id(node)] <= end)
             by_stage[STAGES[stage]] += seconds

@@ -7,7 +7,7 @@ import sys
 from ..backends import make_backend
 from ..errors import GGPYError
 from .cases import all_cases
-from .harness import perf_case, run_case
+from .harness import perf_case, refusal, run_case
 
 
 def main(argv=None) -> int:
@@ -31,8 +31,13 @@ def main(argv=None) -> int:
     if not cases:
         print(f"no cases match op={args.op} params={args.params!r}", file=sys.stderr)
         return 2
-    failed = 0
+    failed = skipped = 0
     for case in cases:
+        reason = refusal(case, backend)
+        if reason is not None:
+            skipped += 1
+            print(f"  {case.id:<70} not supported ({reason})", flush=True)
+            continue
         try:
             if args.mode == "test":
                 r = run_case(case, backend)
@@ -46,7 +51,8 @@ def main(argv=None) -> int:
             print(f"  {case.id:<70} FAIL  {type(e).__name__}: {e}", flush=True)
         if r is None or not r.ok:
             failed += 1
-    print(f"{len(cases) - failed}/{len(cases)} cases passed on {args.backend}")
+    print(f"{len(cases) - failed - skipped}/{len(cases) - skipped} cases passed on {args.backend}"
+          + (f" ({skipped} not supported)" if skipped else ""))
     return 1 if failed else 0
 
 

@@ -103,6 +103,16 @@ def compare(case: OpCase, out_node, out: np.ndarray, srcs: list) -> tuple[bool, 
     return ok, err, "" if ok else f"nmse {err:.3e} > {limit:.1e}"
 
 
+def refusal(case: OpCase, backend) -> str | None:
+    """Why `backend` cannot run the case (its reason for refusing one of the case's nodes), or None."""
+    graph = Graph()
+    graph.build_forward_expand(case.build(Context()))
+    for node in graph.nodes:
+        if not backend.supports_op(node):
+            return f"{backend.name} refuses {node.op}: {backend.refusal(node)}"
+    return None
+
+
 def run_case(case: OpCase, backend, seed: int = 0) -> CaseResult:
     """Build, evaluate and check one case on `backend`."""
     graph, alloc, out_node = _build(case, backend, seed)

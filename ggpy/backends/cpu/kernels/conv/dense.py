@@ -12,7 +12,7 @@ im2col    each worker unfolds a chunk (at most IM2COL_CHUNK) of its output posit
 gemm_1x1  1x1 kernel, stride 1, no padding: the input is read in place as (H * W, IC) per image, by ggpy's
           own GEMM (gemm.py: packed panels in the temp block) when positions are unit stride and the host
           has AVX-512 or AVX2, else by BLAS sgemm.
-winograd  3x3 kernel, stride 1, dilation 1: Winograd F(2x2, 3x3), see conv_winograd.py.
+winograd  3x3 kernel, stride 1, dilation 1: Winograd F(2x2, 3x3), see winograd.py.
 direct    sliding-window sums, no scratch: chosen only when a patch has at most DIRECT_MAX_PATCH values
           (IC * KH * KW), too few for a GEMM; measured 3-4x slower than im2col on a 3x3 RGB stem.
 An F16 kernel (or an input BLAS cannot read) is first widened to contiguous F32 in the temp block.
@@ -24,7 +24,7 @@ from numba import prange
 
 from .....errors import UnsupportedOpError
 from ...registry import BoundNode, register
-from . import winograd as conv_winograd
+from . import winograd
 from .. import gemm as own_gemm
 from ..blas import SGEMM_ADDRESS, sgemm
 from ..common import block, kernel, launch, parallel_kernel, row_index, scalar
@@ -336,7 +336,7 @@ def _kernel_f32_bytes(node) -> int:
 
 def _check_impl(node, impl):
     needs = {"gemm_1x1": (_is_1x1, "a 1x1 kernel, stride 1, no padding and dilation 1"),
-             "winograd": (conv_winograd.fits, "conv_2d with a 3x3 kernel, stride 1 and dilation 1")}.get(impl)
+             "winograd": (winograd.fits, "conv_2d with a 3x3 kernel, stride 1 and dilation 1")}.get(impl)
     if needs is not None and not needs[0](node):
         raise UnsupportedOpError(f"cpu: {node.op} '{node.name}' (kernel ne={node.src[0].ne}, params "
                                  f"{node.op_params}) cannot run as {impl}: it needs {needs[1]}")
@@ -346,12 +346,12 @@ def conv_temp_size(node, impl, backend) -> int:
     """im2col: the F32 kernel (F16 kernels), the workers' GEMM panels and the capped im2col matrix; gemm_1x1:
     the F32 kernel, a contiguous F32 copy of the input when sgemm cannot read it in place, and the workers'
     GEMM panels; winograd: the transformed kernel and the
-    workers' tiles (conv_winograd.temp_size); direct: none."""
+    workers' tiles (winograd.temp_size); direct: none."""
     _check_impl(node, impl)
     if impl == "direct":
         return 0
     if impl == "winograd":
-        return conv_winograd.temp_size(node, backend.scratch_budget, backend.n_threads)
+        return winograd.temp_size(node, backend.scratch_budget, backend.n_threads)
     if impl == "gemm_1x1":
         wide, copy, panels = _gemm_1x1_bytes(node, backend)
         return wide + copy + backend.n_threads * panels
@@ -367,7 +367,7 @@ def conv_choose(node, backend) -> str:
     _, _, _, _, ic, kh, kw = _geometry(node)
     if ic * kh * kw <= DIRECT_MAX_PATCH:
         return "direct"
-    if conv_winograd.worth_it(node):
+    if winograd.worth_it(node):
         return "winograd"
     return "im2col"
 
@@ -412,7 +412,7 @@ def bind_conv(b: BoundNode):
         return launch(conv_direct_rows, conv_direct_par, (d, a, x, s0, s1, p0, p1, d0, d1),
                       b.threads_for(flops // 2, 1 << 16))
     if impl == "winograd":
-        return conv_winograd.bind(b, d, a, x, nth)
+        return winograd.bind(b, d, a, x, nth)
     prepare, offset = [], 0
     if _kernel_f32_bytes(node):
         a, step, offset = widen(b, a, offset)

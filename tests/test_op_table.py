@@ -99,3 +99,54 @@ def test_no_backend_imports_the_other_and_no_import_cycle():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 inner = [n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))]
                 assert not inner, f"{path}: import inside {node.name}()"
+
+
+def _module_imports() -> dict:
+    """{module: set of ggpy modules it imports at module level (and the packages whose __init__ that runs,
+    ggpy's own aside)}."""
+    names = {}
+    for path in ROOT.rglob("*.py"):
+        parts = ("ggpy",) + path.relative_to(ROOT).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    deps = {}
+    for mod, path in names.items():
+        package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+        out = set()
+        for node in ast.parse(path.read_text()).body:        # module level only (lazy imports are deliberate)
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: package.count(".") + 2 - node.level]
+                    base = ".".join(up + ([base] if base else []))
+                targets = [base] + [f"{base}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            for t in targets:
+                while t and t not in names:
+                    t = t.rsplit(".", 1)[0] if "." in t else ""
+                if t and t != mod:
+                    out.add(t)
+                    parts = t.split(".")
+                    out.update(".".join(parts[:k]) for k in range(2, len(parts)))     # parent packages' __init__
+        own = {".".join(mod.split(".")[:k]) for k in range(1, mod.count(".") + 2)}    # already importing
+        deps[mod] = out - own
+    return deps
+
+
+def test_no_import_cycle():
+    deps = _module_imports()
+    state = {}
+
+    def visit(m, stack):
+        state[m] = 1
+        for d in deps.get(m, ()):
+            if state.get(d) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(d):] + [d]))
+            if d not in state:
+                visit(d, stack + [d])
+        state[m] = 2
+    for m in deps:
+        if m not in state:
+            visit(m, [m])

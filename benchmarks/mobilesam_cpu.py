@@ -1,11 +1,12 @@
 """MobileSAM image encoder on the CPU: ggpy vs PyTorch eager vs ONNX Runtime, side by side in one run.
 
     python benchmarks/mobilesam_cpu.py [-t THREADS] [--runs N] [--rounds R] [--model path.gguf] [--no-torch] [--no-ort]
-                                       [--blas]
+                                       [--blas] [--baseline PATH]
 
 Batch 1, 1024x1024, the same seeded random weights and input for every runtime (with --model, ggpy uses that
 file and the others keep the random weights, so their outputs are not compared). --blas adds ggpy with every
-mul_mat forced onto BLAS sgemm instead of ggpy's own GEMM. Each runtime lives in a
+mul_mat forced onto BLAS sgemm instead of ggpy's own GEMM; --baseline PATH adds ggpy from another checkout (e.g. a
+`git worktree` of an earlier commit), for before/after in one run. Each runtime lives in a
 process of its own, so thread pools never compete and PyTorch runs twice: with glibc's default malloc and
 with MALLOC_MMAP_MAX_=0 (its 64 MiB activations are otherwise mapped and unmapped on every run). In each
 round every runtime, in rotating order, gets a pause (idle workers of the previous one stop spinning), one
@@ -142,6 +143,9 @@ def _time_runs(runtime, runs: int) -> list:
 def worker(conn, kind: str, opts, x):
     """Build runtime `kind`, then answer ("time", runs) / ("output",) / ("info",) until sent None."""
     try:
+        if kind == "ggpy-baseline":         # the other checkout's ggpy and examples, imported first
+            sys.path.insert(0, str(Path(opts.baseline).resolve()))
+            kind = "ggpy"
         runtime = RUNTIMES[kind](opts, x)
         conn.send(("ok", None))
         while (msg := conn.recv()) is not None:
@@ -164,6 +168,8 @@ def start_workers(opts, x) -> list:
     specs = [("ggpy", "ggpy", plain)]
     if opts.blas:
         specs.append(("ggpy, mul_mat on BLAS", "ggpy-blas", plain))
+    if opts.baseline:
+        specs.append((f"ggpy at {opts.baseline}", "ggpy-baseline", plain))
     if opts.torch:
         specs += [(REFERENCE, "torch", plain), ("PyTorch eager, MALLOC_MMAP_MAX_=0", "torch",
                                                      {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": None})]
@@ -256,6 +262,7 @@ def parse_args(argv=None):
     p.add_argument("--runs", type=int, default=10, help="timed evaluations per runtime per round")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--model", help="GGUF for ggpy (default: the seeded random-weights model of examples.mobilesam)")
+    p.add_argument("--baseline", help="another ggpy checkout to time beside this one (before/after in one run)")
     p.add_argument("--no-torch", dest="torch", action="store_false")
     p.add_argument("--no-ort", dest="ort", action="store_false")
     p.add_argument("--blas", action="store_true", help="also run ggpy with mul_mat on BLAS sgemm")

@@ -8,15 +8,19 @@ from ..errors import AllocationError
 from .plan import Plan
 from .planner import plan_graph
 
-GUARD_BYTE = 0xA5
+POISON_BYTE = 0xFF
+"""What a checking plan (guard_bytes > 0) fills every block with: tensors, temps and their guards. 0xFFFF.. is a
+NaN in F32, F16 and BF16 (and -1 in I32), so an output a kernel never writes, an accumulator it never zeroes, or a
+read past a tensor into its guard shows in the results instead of reading as (almost) zero."""
 _generations = itertools.count(1)
 
 
 class GraphAllocator:
     """Places every tensor of a graph in buffers of `backend`'s buffer type (ggml_gallocr).
 
-    reuse=False gives every tensor its own bytes (a reference to compare reuse against);
-    guard_bytes > 0 surrounds every planned tensor with guard bytes that `check_guards` verifies;
+    reuse=False gives every tensor and temp block its own bytes (a reference to compare reuse against);
+    guard_bytes > 0 surrounds every planned tensor and temp block with guard bytes that `check_guards` verifies,
+    and fills them all with POISON_BYTE;
     check=True verifies after each planning that no two live blocks overlap.
     """
 
@@ -88,12 +92,13 @@ class GraphAllocator:
         if plan.guard_bytes:
             for b in plan.blocks:
                 if b.inplace_of < 0:
-                    self.buffers[b.chunk].fill(b.offset, b.size, GUARD_BYTE)
+                    self.buffers[b.chunk].fill(b.offset, b.size, POISON_BYTE)
         plan.generation = next(_generations)
         graph.plan = plan
 
     def check_guards(self, graph):
-        """Raise AllocationError naming the tensor whose guard bytes were overwritten (out-of-bounds write)."""
+        """Raise AllocationError naming the tensor or temp block whose guard bytes were overwritten (a kernel
+        wrote out of bounds)."""
         plan = graph.plan
         if plan is None or not plan.guard_bytes or self.reuse:
             raise AllocationError("check_guards needs a graph planned by GraphAllocator(backend, reuse=False, "
@@ -101,12 +106,12 @@ class GraphAllocator:
                                   "earlier tensors' guards)")
         g = plan.guard_bytes
         tensors = graph.leafs + graph.nodes
-        for p, (chunk, offset) in plan.slots.items():
-            t = tensors[p]
+        fenced = [(chunk, offset, tensors[p].nbytes, f"tensor '{tensors[p].name}' (op {tensors[p].op}, "
+                                                     f"ne={tensors[p].ne})") for p, (chunk, offset) in plan.slots.items()]
+        fenced += [(chunk, offset, size, f"the temp block of node '{graph.nodes[i].name}' (op {graph.nodes[i].op}, "
+                                         f"{size} bytes)") for i, (chunk, offset, size) in plan.temps.items()]
+        for chunk, offset, nbytes, what in fenced:
             buf = self.buffers[chunk]
-            end = offset + t.nbytes
-            for start, size, where in ((offset - g, g, "before"), (end, g, "after")):
-                data = buf.read_bytes(start, size)
-                if data != bytes([GUARD_BYTE]) * size:
-                    raise AllocationError(f"guard bytes {where} tensor '{t.name}' (op {t.op}, ne={t.ne}) "
-                                          "were overwritten: a kernel wrote out of bounds")
+            for start, where in ((offset - g, "before"), (offset + nbytes, "after")):
+                if buf.read_bytes(start, g) != bytes([POISON_BYTE]) * g:
+                    raise AllocationError(f"guard bytes {where} {what} were overwritten: a kernel wrote out of bounds")

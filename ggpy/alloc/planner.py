@@ -109,14 +109,15 @@ def plan_graph(graph, backend, signature, *, reuse: bool = True, guard_bytes: in
             out_bytes = live[0] - before
         temp_size = backend.temp_size(node)
         if temp_size:
-            size = align_up(temp_size, align)
+            size = align_up(temp_size, align) + 2 * guard
             chunk, offset = heap.alloc(size)
-            temps[i] = (chunk, offset, temp_size)
-            blocks.append(Block(chunk, offset, size, t0 + 1, t0 + 2, f"temp of {_label(node, n_leafs + i)}"))
+            temps[i] = (chunk, offset + guard, temp_size)
+            blocks.append(Block(chunk, offset, size, t0 + 1, t0 + 2 if reuse else FOREVER,
+                                f"temp of {_label(node, n_leafs + i)}"))
             live[0] += size
         timeline.append(TimelineRow(i, node.name, node.op, backend.kernel_name(node), out_bytes, temp_size,
                                     live[0], sum(heap.chunk_sizes), took is not None))
-        if temp_size:
+        if temp_size and reuse:        # without reuse a temp keeps its bytes (and guards) to the end
             heap.free(chunk, offset, size)
             live[0] -= size
         for s in node.src:
@@ -133,5 +134,5 @@ def plan_graph(graph, backend, signature, *, reuse: bool = True, guard_bytes: in
                     release(s, t0 + 2)
 
     no_reuse = sum(align_up(max(t.nbytes, 1), align) + 2 * guard for t in tensors if owned(t))
-    no_reuse += sum(align_up(size, align) for _, _, size in temps.values())
+    no_reuse += sum(align_up(size, align) + 2 * guard for _, _, size in temps.values())
     return Plan(signature, slots, temps, released, heap.chunk_sizes, no_reuse, blocks, timeline, guard)

@@ -1,15 +1,19 @@
 """Run one op case on a backend and compare it with its float64 numpy reference (ggml's test-backend-ops).
 
-A case builds a small graph whose last node is the op under test. Its leafs get fresh random values,
-the graph is planned without memory reuse and with guard bytes around every tensor, evaluated, and the
-op's output is compared by normalised mean squared error with the reference computed from the very
-values the op read (its sources, read back after the run).
+A case builds a small graph whose last node is the op under test (or, for a fused case, the last node of a
+pattern a backend runs as one kernel). Its leafs get fresh random values; the graph is planned without memory
+reuse, every tensor and temp block fenced by guard bytes and every block filled with a NaN pattern first (so an
+unwritten output or a read past a tensor shows); it is evaluated, and the output is compared by normalised mean
+squared error with the reference, computed from the values the op read. The guards must be intact, the leafs
+unchanged (a kernel must not scribble on its sources; cpy's destination only where the copy goes), the output's
+shape that of the reference, and, where the case names one, the kernel that ran.
 """
 from __future__ import annotations
 
+import re
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,7 +27,13 @@ GUARD_BYTES = 64
 
 @dataclass
 class OpCase:
-    """One test: `build(ctx)` returns the node under test; `fill(rng, leaf)` may give a leaf's values."""
+    """One test: `build(ctx)` returns the node under test; `fill(rng, leaf)` may give a leaf's values.
+
+    reference(node, leafs): the expected output from the leafs' values ({id(leaf): float64 array}): for a pattern a
+    backend may fuse (references.evaluate: every node's reference in turn) or a property (a round trip gives its
+    input back); without it, the last node's reference on the values its sources hold after the run. kernel: a
+    regular expression the name of the CPU step that computes the output must match (the implementation or fused
+    kernel that ran)."""
 
     op: str
     params: str
@@ -32,6 +42,8 @@ class OpCase:
     max_nmse: float = 1e-7
     flops: Callable | None = None          # flops(node) for GFLOP/s in perf mode
     tags: tuple = field(default_factory=tuple)
+    reference: Callable | None = None
+    kernel: str | None = None
 
     @property
     def id(self) -> str:
@@ -69,9 +81,10 @@ def default_fill(rng: np.random.Generator, t) -> np.ndarray:
 def _build(case: OpCase, backend, seed: int):
     ctx = Context()
     out = case.build(ctx)
-    for s in out.src:
-        if s is not None:
-            s.set_output()      # keep every source readable after the run
+    if case.reference is None:
+        for s in out.src:
+            if s is not None:
+                s.set_output()      # keep every source readable after the run
     graph = Graph()
     graph.build_forward_expand(out)
     alloc = GraphAllocator(backend, reuse=False, guard_bytes=GUARD_BYTES, check=True)
@@ -83,9 +96,37 @@ def _build(case: OpCase, backend, seed: int):
     return graph, alloc, out
 
 
-def compare(case: OpCase, out_node, out: np.ndarray, srcs: list) -> tuple[bool, float, str]:
-    ref = REFERENCES[out_node.op](out_node, srcs)
-    ref = np.broadcast_to(np.asarray(ref, dtype=np.float64), out.shape)
+def _raw(t) -> np.ndarray:
+    """t's elements as stored (F16 as its bits), shape reversed(ne)."""
+    return t.buffer.get_tensor(t).reshape(tuple(reversed(t.ne)))
+
+
+def _written_by(out_node, base) -> np.ndarray:
+    """A mask over `base` (a leaf) of the elements the view `out_node` covers (cpy writes only those)."""
+    mask = np.zeros(base.nelements, bool)
+    if out_node.view_src is base:
+        size = base.type.size
+        idx = out_node.view_offs // size
+        for k in range(4):
+            idx = np.add.outer(np.arange(out_node.ne[k]) * (out_node.nb[k] // size), idx)
+        mask[idx.ravel()] = True
+    return mask.reshape(tuple(reversed(base.ne)))
+
+
+def _check_leafs(out_node, leafs, before) -> str:
+    """'' when every leaf holds the values it was given (outside what a cpy node writes), else what changed."""
+    for leaf, old in zip(leafs, before):
+        new = _raw(leaf)
+        keep = ~_written_by(out_node, leaf)
+        if not np.array_equal(new[keep], old[keep], equal_nan=new.dtype.kind == "f"):
+            return f"source '{leaf.name or leaf.op}' ne={leaf.ne} was overwritten by the kernel"
+    return ""
+
+
+def compare(case: OpCase, out_node, out: np.ndarray, ref) -> tuple[bool, float, str]:
+    ref = np.asarray(ref, dtype=np.float64)
+    if ref.shape != out.shape:
+        return False, float("nan"), f"output shape {out.shape} (ne={out_node.ne}) but the reference's is {ref.shape}"
     if out_node.type == I32:
         bad = int(np.sum(out != ref))
         return bad == 0, float(bad), "" if bad == 0 else f"{bad} of {out.size} integers differ"
@@ -96,11 +137,18 @@ def compare(case: OpCase, out_node, out: np.ndarray, srcs: list) -> tuple[bool, 
         if not np.all(same):
             return False, float("nan"), f"{int(np.sum(~same))} inf/nan values differ from the reference"
     if not np.all(np.isfinite(out64[~special])):
-        return False, float("nan"), "output has inf/nan where the reference is finite"
+        return False, float("nan"), (f"output has {int(np.sum(~np.isfinite(out64[~special])))} inf/nan values where "
+                                     "the reference is finite (unwritten or read from a guard)")
     err = nmse(out64[~special], ref[~special])
     limit = max(case.max_nmse, 5e-6) if out_node.type == F16 else case.max_nmse
     ok = err <= limit
     return ok, err, "" if ok else f"nmse {err:.3e} > {limit:.1e}"
+
+
+def _step_name(backend, graph) -> str:
+    """The name of the program's last step, which writes the output (a fused step is listed under its first node)."""
+    names = [step.name for step in backend.program(graph)]
+    return names[-1] if names else ""
 
 
 def refusal(case: OpCase, backend) -> str | None:
@@ -116,13 +164,26 @@ def refusal(case: OpCase, backend) -> str | None:
 def run_case(case: OpCase, backend, seed: int = 0) -> CaseResult:
     """Build, evaluate and check one case on `backend`."""
     graph, alloc, out_node = _build(case, backend, seed)
+    leafs = [t for t in graph.leafs if t.buffer is not None]
+    before = [_raw(t).copy() for t in leafs]
     backend.compute(graph)
     backend.synchronize()
     alloc.check_guards(graph)
-    srcs = [s.numpy().reshape(tuple(reversed(s.ne))).astype(np.float64) if s is not None else None
-            for s in out_node.src]
+    changed = _check_leafs(out_node, leafs, before)
+    if changed:
+        return CaseResult(case, False, float("nan"), changed)
     out = out_node.numpy().reshape(tuple(reversed(out_node.ne)))
-    ok, err, msg = compare(case, out_node, out, srcs)
+    if case.reference is not None:
+        ref = case.reference(out_node, {id(t): t.numpy().reshape(tuple(reversed(t.ne))).astype(np.float64)
+                                        for t in leafs})
+    else:
+        srcs = [s.numpy().reshape(tuple(reversed(s.ne))).astype(np.float64) if s is not None else None
+                for s in out_node.src]
+        ref = REFERENCES[out_node.op](out_node, srcs)
+    ok, err, msg = compare(case, out_node, out, ref)
+    ran = _step_name(backend, graph)
+    if ok and case.kernel is not None and backend.name == "cpu" and not re.fullmatch(case.kernel, ran):
+        ok, msg = False, f"expected a kernel matching {case.kernel!r} to compute it, ran {ran!r}"
     return CaseResult(case, ok, err, msg)
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 from ... import ops
 from ...types import F16, F32
 from ..harness import OpCase
-from .util import layout
+from ..references import evaluate
+from .util import layout, leaf
 
 
 def _flops(node):
@@ -44,7 +45,30 @@ def cases():
                                   lambda ctx, ha=how_a, hb=how_b, ne_a=ne_a, ne_b=ne_b: ops.mul_mat(
                                       layout(ctx, F32, ne_a, ha), layout(ctx, F32, ne_b, hb)),
                                   flops=_flops, max_nmse=5e-7))
+    out += epilogue_cases()
     out.append(OpCase("mul_mat", "f32,perf,K=1024,M=1024,N=1024",
                       lambda ctx: ops.mul_mat(layout(ctx, F32, (1024, 1024)), layout(ctx, F32, (1024, 1024))),
                       flops=_flops, max_nmse=5e-7, tags=("perf",)))
+    return out
+
+
+def _bias_act(ctx, wtype, k, m, n, batch, act):
+    """act(mul_mat(w, x) + bias): the epilogue pattern the CPU fuses into its GEMM (fusion.py)."""
+    w = leaf(ctx, wtype, (k, m))
+    y = ops.add(ops.mul_mat(w, leaf(ctx, F32, (k, n, batch))), leaf(ctx, F32, (m,)))
+    return getattr(ops, act)(y) if act else y
+
+
+def epilogue_cases():
+    """mul_mat -> add(bias) [-> activation] on shapes the CPU runs on its own GEMM with the epilogue applied per
+    256-row chunk: M >= 32, K >= 16, several chunks and a ragged last one (N = 700), batches; the kernel that ran
+    is checked (the own GEMM, fused), and the reference is every node's in turn from the leafs."""
+    out = []
+    for wtype in (F32, F16):
+        for act in (None, "gelu_erf", "silu", "relu"):
+            for k, m, n, batch in ((40, 48, 700, 1), (17, 33, 513, 2)):
+                name = "gemm" + ("\\+to_f32" if wtype == F16 else "") + "\\+bias" + (f"\\+{act}" if act else "")
+                out.append(OpCase(act or "add", f"fused,mul_mat+bias,w={wtype.name},K={k},M={m},N={n},B={batch}",
+                                  lambda ctx, wt=wtype, k=k, m=m, n=n, b=batch, a=act: _bias_act(ctx, wt, k, m, n, b, a),
+                                  max_nmse=5e-7, reference=evaluate, kernel=name))
     return out

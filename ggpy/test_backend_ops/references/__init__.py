@@ -5,10 +5,50 @@ Each takes the node (for its op_params) and its sources as float64 arrays of sha
 """
 import importlib
 
+import numpy as np
+
+from ...graph import Graph
 from ...ops.registry import OPS
 from .common import REFERENCES
 
 for _family in dict.fromkeys(op.family for op in OPS.values() if not op.view):
     importlib.import_module(f"{__name__}.{_family}")
 
-__all__ = ["REFERENCES"]
+__all__ = ["REFERENCES", "evaluate"]
+
+
+def evaluate(out_node, leaf_values: dict) -> np.ndarray:
+    """out_node's value computed in float64 by the references of every node from the leafs' values ({id(leaf):
+    array of shape reversed(ne)}): the reference of a pattern a backend may fuse. Every tensor's value lives in
+    a float64 copy of its memory (elements at its strides), so views see what their source's layout holds."""
+    graph = Graph()
+    graph.build_forward_expand(out_node)
+    memory, values = {}, {}
+
+    def store(t, value):
+        memory[id(t)] = np.zeros(max(1, t.nbytes // t.type.size))
+        _strided(t, memory[id(t)])[...] = value
+
+    for leaf in graph.leafs:
+        store(leaf, leaf_values[id(leaf)])
+    for node in graph.nodes:
+        if node.view_src is not None and OPS[node.op].view:
+            values[id(node)] = _strided(node, memory[id(node.view_src)], node.view_offs).copy()
+            continue
+        srcs = [None if s is None else values.get(id(s), _strided(s, memory.get(id(s)))) for s in node.src]
+        value = np.asarray(REFERENCES[node.op](node, srcs), np.float64)
+        values[id(node)] = value
+        if node.view_src is not None:        # cpy: the copy lands in its destination's memory
+            _strided(node, memory[id(node.view_src)], node.view_offs)[...] = value
+        else:
+            store(node, value)
+    return values[id(out_node)]
+
+
+def _strided(t, mem, offset: int = 0):
+    """t's elements in `mem` (float64, one element per element of t's type) at t's strides, shape reversed(ne)."""
+    if mem is None:
+        return None
+    size = t.type.size
+    return np.lib.stride_tricks.as_strided(mem[offset // size:], tuple(reversed(t.ne)),
+                                           tuple(8 * nb // size for nb in reversed(t.nb)))

@@ -1,4 +1,8 @@
-"""Shared helpers of the allocator tests.
+"""Shared helpers of the allocator tests, and the tests' own numba cache.
+
+numba's disk cache does not see a change to a constant a kernel imports from another module, so a developer's
+cache can serve stale code: the tests compile into a cache of their own (~/.cache/ggpy/numba-tests-<hash>), keyed
+by the sources of the CPU kernels and the op table, and older ones are removed (set NUMBA_CACHE_DIR to override).
 
 `verify_placement` re-derives, from the graph alone, when every tensor is live and checks the bytes the
 allocator actually gave each tensor and temp block (tensor.buffer/offset, node.temp) against it. It does
@@ -6,11 +10,29 @@ not use the planner's Block list or Plan.check_overlap, so it is an independent 
 """
 from __future__ import annotations
 
+import hashlib
 import math
+import os
+import shutil
+from pathlib import Path
 
-import pytest
 
-import ggpy
+def _test_numba_cache() -> str:
+    src = Path(__file__).resolve().parent.parent / "ggpy"
+    files = sorted((src / "backends" / "cpu").rglob("*.py")) + [src / "ops" / "registry.py"]
+    digest = hashlib.sha1(b"".join(f.read_bytes() for f in files)).hexdigest()[:12]
+    root = Path.home() / ".cache" / "ggpy"
+    for old in root.glob("numba-tests-*"):
+        if old.name != f"numba-tests-{digest}":
+            shutil.rmtree(old, ignore_errors=True)
+    return str(root / f"numba-tests-{digest}")
+
+
+os.environ.setdefault("NUMBA_CACHE_DIR", _test_numba_cache())
+
+import pytest  # noqa: E402 - numba reads NUMBA_CACHE_DIR when ggpy imports it
+
+import ggpy  # noqa: E402
 
 # Ops whose output may legitimately take over a source's bytes (elementwise, same layout).
 INPLACE_OK = frozenset(("add", "sub", "mul", "div", "scale", "clamp", "leaky_relu") + tuple(ggpy.UNARY_OPS))

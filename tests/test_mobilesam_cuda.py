@@ -1,20 +1,25 @@
 """MobileSAM's image encoder on the CUDA backend vs the official PyTorch model (on the GPU, F32 without TF32),
 and CUDA graphs: replayed results identical to plain launches, a new plan captured again.
 
-Skips where cuda-python, a GPU, torch with CUDA or mobile_sam is missing. Uses the session fixtures of
-tests/mobilesam_fixtures.py (a seeded random checkpoint and its F32 / F16 GGUF conversions).
+Skips where cuda-python or a GPU is missing; the comparison with PyTorch where torch with CUDA or mobile_sam is.
+Uses the session fixtures of tests/mobilesam_fixtures.py (a seeded random checkpoint and its F32 / F16 GGUF
+conversions) and, for the CUDA-graph tests, which need no PyTorch, the random-weights model of examples.mobilesam.
 """
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("mobile_sam")
 pytest.importorskip("cuda.bindings.driver")
 
 import ggpy
 
-if not torch.cuda.is_available():
-    pytest.skip("torch sees no GPU", allow_module_level=True)
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("mobile_sam")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    return torch
 
 
 def rel_err(a, b) -> float:
@@ -31,7 +36,7 @@ def cuda_backend(**kw):
 
 
 @pytest.fixture(scope="module")
-def torch_reference(mobilesam_checkpoint):
+def torch_reference(torch, mobilesam_checkpoint):
     """(inputs, embeddings) of PyTorch's F32 encoder on the GPU (TF32 off) for two seeded images."""
     from examples.mobilesam.random_checkpoint import load_reference_model
     model = load_reference_model(mobilesam_checkpoint).image_encoder.cuda()
@@ -65,9 +70,11 @@ def test_encoder_vs_torch(torch_reference, mobilesam_gguf_f32, mobilesam_gguf_f1
     assert enc.backend.cuda_graph(enc.graph) is not None, "the encoder graph was not captured as a CUDA graph"
 
 
-def test_cuda_graphs_identical_and_recaptured(mobilesam_gguf_f32):
+def test_cuda_graphs_identical_and_recaptured():
     """Replays of the captured graph give bit-identical embeddings to plain launches; a new plan re-captures."""
+    from examples.mobilesam.__main__ import random_model
     from examples.mobilesam.runner import ImageEncoder
+    mobilesam_gguf_f32 = random_model()
     x = np.random.default_rng(0).standard_normal((1, 3, 1024, 1024)).astype(np.float32)
     x2 = np.random.default_rng(1).standard_normal((1, 3, 1024, 1024)).astype(np.float32)
     plain = ImageEncoder(mobilesam_gguf_f32, backend=cuda_backend(graphs=False))

@@ -101,6 +101,22 @@ def test_interpolate_size_sweep_matches_torch(backend, mode, align_corners):
             np.testing.assert_allclose(out, ref.numpy(), rtol=1e-5, atol=1e-5, err_msg=f"{n_in} -> {n_out}")
 
 
+# in -> out sizes where nearest's float32 index (PyTorch's floor(i * (in / out))) is below the exact i * in // out
+ROUNDING = [(2, 82), (3, 123), (4, 94), (3, 165), (2, 194)]
+
+
+@pytest.mark.parametrize("n_in,n_out", ROUNDING)
+def test_nearest_rounds_as_torch(backend, n_in, n_out):
+    torch = pytest.importorskip("torch")
+    x = _input((1, 1, n_in, n_in), n_in)
+    exact = [i * n_in // n_out for i in range(n_out)]
+    scale = np.float32(n_in) / np.float32(n_out)
+    assert exact != [min(int(np.floor(np.float32(i) * scale)), n_in - 1) for i in range(n_out)]
+    out = _run(backend, x, lambda a: ggpy.interpolate(a, n_out, n_out, 1, 1, "nearest"))
+    ref = torch.nn.functional.interpolate(torch.from_numpy(x), size=(n_out, n_out), mode="nearest")
+    np.testing.assert_array_equal(out, ref.numpy())
+
+
 @pytest.mark.parametrize("mode,align_corners", MODES)
 @pytest.mark.parametrize("f", [1, 2, 3])
 def test_upscale_matches_torch(backend, mode, align_corners, f):

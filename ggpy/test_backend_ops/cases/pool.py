@@ -26,6 +26,8 @@ SIZES = [  # (a.ne, result ne)
     ((1, 3, 2, 1), (5, 1, 2, 1)),
     ((5, 4, 3, 2), (5, 4, 3, 2)),
     ((6, 5, 2, 3), (9, 7, 5, 2)),
+    ((2, 3, 1, 1), (82, 123, 1, 1)),    # nearest: float32 i * (in / out) rounds below the exact i * in / out
+    ((4, 3, 3, 1), (94, 165, 1, 1)),
 ]
 
 MODES = [("nearest", False), ("bilinear", False), ("bilinear", True)]

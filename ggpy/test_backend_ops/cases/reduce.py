@@ -17,6 +17,11 @@ def _small_ints(rng, t):
     return rng.integers(-3, 4, size=tuple(reversed(t.ne))).astype(np.float64)
 
 
+OFFSET_NMSE = 1e-13
+"""A running float32 sum of 70001 values in [100, 101) is off by ~4e-6 relative (NMSE ~1e-11): the offset cases
+ask for what a pairwise, wide or float64 sum gives (one output value per row: NMSE is its squared error)."""
+
+
 def _offset(rng, t):
     """Values in [100, 101): a float32 running sum of a long row would lose digits."""
     return rng.uniform(100.0, 101.0, size=tuple(reversed(t.ne)))
@@ -33,7 +38,7 @@ def cases():
                 out.append(OpCase(name, f"{t.name},{how}", lambda ctx, f=f, t=t, how=how: f(
                     layout(ctx, t, (13, 6, 5, 2), how))))
         out.append(OpCase(name, "f32,ne=(70001,3,1,1),offset", lambda ctx, f=f: f(layout(ctx, F32, (70001, 3))),
-                          fill=_offset))
+                          fill=_offset, max_nmse=OFFSET_NMSE))
     for t in TYPES:
         for ne in ARGMAX_SHAPES:
             out.append(OpCase("argmax", f"{t.name},ne={ne}", lambda ctx, t=t, ne=ne: ops.argmax(layout(ctx, t, ne))))

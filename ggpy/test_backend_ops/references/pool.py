@@ -32,8 +32,11 @@ def _pool_2d(node, s):
 
 
 def _nearest(n_in: int, n_out: int) -> list:
-    """floor(i * n_in / n_out) for each output index i, in exact integer arithmetic."""
-    return [i * n_in // n_out for i in range(n_out)]
+    """The source index of each output index i as PyTorch's nearest mode defines it: floor(i * scale) in float32
+    with scale = float32(n_in) / float32(n_out), at most n_in - 1 (not always the exact floor(i * n_in / n_out):
+    2 -> 82 takes source 0 for output 41)."""
+    scale = np.float32(n_in) / np.float32(n_out)
+    return [min(int(np.floor(np.float32(i) * scale)), n_in - 1) for i in range(n_out)]
 
 
 def _linear(n_in: int, n_out: int, align_corners: bool) -> list:

@@ -2,6 +2,8 @@
 
 Arrays are numpy views of shape (ne3, ne2, ne1, ne0) with any strides; F16 arrives as uint16 bits.
 """
+import math
+
 import numpy as np
 from numba import prange
 
@@ -59,8 +61,10 @@ def bind_pool_2d(b: BoundNode):
 
 @scalar
 def nearest(i, n_in, n_out):
-    """Source index of output index i: floor(i * n_in / n_out), exact."""
-    return (i * n_in) // n_out
+    """Source index of output index i as PyTorch's nearest mode: floor(i * (n_in / n_out)) in float32, at most
+    n_in - 1."""
+    s = np.float32(i) * (np.float32(n_in) / np.float32(n_out))
+    return min(np.int64(math.floor(s)), n_in - 1)
 
 
 @scalar

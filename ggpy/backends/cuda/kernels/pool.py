@@ -41,16 +41,22 @@ template <bool ALIGN> __device__ __forceinline__ float linear(i64 i, i64 n_in, i
     return fminf(fmaxf(src - (float)j0, 0.f), 1.f);
 }
 
+// the source index of output index i as PyTorch's nearest mode: floor(i * (in / out)) in float32, at most in - 1
+__device__ __forceinline__ i64 nearest_src(i64 i, i64 in, i64 out) {
+    const float s = __fmul_rn((float)i, __fdiv_rn((float)in, (float)out));
+    return min((i64)floorf(s), in - 1);
+}
 // upscale: src0 (W, H, C, N) -> dst (ne0, ne1, ne2, ne3) of the same type; MODE 0 nearest, 1 bilinear,
 // 2 bilinear align-corners (dims 2 and 3 always nearest)
 template <typename T, int MODE> __device__ void upscale(const Args& a) {
     FOR_EACH_ELEMENT(a, i) {
         i64 c[4];
         unravel(i, a.ne, c);
-        const char* in = a.src0 + (c[2] * a.ne0[2] / a.ne[2]) * a.nb0[2] + (c[3] * a.ne0[3] / a.ne[3]) * a.nb0[3];
+        const char* in = a.src0 + nearest_src(c[2], a.ne0[2], a.ne[2]) * a.nb0[2]
+                                + nearest_src(c[3], a.ne0[3], a.ne[3]) * a.nb0[3];
         float v;
         if (MODE == 0) {
-            const i64 x = c[0] * a.ne0[0] / a.ne[0], y = c[1] * a.ne0[1] / a.ne[1];
+            const i64 x = nearest_src(c[0], a.ne0[0], a.ne[0]), y = nearest_src(c[1], a.ne0[1], a.ne[1]);
             v = to_f(*(const T*)(in + x * a.nb0[0] + y * a.nb0[1]));
         } else {
             i64 x0, x1, y0, y1;

@@ -1,13 +1,15 @@
 """mul_mat's CPU implementations, each forced: the own GEMM on every case big enough for it (and refused with a
-clear error on the others), BLAS on every case."""
+clear error on the others), BLAS on every case; the fused bias + activation epilogue on both."""
+import dataclasses
+
 import pytest
 
 import ggpy
 from ggpy.errors import UnsupportedOpError
 from ggpy.test_backend_ops import run_case
-from ggpy.test_backend_ops.cases.matmul import cases
+from ggpy.test_backend_ops.cases.matmul import cases, epilogue_cases
 
-CASES = [c for c in cases() if "perf" not in c.tags]
+CASES = [c for c in cases() if "perf" not in c.tags and c.op == "mul_mat"]
 
 
 def _gemm_fits(case) -> bool:
@@ -29,6 +31,15 @@ def test_gemm(case, n_threads):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_blas(case):
+    result = run_case(case, ggpy.CPUBackend(n_threads=2, force={"mul_mat": "blas"}))
+    assert result.ok, f"{case.id}: {result.message}"
+
+
+@pytest.mark.parametrize("case", epilogue_cases(), ids=lambda c: c.id)
+def test_blas_epilogue(case):
+    """The bias + activation epilogue after a forced BLAS product (the same cases run fused on the own GEMM in
+    test_backend_ops)."""
+    case = dataclasses.replace(case, kernel="blas_s" + case.kernel)
     result = run_case(case, ggpy.CPUBackend(n_threads=2, force={"mul_mat": "blas"}))
     assert result.ok, f"{case.id}: {result.message}"
 

@@ -4,7 +4,7 @@ Kernels use numpy's error model: float division by zero gives inf/nan instead of
 check in every iteration, which would stop the loop from vectorising.
 """
 from llvmlite import ir
-from numba import njit, typeof, types
+from numba import int64, njit, prange, typeof, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -58,19 +58,77 @@ def specialize(kernel_fn, *args, constants=()):
 
     Calling the entry point skips numba's per-call type dispatch; the code is cached on disk.
     """
-    sig = tuple(types.literal(a) if i in constants else typeof(a) for i, a in enumerate(args))
-    return kernel_fn.compile(sig)
+    return kernel_fn.compile(signature(args, constants))
+
+
+def signature(args, constants=()) -> tuple:
+    """numba argument types of `args`, literals at positions `constants`."""
+    return tuple(types.literal(a) if i in constants else typeof(a) for i, a in enumerate(args))
+
+
+@intrinsic
+def _call_serial(typingctx, address, args, ith, nth):
+    """serial(*args, ith, nth) for the compiled serial kernel whose native function is at `address` (numba's
+    calling convention; arguments of the kernel's signature that are literals pass as their int value),
+    returning its error status to the caller."""
+    argtys = list(args.types) + [ith, nth]
+
+    def codegen(context, builder, sig, llargs):
+        fnty = context.call_conv.get_function_type(types.none, argtys)
+        fn = builder.inttoptr(llargs[0], fnty.as_pointer())
+        values = [builder.extract_value(llargs[1], i) for i in range(len(args.types))] + list(llargs[2:])
+        status, _ = context.call_conv.call_function(builder, fn, types.none, argtys, values)
+        with builder.if_then(status.is_error, likely=False):
+            context.call_conv.return_status_propagate(builder, status)
+        return context.get_dummy_value()
+    return types.void(address, args, ith, nth), codegen
+
+
+@parallel_kernel
+def run_workers(address, args, nth):
+    """serial(*args, ith, nth) for ith in prange(nth), the serial kernel compiled at `address`.
+
+    One driver per tuple of argument types, whatever the kernel: it calls the kernel's compiled code instead
+    of inlining it, so a parallel launch costs no second compilation of the kernel (numba would compile it
+    again for the prange's unsigned index and re-optimise it inside the driver: 3x the kernel's own time).
+    """
+    for ith in prange(nth):
+        _call_serial(address, args, int64(ith), nth)
+
+
+def native_address(kernel_fn, sig) -> int:
+    """The address of the native function of `kernel_fn` compiled for `sig` (compiled, returning None)."""
+    cres = kernel_fn.overloads[sig]
+    if cres.signature.return_type != types.none:
+        raise TypeError(f"{kernel_fn.__name__} returns {cres.signature.return_type}: a worker kernel returns nothing")
+    address = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+    if not address:
+        raise RuntimeError(f"{kernel_fn.__name__}: no native function {cres.fndesc.llvm_func_name} in its library")
+    return address
+
+
+def _as_passed(t):
+    """The type run_workers passes an argument of type t as: literals as int64, arrays as layout 'A' (the
+    same native value: drivers are shared by kernels whose arguments differ only in layout)."""
+    if isinstance(t, types.Literal):
+        return types.int64
+    return t.copy(layout="A") if isinstance(t, types.Array) else t
 
 
 def launch(serial, par, args, nth: int, constants=()):
     """A zero-argument call running `serial(*args, ith, nth)` for every ith on `nth` workers: the serial
-    kernel itself when nth == 1, else its parallel driver `par(*args, nth)`; compiled for exactly these
-    arguments (`constants`: positions of op codes compiled in as literals)."""
+    kernel itself when nth == 1, else run_workers calling its compiled code from numba's threads; compiled for
+    exactly these arguments (`constants`: positions of op codes compiled in as literals). `par` (the kernel's
+    own prange driver) is not used."""
+    sig = signature(args, constants) + (types.int64, types.int64)
+    driver_sig = (types.int64, types.Tuple([_as_passed(a) for a in sig[:-2]]), types.int64)
+    run = serial.compile(sig)
     if nth == 1:
-        run = specialize(serial, *args, 0, 1, constants=constants)
         return lambda: run(*args, 0, 1)
-    run = specialize(par, *args, nth, constants=constants)
-    return lambda: run(*args, nth)
+    address = native_address(serial, sig)
+    drive = run_workers.compile(driver_sig)
+    args = tuple(args)
+    return lambda: drive(address, args, nth)
 
 
 def flat(arr):

@@ -10,7 +10,7 @@ import numpy as np
 
 from ...errors import AllocationError, UnsupportedOpError
 from ..base import Backend
-from . import autotune, kernels  # noqa: F401 - kernels registers every kernel module
+from . import autotune, kernels, precompile  # noqa: F401 - kernels registers every kernel module
 from .buffer import HostBufferType
 from .fusion import find_fusions, fusion_stamp
 from .kernels.blas import single_threaded_blas
@@ -18,7 +18,6 @@ from .kernels.conv_dw import bind_dw_cwhn_epilogue, fuses_epilogue
 from .kernels.matmul import bind_mul_mat_epilogue
 from .kernels.norm import bind_norm_affine
 from .registry import KERNELS, BoundNode
-
 
 DEFAULT_SCRATCH_BUDGET = 16 << 20
 
@@ -163,12 +162,25 @@ class CPUBackend(Backend):
         cached = graph.backend_cache.get(self)
         if cached is not None and cached[0] == key:
             return cached[1]
+        with precompile.collecting() as requests:       # kernels not compiled yet: noted, compiled together
+            runs, uses_blas = self._bind_all(graph, requests)
+        if requests:
+            precompile.compile_all(requests)
+            runs, uses_blas = self._bind_all(graph)
+        graph.backend_cache[self] = (key, (runs, uses_blas))
+        return runs, uses_blas
+
+    def _bind_all(self, graph, requests=None) -> tuple:
+        """([(node, call, kernel name)], whether a kernel calls BLAS) binding every node of a planned graph;
+        `requests` (collecting) gets each node's op and kernel name as the label of what it notes."""
         runs, skipped = [], set()
         fusions = self._fusions(graph)
         for node in graph.nodes:
             if id(node) in skipped:
                 continue
             fused = fusions.get(id(node))
+            if requests is not None:
+                requests.label = f"{node.op} {self.kernel_name(node)}"
             run = self._bind_fused(fused) if fused is not None else None
             if run is not None:
                 skipped.update(id(n) for n in fused.skipped)
@@ -177,9 +189,7 @@ class CPUBackend(Backend):
             run = self._bind(node)
             if run is not None:
                 runs.append((node, run, self.kernel_name(node)))
-        uses_blas = any(self._kernel(node).blas for node, _, _ in runs)
-        graph.backend_cache[self] = (key, (runs, uses_blas))
-        return runs, uses_blas
+        return runs, any(self._kernel(node).blas for node, _, _ in runs)
 
     def _set_threads(self):
         numba.set_num_threads(max(1, min(self.n_threads, numba.config.NUMBA_NUM_THREADS)))

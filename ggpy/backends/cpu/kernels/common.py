@@ -8,6 +8,8 @@ from numba import int64, njit, prange, typeof, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .. import precompile
+
 kernel = njit(nogil=True, cache=True, error_model="numpy")
 """Decorator for a serial kernel `f(..., ith, nth)` that computes worker ith's share of the work."""
 
@@ -56,9 +58,11 @@ def specialize(kernel_fn, *args, constants=()):
     `constants` (small ints: op codes) compiled in as literals, so a kernel can pick a function from a
     tuple with them (`FUNCS[op]`) and each op gets its own vectorised loop.
 
-    Calling the entry point skips numba's per-call type dispatch; the code is cached on disk.
+    Calling the entry point skips numba's per-call type dispatch; the code is cached on disk. While a CPU
+    program is being bound (precompile.collecting), a signature not compiled yet is noted and a stand-in that
+    compiles on its first call is returned, so that all of a program's kernels compile together.
     """
-    return kernel_fn.compile(signature(args, constants))
+    return precompile.entry_point(kernel_fn, signature(args, constants))
 
 
 def signature(args, constants=()) -> tuple:
@@ -122,11 +126,17 @@ def launch(serial, par, args, nth: int, constants=()):
     own prange driver) is not used."""
     sig = signature(args, constants) + (types.int64, types.int64)
     driver_sig = (types.int64, types.Tuple([_as_passed(a) for a in sig[:-2]]), types.int64)
-    run = serial.compile(sig)
+    ready = sig in serial.overloads and (nth == 1 or driver_sig in run_workers.overloads)
+    if not ready and precompile.collecting_now():
+        precompile.note(serial, sig)
+        if nth > 1:
+            precompile.note(run_workers, driver_sig)
+        return precompile.deferred(lambda: launch(serial, par, args, nth, constants))
+    run = precompile.entry_point(serial, sig)
     if nth == 1:
         return lambda: run(*args, 0, 1)
     address = native_address(serial, sig)
-    drive = run_workers.compile(driver_sig)
+    drive = precompile.entry_point(run_workers, driver_sig)
     args = tuple(args)
     return lambda: drive(address, args, nth)
 

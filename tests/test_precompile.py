@@ -60,3 +60,17 @@ def test_progress_can_be_silenced_and_compiles_in_process(tmp_path):
     r = _run(tmp_path, 1, GGPY_PROGRESS="0")
     assert r.returncode == 0 and r.stdout.startswith("OK"), r.stdout + r.stderr
     assert "compiling" not in r.stderr, r.stderr
+
+
+def test_kernels_a_worker_does_not_deliver_are_compiled_here(tmp_path):
+    broken = ("import subprocess, sys\n"
+              "from ggpy.backends.cpu import precompile\n"
+              "precompile._start_worker = lambda cache_dir: subprocess.Popen([sys.executable, '-c', 'print(\"start 0\")'],"
+              " stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)\n")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), GGPY_COMPILE_WORKERS="2", PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", broken + SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=600, check=False)
+    assert r.returncode == 0 and r.stdout.startswith("OK"), r.stdout + r.stderr
+    lines = r.stderr.splitlines()
+    total = int(next(line for line in lines if line.startswith("compiling ") and "in 2 processes" in line).split()[1])
+    assert f"compiling CPU kernels: {total}/{total} " in r.stderr, r.stderr

@@ -26,6 +26,11 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
     return a.ctypes.data == b.ctypes.data and a.shape == b.shape and a.strides == b.strides
 
 
+def _label(op: str, kernel: str) -> str:
+    """What a node runs, for compile progress: its kernel name, prefixed by the op when the name lacks it."""
+    return kernel if op.replace("_", "") in kernel.replace("_", "") else f"{op} {kernel}"
+
+
 class CPUBackend(Backend):
     """Evaluates planned graphs on the host. `n_threads` defaults to the number of cores.
 
@@ -180,7 +185,7 @@ class CPUBackend(Backend):
                 continue
             fused = fusions.get(id(node))
             if requests is not None:
-                requests.label = f"{node.op} {self.kernel_name(node)}"
+                requests.label = _label(node.op, self.kernel_name(node))
             run = self._bind_fused(fused) if fused is not None else None
             if run is not None:
                 skipped.update(id(n) for n in fused.skipped)

@@ -4,7 +4,7 @@ Binding a program (CPUBackend._program) runs inside `collecting()`: a kernel sig
 process is noted and a stand-in that compiles on its first call is returned (`entry_point`, `deferred`).
 `compile_all` then takes what numba's disk cache holds and compiles the rest, showing on stderr what is being
 compiled and how many are left. numba compiles one function at a time per process, so with several kernels
-and cores the work is shared by worker processes (`python -m ggpy.backends.cpu.precompile`): each compiles
+and cores the work is shared by worker processes (`worker_main`): each compiles
 its kernels into a disk cache of its own, and this process loads the results from there and saves them in
 its own cache (one writer: numba's cache index is not safe for processes writing different signatures of one
 function at once). Anything a worker did not deliver is compiled here. The program is then bound again, every
@@ -155,7 +155,8 @@ def _take(dispatcher, sig, cache_dir: str) -> bool:
 
 
 def _name(dispatcher) -> str:
-    return dispatcher.py_func.__name__
+    name = dispatcher.py_func.__name__
+    return "parallel launch" if name == "run_workers" else name
 
 
 def _shippable(dispatcher) -> bool:
@@ -184,7 +185,7 @@ class _Progress:
         if sys.stderr.isatty():
             from tqdm import tqdm
             self.bar = tqdm(total=total, desc="compiling CPU kernels", unit="kernel", file=sys.stderr,
-                            dynamic_ncols=True, bar_format="{desc}: {n_fmt}/{total_fmt} [{elapsed}<{remaining}]{postfix}")
+                            dynamic_ncols=True, bar_format="{desc}: {n_fmt}/{total_fmt} |{bar:16}| {elapsed}<{remaining}{postfix}")
             self.bar.write(title, file=sys.stderr)
         else:
             print(title, file=sys.stderr, flush=True)
@@ -310,8 +311,8 @@ def _start_worker(cache_dir: str):
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
     root = str(Path(__file__).resolve().parents[3])      # the directory holding the ggpy package
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.Popen([sys.executable, "-m", "ggpy.backends.cpu.precompile"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
+    return subprocess.Popen([sys.executable, "-c", "from ggpy.backends.cpu.precompile import worker_main; worker_main()"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
 
 
 def _next_task(proc, todo, pending: list):
@@ -356,7 +357,3 @@ def worker_main():
             print(f"done {i}", flush=True)
         except Exception:  # noqa: BLE001 - reported; the main process compiles it and shows the error
             print(f"fail {i}", flush=True)
-
-
-if __name__ == "__main__":
-    worker_main()

@@ -14,7 +14,7 @@ kernel = njit(nogil=True, cache=True, error_model="numpy")
 """Decorator for a serial kernel `f(..., ith, nth)` that computes worker ith's share of the work."""
 
 parallel_kernel = njit(parallel=True, cache=True, error_model="numpy")
-"""Decorator for a driver that runs a serial kernel for ith in prange(nth)."""
+"""Decorator for a function with a prange loop (run_workers runs every serial kernel through one)."""
 
 scalar = njit(inline="always", cache=True, error_model="numpy")
 """Decorator for scalar helpers inlined into kernels (so loops calling them vectorise)."""
@@ -151,12 +151,11 @@ def _as_passed(t):
     return t.copy(layout="A") if isinstance(t, types.Array) else t
 
 
-def launch(serial, par, args, nth: int, constants=()):
+def launch(serial, args, nth: int, constants=()):
     """A zero-argument call running `serial(*args, ith, nth)` for every ith on `nth` workers: the serial
     kernel itself when nth == 1, else run_workers calling its compiled code from numba's threads; compiled for
     exactly these arguments (`constants`: positions of op codes compiled in as literals; NativeFunction
-    arguments are compiled too and passed as their addresses). `par` (the kernel's own prange driver) is not
-    used."""
+    arguments are compiled too and passed as their addresses)."""
     natives = [a for a in args if isinstance(a, NativeFunction)]
     sig = signature(args, constants) + (types.int64, types.int64)
     driver_sig = (types.int64, types.Tuple([_as_passed(a) for a in sig[:-2]]), types.int64)
@@ -168,7 +167,7 @@ def launch(serial, par, args, nth: int, constants=()):
             precompile.note(f.kernel_fn, f.sig)
         if nth > 1:
             precompile.note(run_workers, driver_sig)
-        return precompile.deferred(lambda: launch(serial, par, args, nth, constants))
+        return precompile.deferred(lambda: launch(serial, args, nth, constants))
     run = precompile.entry_point(serial, sig)
     args = tuple(f.address() if isinstance(f, NativeFunction) else f for f in args)
     if nth == 1:

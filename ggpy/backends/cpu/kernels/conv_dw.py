@@ -6,7 +6,7 @@ then one dot product per output pixel: ggml's im2col path, kept for comparison).
 Arrays are numpy views of shape (ne3, ne2, ne1, ne0); F16 arrives as uint16 bits.
 """
 import numpy as np
-from numba import prange, typeof, types
+from numba import typeof, types
 
 from ..registry import BoundNode, register
 from .common import (
@@ -15,7 +15,6 @@ from .common import (
     call_native,
     kernel,
     launch,
-    parallel_kernel,
     row_index,
     scalar,
     specialize,
@@ -67,12 +66,6 @@ def dw_whcn(d, a, b, s0, s1, p0, p1, d0, d1, ith, nth):
                     _axpy(drow[x0:x1], brow[ix0:ix0 + x1 - x0], wt)
                 else:
                     _axpy(drow[x0:x1], brow[ix0:ix0 + (x1 - x0 - 1) * s0 + 1:s0], wt)
-
-
-@parallel_kernel
-def dw_whcn_par(d, a, b, s0, s1, p0, p1, d0, d1, nth):
-    for ith in prange(nth):
-        dw_whcn(d, a, b, s0, s1, p0, p1, d0, d1, ith, nth)
 
 
 @kernel
@@ -128,12 +121,6 @@ def dw_cwhn(act, d, wt, b, bias, s0, s1, p0, p1, d0, d1, ith, nth):
             call_native(act, (0, drow))
 
 
-@parallel_kernel
-def dw_cwhn_par(act, d, wt, b, bias, s0, s1, p0, p1, d0, d1, nth):
-    for ith in prange(nth):
-        dw_cwhn(act, d, wt, b, bias, s0, s1, p0, p1, d0, d1, ith, nth)
-
-
 @kernel
 def dw_im2col(d, a, b, patches, s0, s1, p0, p1, d0, d1, ith, nth):
     """d (N, C, OH, OW) from b (N, C, H, W) and a (C, 1, KH, KW): for each channel and tile of output pixels,
@@ -169,12 +156,6 @@ def dw_im2col(d, a, b, patches, s0, s1, p0, p1, d0, d1, ith, nth):
             for q in range(wv.size):
                 acc += row[q] * wv[q]
             d[n, c, (first + j) // ow, (first + j) % ow] = acc
-
-
-@parallel_kernel
-def dw_im2col_par(d, a, b, patches, s0, s1, p0, p1, d0, d1, nth):
-    for ith in prange(nth):
-        dw_im2col(d, a, b, patches, s0, s1, p0, p1, d0, d1, ith, nth)
 
 
 def _im2col_tile(node, backend) -> int:
@@ -216,9 +197,9 @@ def bind_conv_2d_dw(b: BoundNode):
     if b.impl == "im2col":
         tile = _im2col_tile(b.node, b.backend)
         patches = b.temp[:b.n_threads * tile * taps * 4].view(np.float32).reshape(b.n_threads, tile, taps)
-        return launch(dw_im2col, dw_im2col_par, (d, a, x, patches) + params, nth)
+        return launch(dw_im2col, (d, a, x, patches) + params, nth)
     if not _uses_cwhn_kernel(b.node):
-        return launch(dw_whcn, dw_whcn_par, (d, a, x) + params, nth)
+        return launch(dw_whcn, (d, a, x) + params, nth)
     return bind_dw_cwhn_epilogue(b)
 
 
@@ -241,7 +222,7 @@ def bind_dw_cwhn_epilogue(b: BoundNode, bias: np.ndarray | None = None, act: str
     rows = types.Array(typeof(d).dtype, 2, "C" if typeof(d).layout == "C" else "A")       # d[n, oy] in dw_cwhn
     act_fn = 0 if act is None else NativeFunction(act_rows, (types.literal(epilogue_code(act)), rows))
     prepare = specialize(dw_taps, wt, a)
-    run = launch(dw_cwhn, dw_cwhn_par, (act_fn, d, wt, x.transpose(0, 2, 3, 1), bias) + params, nth)
+    run = launch(dw_cwhn, (act_fn, d, wt, x.transpose(0, 2, 3, 1), bias) + params, nth)
 
     def run_cwhn():
         prepare(wt, a)

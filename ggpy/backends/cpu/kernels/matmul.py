@@ -13,7 +13,7 @@ An operand that cannot be read in place (F16, or no unit stride in either of its
 first converted to contiguous F32 in a temp block from the allocator's heap.
 """
 import numpy as np
-from numba import int64, prange, typeof, types
+from numba import int64, typeof, types
 
 from ....errors import UnsupportedOpError
 from ..registry import BoundNode, register
@@ -25,7 +25,6 @@ from .common import (
     call_native,
     kernel,
     launch,
-    parallel_kernel,
     row_index,
     scalar,
 )
@@ -50,12 +49,6 @@ def to_f32_rows(dst, src, ith, nth):
         srow = src[i3, i2, i1]
         for i0 in range(ne0):
             drow[i0] = load(srow[i0])
-
-
-@parallel_kernel
-def to_f32_par(dst, src, nth):
-    for ith in prange(nth):
-        to_f32_rows(dst, src, ith, nth)
 
 
 @scalar
@@ -115,12 +108,6 @@ def mul_mat_rows(fn, epi, d, a, x, trans_a, lda, trans_x, ldx, bias, chunk, nspl
                 call_native(epi, (0, d, int64(i3), int64(i2), int64(c0), int64(c1), bias))
 
 
-@parallel_kernel
-def mul_mat_par(fn, epi, d, a, x, trans_a, lda, trans_x, ldx, bias, chunk, nsplit, nth):
-    for ith in prange(nth):
-        mul_mat_rows(fn, epi, d, a, x, trans_a, lda, trans_x, ldx, bias, chunk, nsplit, ith, nth)
-
-
 @kernel
 def mul_mat_gemm_rows(epi, d, a, x, bias, chunk, nsplit, scratch, ith, nth):
     """mul_mat_rows by the own GEMM: the worker packs each matrix a it meets into its part of `scratch`
@@ -142,12 +129,6 @@ def mul_mat_gemm_rows(epi, d, a, x, bias, chunk, nsplit, scratch, ith, nth):
                                     x[i3, i2, c0:c1], rest)
             if epi:
                 call_native(epi, (0, d, int64(i3), int64(i2), int64(c0), int64(c1), bias))
-
-
-@parallel_kernel
-def mul_mat_gemm_par(epi, d, a, x, bias, chunk, nsplit, scratch, nth):
-    for ith in prange(nth):
-        mul_mat_gemm_rows(epi, d, a, x, bias, chunk, nsplit, scratch, ith, nth)
 
 
 def _blas_layout(arr: np.ndarray, transposed_if_rows: bool):
@@ -242,7 +223,7 @@ def bind_mul_mat_epilogue(b: BoundNode, bias: np.ndarray | None = None, act: str
         if conv:
             wide = b.temp[offset:offset + arr.size * 4].view(np.float32).reshape(arr.shape)
             offset += _aligned(arr.size * 4)
-            prepare.append(launch(to_f32_rows, to_f32_par, (wide, arr), b.threads_for(arr.size)))
+            prepare.append(launch(to_f32_rows, (wide, arr), b.threads_for(arr.size)))
             arr = wide
         operands.append(arr)
     a, x = _merge_batches(d, *operands)
@@ -261,11 +242,10 @@ def bind_mul_mat_epilogue(b: BoundNode, bias: np.ndarray | None = None, act: str
     chunk = EPILOGUE_ROWS if fused else max(1, d.shape[2])
     if per_worker:
         scratch = b.temp[offset:offset + nth * per_worker].view(np.float32).reshape(nth, per_worker // 4)
-        run = launch(mul_mat_gemm_rows, mul_mat_gemm_par, (epilogue(act, d, bias), d, a, x, bias, chunk, nsplit,
-                                                           scratch), nth)
+        run = launch(mul_mat_gemm_rows, (epilogue(act, d, bias), d, a, x, bias, chunk, nsplit, scratch), nth)
     else:
-        run = launch(mul_mat_rows, mul_mat_par, (SGEMM_ADDRESS, epilogue(act, d, bias), d, a, x, trans_a, lda, trans_x,
-                                                 ldx, bias, chunk, nsplit), nth)
+        run = launch(mul_mat_rows, (SGEMM_ADDRESS, epilogue(act, d, bias), d, a, x, trans_a, lda, trans_x, ldx, bias,
+                                    chunk, nsplit), nth)
     if not prepare:
         return run
 

@@ -222,8 +222,8 @@ def _workers_for(count: int) -> int:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    env = os.environ.get("GGPY_COMPILE_WORKERS")
-    limit = int(env) if env else MAX_WORKERS
+    env = os.environ.get("GGPY_COMPILE_WORKERS", "")
+    limit = int(env) if env.strip().isdigit() else MAX_WORKERS
     return max(1, min(cores, limit, count))
 
 
@@ -259,7 +259,8 @@ def compile_all(requests: Requests):
     progress = _Progress(len(todo), workers)
     try:
         if workers > 1:
-            _compile_in_workers(ship, workers, progress)
+            with contextlib.suppress(OSError):         # no worker could be started: all is compiled here
+                _compile_in_workers(ship, workers, progress)
         for i, (dispatcher, sig, label) in enumerate(todo):
             if sig not in dispatcher.overloads:
                 progress.start(i, f"{_name(dispatcher)} ({label})")

@@ -10,8 +10,16 @@ import math
 import numpy as np
 
 from ..registry import BoundNode, register
-from .common import (STREAM_MIN_BYTES, block, flat, kernel, launch, row_index, scalar,
-                     stream_store)
+from .common import (
+    STREAM_MIN_BYTES,
+    block,
+    flat,
+    kernel,
+    launch,
+    row_index,
+    scalar,
+    stream_store,
+)
 from .fp16 import load, store
 from .mathfn import fast_erf, fast_exp, fast_sigmoid, fast_tanh
 

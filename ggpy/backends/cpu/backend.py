@@ -12,7 +12,7 @@ from ...errors import AllocationError
 from ...graph.fusion import find_fusions, fusion_stamp
 from ...ops.registry import is_view
 from ..base import Backend, Step, Timing
-from . import autotune, kernels  # noqa: F401 - kernels registers every kernel module
+from . import autotune, kernels, precompile  # noqa: F401 - kernels registers every kernel module
 from .buffer import HostBufferType
 from .kernels.blas import single_threaded_blas
 from .kernels.conv.depthwise import bind_dw_cwhn_epilogue, fuses_epilogue
@@ -20,12 +20,16 @@ from .kernels.matmul import bind_mul_mat_epilogue
 from .kernels.norm import bind_norm_affine
 from .registry import KERNELS, BoundNode
 
-
 DEFAULT_SCRATCH_BUDGET = 16 << 20
 
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
     return a.ctypes.data == b.ctypes.data and a.shape == b.shape and a.strides == b.strides
+
+
+def _label(op: str, kernel: str) -> str:
+    """What a node runs, for compile progress: its kernel name, prefixed by the op when the name lacks it."""
+    return kernel if op.replace("_", "") in kernel.replace("_", "") else f"{op} {kernel}"
 
 
 class CPUBackend(Backend):
@@ -158,12 +162,24 @@ class CPUBackend(Backend):
         return self.cached(graph, "program", self._make_program, (self.plan_stamp(graph), self.n_threads))
 
     def _make_program(self, graph) -> tuple:
+        with precompile.collecting() as requests:       # kernels not compiled yet: noted, compiled together
+            runs = self._bind_all(graph, requests)
+        if requests:
+            precompile.compile_all(requests)
+            runs = self._bind_all(graph)
+        return runs
+
+    def _bind_all(self, graph, requests=None) -> tuple:
+        """([Step], whether a kernel calls BLAS) binding every node of a planned graph; `requests` (collecting)
+        gets each node's op and kernel name as the label of what it notes."""
         runs, skipped = [], set()
         fusions = self._fusions(graph)
         for node in graph.nodes:
             if id(node) in skipped:
                 continue
             fused = fusions.get(id(node))
+            if requests is not None:
+                requests.label = _label(node.op, self.kernel_name(node))
             run = self._bind_fused(fused) if fused is not None else None
             if run is not None:
                 skipped.update(id(n) for n in fused.skipped)

@@ -8,12 +8,19 @@ each op gets its own vectorised loop.
 import math
 
 import numpy as np
-from numba import prange
 
 from ....ops.registry import ACTIVATIONS
 from ..registry import BoundNode, register
-from .common import (STREAM_MIN_BYTES, block, flat, kernel, launch, parallel_kernel, row_index, scalar,
-                     stream_store)
+from .common import (
+    STREAM_MIN_BYTES,
+    block,
+    flat,
+    kernel,
+    launch,
+    row_index,
+    scalar,
+    stream_store,
+)
 from .fp16 import load, store
 from .mathfn import fast_erf, fast_exp, fast_sigmoid, fast_tanh
 
@@ -242,12 +249,6 @@ def binary_flat_stream(op, d, a, b, ith, nth):
         stream_store(d, i, store(f(load(a[i]), load(b[i])), dt))
 
 
-@parallel_kernel
-def binary_flat_stream_par(op, d, a, b, nth):
-    for ith in prange(nth):
-        binary_flat_stream(op, d, a, b, ith, nth)
-
-
 @kernel
 def binary_rows_inplace(op, d, b, ith, nth):
     """d = d (op) b row by row, b broadcast (one array read and written: the loop vectorises, which LLVM's
@@ -271,24 +272,6 @@ def binary_rows_inplace(op, d, b, ith, nth):
         else:
             for i0 in range(ne0):
                 drow[i0] = store(f(load(drow[i0]), load(brow[i0 % nb0])), dt)
-
-
-@parallel_kernel
-def binary_rows_inplace_par(op, d, b, nth):
-    for ith in prange(nth):
-        binary_rows_inplace(op, d, b, ith, nth)
-
-
-@parallel_kernel
-def binary_rows_par(op, d, a, b, nth):
-    for ith in prange(nth):
-        binary_rows(op, d, a, b, ith, nth)
-
-
-@parallel_kernel
-def binary_flat_par(op, d, a, b, nth):
-    for ith in prange(nth):
-        binary_flat(op, d, a, b, ith, nth)
 
 
 @kernel
@@ -328,36 +311,17 @@ def unary_flat_inplace(op, p0, p1, d, ith, nth):
         d[i] = store(f(load(d[i]), p0, p1), dt)
 
 
-@parallel_kernel
-def unary_flat_inplace_par(op, p0, p1, d, nth):
-    for ith in prange(nth):
-        unary_flat_inplace(op, p0, p1, d, ith, nth)
-
-
-@parallel_kernel
-def unary_rows_par(op, p0, p1, d, a, nth):
-    for ith in prange(nth):
-        unary_rows(op, p0, p1, d, a, ith, nth)
-
-
-@parallel_kernel
-def unary_flat_par(op, p0, p1, d, a, nth):
-    for ith in prange(nth):
-        unary_flat(op, p0, p1, d, a, ith, nth)
-
-
 @register(*BINARY_CODES)
 def bind_binary(b: BoundNode):
     op = BINARY_CODES[b.node.op]
     d, x, y = b.dst, b.srcs[0], b.srcs[1]
     if _same_memory(d, x) and not np.shares_memory(d, y):
-        return launch(binary_rows_inplace, binary_rows_inplace_par, (op, d, y), b.threads_for(d.size), constants=(0,))
+        return launch(binary_rows_inplace, (op, d, y), b.threads_for(d.size), constants=(0,))
     if x.shape == y.shape == d.shape and all(flat(t) is not None for t in (d, x, y)):
         if d.nbytes >= STREAM_MIN_BYTES and not _aliases(d, x, y):
-            return launch(binary_flat_stream, binary_flat_stream_par, (op, flat(d), flat(x), flat(y)),
-                          b.threads_for(d.size), constants=(0,))
-        return launch(binary_flat, binary_flat_par, (op, flat(d), flat(x), flat(y)), b.threads_for(d.size), constants=(0,))
-    return launch(binary_rows, binary_rows_par, (op, d, x, y), b.threads_for(d.size), constants=(0,))
+            return launch(binary_flat_stream, (op, flat(d), flat(x), flat(y)), b.threads_for(d.size), constants=(0,))
+        return launch(binary_flat, (op, flat(d), flat(x), flat(y)), b.threads_for(d.size), constants=(0,))
+    return launch(binary_rows, (op, d, x, y), b.threads_for(d.size), constants=(0,))
 
 
 def _same_memory(d, a) -> bool:
@@ -388,8 +352,7 @@ def bind_unary(b: BoundNode):
     p0, p1 = (np.float32(p) for p in _unary_params(b.node))
     d, x = b.dst, b.srcs[0]
     if flat(d) is not None and _same_memory(d, x):
-        return launch(unary_flat_inplace, unary_flat_inplace_par, (op, p0, p1, flat(d)), b.threads_for(d.size),
-                      constants=(0,))
+        return launch(unary_flat_inplace, (op, p0, p1, flat(d)), b.threads_for(d.size), constants=(0,))
     if flat(d) is not None and flat(x) is not None:
-        return launch(unary_flat, unary_flat_par, (op, p0, p1, flat(d), flat(x)), b.threads_for(d.size), constants=(0,))
-    return launch(unary_rows, unary_rows_par, (op, p0, p1, d, x), b.threads_for(d.size), constants=(0,))
+        return launch(unary_flat, (op, p0, p1, flat(d), flat(x)), b.threads_for(d.size), constants=(0,))
+    return launch(unary_rows, (op, p0, p1, d, x), b.threads_for(d.size), constants=(0,))

@@ -110,35 +110,17 @@ def copy_transposed(d, a, ith, nth):
                     drow[i] = convert(arow[i], drow.dtype)
 
 
-@parallel_kernel
-def copy_transposed_par(d, a, nth):
-    for ith in prange(nth):
-        copy_transposed(d, a, ith, nth)
-
-
-@parallel_kernel
-def copy_flat_par(d, a, nth):
-    for ith in prange(nth):
-        copy_flat(d, a, ith, nth)
-
-
-@parallel_kernel
-def copy_nd_par(d, a, nth):
-    for ith in prange(nth):
-        copy_nd(d, a, ith, nth)
-
-
 @register("dup", "cont", "cpy")
 def bind_copy(b: BoundNode):
     d, x = b.dst, b.srcs[0]
     nth = b.threads_for(d.size)
     if flat(d) is not None and flat(x) is not None:
-        return launch(copy_flat, copy_flat_par, (flat(d), flat(x)), nth)
+        return launch(copy_flat, (flat(d), flat(x)), nth)
     axis = _unit_axis(x)
     if d.shape == x.shape and d.flags.c_contiguous and axis is not None and d.shape[3] > 1:
         dd, xx = np.moveaxis(d, axis, 2), np.moveaxis(x, axis, 2)
-        return launch(copy_transposed, copy_transposed_par, (dd, xx), nth)
-    return launch(copy_nd, copy_nd_par, (d, x), nth)
+        return launch(copy_transposed, (dd, xx), nth)
+    return launch(copy_nd, (d, x), nth)
 
 
 def _unit_axis(x: np.ndarray):
@@ -180,16 +162,10 @@ def concat_rows(dim, d, a, b, ith, nth):
             drow[i0] = convert(srow[i0], drow.dtype)
 
 
-@parallel_kernel
-def concat_rows_par(dim, d, a, b, nth):
-    for ith in prange(nth):
-        concat_rows(dim, d, a, b, ith, nth)
-
-
 @register("concat")
 def bind_concat(b: BoundNode):
     args = (b.node.op_params["dim"], b.dst, b.srcs[0], b.srcs[1])
-    return launch(concat_rows, concat_rows_par, args, b.threads_for(b.dst.size))
+    return launch(concat_rows, args, b.threads_for(b.dst.size))
 
 
 @kernel
@@ -216,16 +192,10 @@ def pad_rows(lp0, lp1, lp2, lp3, d, a, ith, nth):
                 drow[i0] = zero
 
 
-@parallel_kernel
-def pad_rows_par(lp0, lp1, lp2, lp3, d, a, nth):
-    for ith in prange(nth):
-        pad_rows(lp0, lp1, lp2, lp3, d, a, ith, nth)
-
-
 @register("pad")
 def bind_pad(b: BoundNode):
     args = (*b.node.op_params["lp"], b.dst, b.srcs[0])
-    return launch(pad_rows, pad_rows_par, args, b.threads_for(b.dst.size))
+    return launch(pad_rows, args, b.threads_for(b.dst.size))
 
 
 @kernel
@@ -245,15 +215,9 @@ def repeat_rows(d, a, ith, nth):
                 drow[t + i0] = convert(arow[i0], drow.dtype)
 
 
-@parallel_kernel
-def repeat_rows_par(d, a, nth):
-    for ith in prange(nth):
-        repeat_rows(d, a, ith, nth)
-
-
 @register("repeat")
 def bind_repeat(b: BoundNode):
-    return launch(repeat_rows, repeat_rows_par, (b.dst, b.srcs[0]), b.threads_for(b.dst.size))
+    return launch(repeat_rows, (b.dst, b.srcs[0]), b.threads_for(b.dst.size))
 
 
 # -- get_rows ------------------------------------------------------------------------------------------------

@@ -13,13 +13,21 @@ An operand that cannot be read in place (F16, or no unit stride in either of its
 first converted to contiguous F32 in a temp block from the allocator's heap.
 """
 import numpy as np
-from numba import prange
+from numba import int64, typeof, types
 
 from ....errors import UnsupportedOpError
 from ..registry import BoundNode, register
 from . import gemm as own_gemm
 from .blas import SGEMM_ADDRESS, sgemm
-from .common import block, kernel, launch, parallel_kernel, row_index, scalar
+from .common import (
+    NativeFunction,
+    block,
+    call_native,
+    kernel,
+    launch,
+    row_index,
+    scalar,
+)
 from .elementwise import EPILOGUE_FUNCS, epilogue_code
 from .fp16 import load
 
@@ -41,12 +49,6 @@ def to_f32_rows(dst, src, ith, nth):
         srow = src[i3, i2, i1]
         for i0 in range(ne0):
             drow[i0] = load(srow[i0])
-
-
-@parallel_kernel
-def to_f32_par(dst, src, nth):
-    for ith in prange(nth):
-        to_f32_rows(dst, src, ith, nth)
 
 
 @scalar
@@ -71,12 +73,28 @@ def _epilogue(f, d, i3, i2, c0, c1, bias):
 
 
 @kernel
-def mul_mat_rows(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, chunk, nsplit, ith, nth):
+def epilogue_rows(act, d, i3, i2, c0, c1, bias):
+    """d[i3, i2, c0:c1] = act(d + bias) row by row: the tail of a fused add(mul_mat, bias) [+ activation],
+    compiled per activation (act: an EPILOGUE_FUNCS code, a literal) and called by the product's workers
+    through its address (epilogue()), so that the product kernels compile once for every activation."""
+    _epilogue(EPILOGUE_FUNCS[act], d, i3, i2, c0, c1, bias)
+
+
+def epilogue(act: str | None, d: np.ndarray, bias: np.ndarray):
+    """The launch argument a product kernel calls as its fused epilogue on d: epilogue_rows for `act` (by
+    address), or 0 when there is no bias (nothing fused)."""
+    if not bias.size:
+        return 0
+    i = types.int64
+    return NativeFunction(epilogue_rows, (types.literal(epilogue_code(act)), typeof(d), i, i, i, i, typeof(bias)))
+
+
+@kernel
+def mul_mat_rows(fn, epi, d, a, x, trans_a, lda, trans_x, ldx, bias, chunk, nsplit, ith, nth):
     """Worker ith's products by BLAS sgemm: tasks (matrix, row block) ith, ith + nth, ... of nmat * nsplit,
     `chunk` output rows per sgemm call. With a bias (size M), each chunk then gets d[row] = act(d[row] + bias)
-    while it is in cache: a fused add(mul_mat, bias) [+ activation]; act is an EPILOGUE_FUNCS code (compiled
-    in)."""
-    f = EPILOGUE_FUNCS[act]
+    while it is in cache: a fused add(mul_mat, bias) [+ activation] by the epilogue at address epi
+    (epilogue())."""
     m, k = d.shape[3], a.shape[3]
     work = np.empty(10, np.int32)
     for t in range(ith, d.shape[0] * d.shape[1] * nsplit, nth):
@@ -86,20 +104,14 @@ def mul_mat_rows(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, chunk, nspl
             sgemm(fn, work, trans_a, trans_x, m, c1 - c0, k, a[a3, a2].ctypes.data, lda,
                   x[i3, i2].ctypes.data + c0 * x.strides[2], ldx, d[i3, i2].ctypes.data + c0 * d.strides[2],
                   d.strides[2] // 4)
-            _epilogue(f, d, i3, i2, c0, c1, bias)
-
-
-@parallel_kernel
-def mul_mat_par(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, chunk, nsplit, nth):
-    for ith in prange(nth):
-        mul_mat_rows(fn, act, d, a, x, trans_a, lda, trans_x, ldx, bias, chunk, nsplit, ith, nth)
+            if epi:
+                call_native(epi, (0, d, int64(i3), int64(i2), int64(c0), int64(c1), bias))
 
 
 @kernel
-def mul_mat_gemm_rows(act, d, a, x, bias, chunk, nsplit, scratch, ith, nth):
+def mul_mat_gemm_rows(epi, d, a, x, bias, chunk, nsplit, scratch, ith, nth):
     """mul_mat_rows by the own GEMM: the worker packs each matrix a it meets into its part of `scratch`
     (nth, floats) once, then multiplies its rows of x in chunks."""
-    f = EPILOGUE_FUNCS[act]
     m, k = d.shape[3], a.shape[3]
     mine = scratch[ith]
     packed_size = own_gemm.packed_a_floats(m, k)
@@ -115,13 +127,8 @@ def mul_mat_gemm_rows(act, d, a, x, bias, chunk, nsplit, scratch, ith, nth):
             c1 = min(n1, c0 + chunk)
             own_gemm.gemm_prepacked(d[i3, i2].ctypes.data + c0 * d.strides[2], d.strides[2] // 4, m, ap,
                                     x[i3, i2, c0:c1], rest)
-            _epilogue(f, d, i3, i2, c0, c1, bias)
-
-
-@parallel_kernel
-def mul_mat_gemm_par(act, d, a, x, bias, chunk, nsplit, scratch, nth):
-    for ith in prange(nth):
-        mul_mat_gemm_rows(act, d, a, x, bias, chunk, nsplit, scratch, ith, nth)
+            if epi:
+                call_native(epi, (0, d, int64(i3), int64(i2), int64(c0), int64(c1), bias))
 
 
 def _blas_layout(arr: np.ndarray, transposed_if_rows: bool):
@@ -216,7 +223,7 @@ def bind_mul_mat_epilogue(b: BoundNode, bias: np.ndarray | None = None, act: str
         if conv:
             wide = b.temp[offset:offset + arr.size * 4].view(np.float32).reshape(arr.shape)
             offset += _aligned(arr.size * 4)
-            prepare.append(launch(to_f32_rows, to_f32_par, (wide, arr), b.threads_for(arr.size)))
+            prepare.append(launch(to_f32_rows, (wide, arr), b.threads_for(arr.size)))
             arr = wide
         operands.append(arr)
     a, x = _merge_batches(d, *operands)
@@ -235,11 +242,10 @@ def bind_mul_mat_epilogue(b: BoundNode, bias: np.ndarray | None = None, act: str
     chunk = EPILOGUE_ROWS if fused else max(1, d.shape[2])
     if per_worker:
         scratch = b.temp[offset:offset + nth * per_worker].view(np.float32).reshape(nth, per_worker // 4)
-        run = launch(mul_mat_gemm_rows, mul_mat_gemm_par, (epilogue_code(act), d, a, x, bias, chunk, nsplit, scratch),
-                     nth, constants=(0,))
+        run = launch(mul_mat_gemm_rows, (epilogue(act, d, bias), d, a, x, bias, chunk, nsplit, scratch), nth)
     else:
-        run = launch(mul_mat_rows, mul_mat_par, (SGEMM_ADDRESS, epilogue_code(act), d, a, x, trans_a, lda, trans_x,
-                                                 ldx, bias, chunk, nsplit), nth, constants=(1,))
+        run = launch(mul_mat_rows, (SGEMM_ADDRESS, epilogue(act, d, bias), d, a, x, trans_a, lda, trans_x, ldx, bias,
+                                    chunk, nsplit), nth)
     if not prepare:
         return run
 

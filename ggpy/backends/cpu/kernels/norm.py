@@ -8,10 +8,10 @@ element is written.
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ..registry import BoundNode, register
-from .common import block, kernel, launch, parallel_kernel, row_index
+from .common import block, kernel, launch, row_index
 from .elementwise import EPILOGUE_FUNCS, epilogue_code
 from .fp16 import load, store
 from .reduce import row_sum
@@ -68,16 +68,10 @@ def norm_affine_rows(act, d, a, w, bias, eps, ith, nth):
             drow[i0] = f((load(arow[i0]) - m32) * inv32 * w[i0] + bias[i0], zero, zero)
 
 
-@parallel_kernel
-def norm_affine_par(act, d, a, w, bias, eps, nth):
-    for ith in prange(nth):
-        norm_affine_rows(act, d, a, w, bias, eps, ith, nth)
-
-
 def bind_norm_affine(b: BoundNode, w: np.ndarray, bias: np.ndarray, act: str | None = None):
     """A fused `act(add(mul(norm(a), w), bias))` into b.dst (float32, a's shape; may be a's memory)."""
     args = (epilogue_code(act), b.dst, b.srcs[0], w, bias, b.node.op_params["eps"])
-    return launch(norm_affine_rows, norm_affine_par, args, b.threads_for(b.dst.size), constants=(0,))
+    return launch(norm_affine_rows, args, b.threads_for(b.dst.size), constants=(0,))
 
 
 @kernel
@@ -95,24 +89,12 @@ def rms_norm_rows(d, a, eps, ith, nth):
             drow[i0] = store(load(arow[i0]) * inv, dt)
 
 
-@parallel_kernel
-def norm_par(d, a, eps, nth):
-    for ith in prange(nth):
-        norm_rows(d, a, eps, ith, nth)
-
-
-@parallel_kernel
-def rms_norm_par(d, a, eps, nth):
-    for ith in prange(nth):
-        rms_norm_rows(d, a, eps, ith, nth)
-
-
 @register("norm", "rms_norm")
 def bind_norm(b: BoundNode):
-    serial, par = (norm_rows, norm_par) if b.node.op == "norm" else (rms_norm_rows, rms_norm_par)
+    serial = norm_rows if b.node.op == "norm" else rms_norm_rows
     args = (b.dst, b.srcs[0], b.node.op_params["eps"])
     nth = b.threads_for(b.dst.size)
-    return launch(serial, par, args, nth)
+    return launch(serial, args, nth)
 
 
 @kernel
@@ -146,12 +128,6 @@ def group_norm_groups(d, a, per, eps, ith, nth):
                     drow[i0] = store(np.float32((load(arow[i0]) - mean) * inv), dt)
 
 
-@parallel_kernel
-def group_norm_par(d, a, per, eps, nth):
-    for ith in prange(nth):
-        group_norm_groups(d, a, per, eps, ith, nth)
-
-
 @register("group_norm")
 def bind_group_norm(b: BoundNode):
     d = b.dst
@@ -160,4 +136,4 @@ def bind_group_norm(b: BoundNode):
     args = (d, b.srcs[0], per, p["eps"])
     units = d.shape[0] * ((d.shape[1] + per - 1) // per)
     nth = min(units, b.threads_for(d.size))
-    return launch(group_norm_groups, group_norm_par, args, nth)
+    return launch(group_norm_groups, args, nth)

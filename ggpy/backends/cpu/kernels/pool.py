@@ -5,10 +5,9 @@ Arrays are numpy views of shape (ne3, ne2, ne1, ne0) with any strides; F16 arriv
 import math
 
 import numpy as np
-from numba import prange
 
 from ..registry import BoundNode, register
-from .common import block, kernel, launch, parallel_kernel, row_index, scalar
+from .common import block, kernel, launch, row_index, scalar
 from .fp16 import load, store
 
 POOL_MAX, POOL_AVG = 0, 1
@@ -44,19 +43,13 @@ def pool_2d_rows(op, k0, k1, s0, s1, p0, p1, d, a, ith, nth):
             drow[i0] = store(acc, drow.dtype)
 
 
-@parallel_kernel
-def pool_2d_rows_par(op, k0, k1, s0, s1, p0, p1, d, a, nth):
-    for ith in prange(nth):
-        pool_2d_rows(op, k0, k1, s0, s1, p0, p1, d, a, ith, nth)
-
-
 @register("pool_2d")
 def bind_pool_2d(b: BoundNode):
     p = b.node.op_params
     op = POOL_MAX if p["op"] == "max" else POOL_AVG
     args = (op, *p["k"], *p["s"], *p["p"], b.dst, b.srcs[0])
     work = b.dst.size * p["k"][0] * p["k"][1]
-    return launch(pool_2d_rows, pool_2d_rows_par, args, b.threads_for(work), constants=(0,))
+    return launch(pool_2d_rows, args, b.threads_for(work), constants=(0,))
 
 
 @scalar
@@ -113,15 +106,9 @@ def upscale_rows(mode, align_corners, d, a, ith, nth):
             drow[i0] = store(t * (np.float32(1.0) - wy) + u * wy, drow.dtype)
 
 
-@parallel_kernel
-def upscale_rows_par(mode, align_corners, d, a, nth):
-    for ith in prange(nth):
-        upscale_rows(mode, align_corners, d, a, ith, nth)
-
-
 @register("upscale")
 def bind_upscale(b: BoundNode):
     p = b.node.op_params
     mode = NEAREST if p["mode"] == "nearest" else BILINEAR
     args = (mode, p["align_corners"], b.dst, b.srcs[0])
-    return launch(upscale_rows, upscale_rows_par, args, b.threads_for(b.dst.size), constants=(0,))
+    return launch(upscale_rows, args, b.threads_for(b.dst.size), constants=(0,))

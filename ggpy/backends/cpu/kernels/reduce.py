@@ -67,18 +67,12 @@ def sum_rows_rows(d, a, div, ith, nth):
         d[i3, i2, i1, 0] = store(np.float32(row_sum(a[i3, i2, i1]) / div), dt)
 
 
-@parallel_kernel
-def sum_rows_par(d, a, div, nth):
-    for ith in prange(nth):
-        sum_rows_rows(d, a, div, ith, nth)
-
-
 @register("sum_rows", "mean")
 def bind_sum_rows(b: BoundNode):
     d, x = b.dst, b.srcs[0]
     args = (d, x, float(x.shape[-1]) if b.node.op == "mean" else 1.0)
     nth = b.threads_for(x.size)
-    return launch(sum_rows_rows, sum_rows_par, args, nth)
+    return launch(sum_rows_rows, args, nth)
 
 
 @kernel
@@ -99,14 +93,8 @@ def argmax_rows(d, a, ith, nth):
         d[0, 0, 0, r] = k
 
 
-@parallel_kernel
-def argmax_par(d, a, nth):
-    for ith in prange(nth):
-        argmax_rows(d, a, ith, nth)
-
-
 @register("argmax")
 def bind_argmax(b: BoundNode):
     d, x = b.dst, b.srcs[0]
     nth = b.threads_for(x.size)
-    return launch(argmax_rows, argmax_par, (d, x), nth)
+    return launch(argmax_rows, (d, x), nth)

@@ -3,10 +3,9 @@
 Arrays are numpy views of shape (ne3, ne2, ne1, ne0) with any strides; F16 arrives as uint16 bits.
 """
 import numpy as np
-from numba import prange
 
 from ..registry import BoundNode, register
-from .common import block, kernel, launch, parallel_kernel, row_index
+from .common import block, kernel, launch, row_index
 from .fp16 import load, store
 from .layout import convert
 
@@ -43,19 +42,13 @@ def window_rows(op, w, npx, d, a, ith, nth):
             drow[i0] = convert(arow[i0], drow.dtype)
 
 
-@parallel_kernel
-def window_rows_par(op, w, npx, d, a, nth):
-    for ith in prange(nth):
-        window_rows(op, w, npx, d, a, ith, nth)
-
-
 @register(*WINDOW_CODES)
 def bind_window(b: BoundNode):
     node = b.node
     w = node.op_params.get("w", 1)
     npx = (node.ne[1] + w - 1) // w if node.op == "win_unpart" else node.op_params.get("npx", 1)
     args = (WINDOW_CODES[node.op], w, npx, b.dst, b.srcs[0])
-    return launch(window_rows, window_rows_par, args, b.threads_for(b.dst.size))
+    return launch(window_rows, args, b.threads_for(b.dst.size))
 
 
 @kernel
@@ -79,15 +72,9 @@ def add_rel_pos_rows(d, a, pw, ph, ith, nth):
             drow[i0] = store(load(arow[i0]) + h + load(pwrow[i0]), drow.dtype)
 
 
-@parallel_kernel
-def add_rel_pos_rows_par(d, a, pw, ph, nth):
-    for ith in prange(nth):
-        add_rel_pos_rows(d, a, pw, ph, ith, nth)
-
-
 @register("add_rel_pos")
 def bind_add_rel_pos(b: BoundNode):
     pw, ph = b.srcs[1], b.srcs[2]
     shape = pw.shape + (pw.shape[3],)
     args = (b.dst.reshape(shape), b.srcs[0].reshape(shape), pw, ph)
-    return launch(add_rel_pos_rows, add_rel_pos_rows_par, args, b.threads_for(b.dst.size))
+    return launch(add_rel_pos_rows, args, b.threads_for(b.dst.size))

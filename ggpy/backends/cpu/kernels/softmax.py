@@ -8,11 +8,11 @@ import math
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic
 
 from ..registry import BoundNode, register
-from .common import block, kernel, launch, parallel_kernel, row_index
+from .common import block, kernel, launch, row_index
 from .fp16 import load, store
 from .mathfn import fast_exp
 
@@ -72,12 +72,6 @@ def soft_max_rows(d, a, m, slopes, scale, ith, nth):
             drow[i0] = store(buf[i0] * inv, dt)
 
 
-@parallel_kernel
-def soft_max_par(d, a, m, slopes, scale, nth):
-    for ith in prange(nth):
-        soft_max_rows(d, a, m, slopes, scale, ith, nth)
-
-
 def alibi_slopes(n_head: int, max_bias: float) -> np.ndarray:
     """float32 ALiBi slope of each head (dimension 2), as ggml: 1 for every head when max_bias <= 0."""
     if max_bias <= 0:
@@ -96,7 +90,7 @@ def bind_soft_max(b: BoundNode):
     slopes = alibi_slopes(d.shape[1], p["max_bias"])
     args = (d, x, m, slopes, np.float32(p["scale"]))
     nth = b.threads_for(d.size)
-    return launch(soft_max_rows, soft_max_par, args, nth)
+    return launch(soft_max_rows, args, nth)
 
 
 @kernel
@@ -117,16 +111,10 @@ def diag_mask_rows(d, a, n_past, copy, ith, nth):
             drow[i0] = store(np.float32(-np.inf), dt)
 
 
-@parallel_kernel
-def diag_mask_par(d, a, n_past, copy, nth):
-    for ith in prange(nth):
-        diag_mask_rows(d, a, n_past, copy, ith, nth)
-
-
 @register("diag_mask_inf")
 def bind_diag_mask_inf(b: BoundNode):
     d, x = b.dst, b.srcs[0]
     inplace = d.__array_interface__["data"][0] == x.__array_interface__["data"][0] and d.strides == x.strides
     args = (d, x, b.node.op_params["n_past"], not inplace)
     nth = b.threads_for(d.size)
-    return launch(diag_mask_rows, diag_mask_par, args, nth)
+    return launch(diag_mask_rows, args, nth)

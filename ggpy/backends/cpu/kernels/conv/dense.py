@@ -20,16 +20,15 @@ The im2col op writes each position's patch in order, compiled per kernel size (K
 runs of KW values unroll).
 """
 import numpy as np
-from numba import prange
 
 from .....errors import UnsupportedOpError
 from ...registry import BoundNode, register
 from . import winograd
 from .. import gemm as own_gemm
 from ..blas import SGEMM_ADDRESS, sgemm
-from ..common import block, kernel, launch, parallel_kernel, row_index, scalar
+from ..common import block, kernel, launch, row_index, scalar
 from ..fp16 import load, store
-from ..matmul import to_f32_par, to_f32_rows
+from ..matmul import to_f32_rows
 
 DIRECT_MAX_PATCH = 4
 IM2COL_CHUNK = 512
@@ -120,12 +119,6 @@ def im2col_rows(d, b, kh_n, kw_n, s0, s1, p0, p1, d0, d1, ith, nth):
             fill_patch(d[n, oh, ow], b, n, oh * s1 - p1, x0, kh_n, kw_n, d0, d1, inside)
 
 
-@parallel_kernel
-def im2col_par(d, b, kh_n, kw_n, s0, s1, p0, p1, d0, d1, nth):
-    for ith in prange(nth):
-        im2col_rows(d, b, kh_n, kw_n, s0, s1, p0, p1, d0, d1, ith, nth)
-
-
 @scalar
 def _product(fn, work, scratch, w_packed, trans_x, m, x_ptr, ldx, w, c_ptr, ldc):
     """C (m x OC, column-major, ldc floats) = X (m x K) @ w^T, w (OC, K) contiguous: by ggpy's own GEMM when
@@ -160,12 +153,6 @@ def conv_im2col_rows(fn, d, w, b, cols, chunk, scratch, kh_n, kw_n, s0, s1, p0, 
         q += m
 
 
-@parallel_kernel
-def conv_im2col_par(fn, d, w, b, cols, chunk, scratch, kh_n, kw_n, s0, s1, p0, p1, d0, d1, nth):
-    for ith in prange(nth):
-        conv_im2col_rows(fn, d, w, b, cols, chunk, scratch, kh_n, kw_n, s0, s1, p0, p1, d0, d1, ith, nth)
-
-
 @kernel
 def conv_1x1_rows(fn, d, w, b, trans_x, ldx, step, scratch, ith, nth):
     """d[n] (OC, P) = w (OC, IC) @ x_n (IC, P), x_n = image n of b read in place: position p, channel c at
@@ -183,12 +170,6 @@ def conv_1x1_rows(fn, d, w, b, trans_x, ldx, step, scratch, ith, nth):
         _product(fn, work, scratch[ith], q > q0, trans_x, m, b[n].ctypes.data + p0 * step, ldx, w,
                  d[n].ctypes.data + p0 * 4, plane)
         q += m
-
-
-@parallel_kernel
-def conv_1x1_par(fn, d, w, b, trans_x, ldx, step, scratch, nth):
-    for ith in prange(nth):
-        conv_1x1_rows(fn, d, w, b, trans_x, ldx, step, scratch, ith, nth)
 
 
 @kernel
@@ -220,12 +201,6 @@ def conv_direct_rows(d, a, b, s0, s1, p0, p1, d0, d1, ith, nth):
                     start = lo * s0 + off
                     for j in range(hi - lo):
                         dv[j] += w * load(brow[start + j * s0])
-
-
-@parallel_kernel
-def conv_direct_par(d, a, b, s0, s1, p0, p1, d0, d1, nth):
-    for ith in prange(nth):
-        conv_direct_rows(d, a, b, s0, s1, p0, p1, d0, d1, ith, nth)
 
 
 # -- shapes as the kernels see them -------------------------------------------------------------------------
@@ -380,8 +355,7 @@ def conv_name(node, impl) -> str:
 def widen(b: BoundNode, arr, temp_offset):
     """(contiguous F32 copy of arr in the temp block, the launch that fills it, next temp offset)."""
     wide = b.temp[temp_offset:temp_offset + arr.size * 4].view(np.float32).reshape(arr.shape)
-    return wide, launch(to_f32_rows, to_f32_par, (wide, arr), b.threads_for(arr.size)), \
-        temp_offset + aligned(arr.size * 4)
+    return wide, launch(to_f32_rows, (wide, arr), b.threads_for(arr.size)), temp_offset + aligned(arr.size * 4)
 
 
 def then(prepare, run):
@@ -409,8 +383,7 @@ def bind_conv(b: BoundNode):
     flops = 2 * d.size * k
     nth = max(1, min(b.n_threads, flops // (1 << 18)))
     if impl == "direct":
-        return launch(conv_direct_rows, conv_direct_par, (d, a, x, s0, s1, p0, p1, d0, d1),
-                      b.threads_for(flops // 2, 1 << 16))
+        return launch(conv_direct_rows, (d, a, x, s0, s1, p0, p1, d0, d1), b.threads_for(flops // 2, 1 << 16))
     if impl == "winograd":
         return winograd.bind(b, d, a, x, nth)
     prepare, offset = [], 0
@@ -426,15 +399,13 @@ def bind_conv(b: BoundNode):
             layout = (False, x.shape[2] * x.shape[3], 4)
         trans_x, ldx, step_bytes = layout
         scratch, _ = worker_panels(b, offset, _gemm_1x1_bytes(node, b.backend)[2], nth)
-        return then(prepare, launch(conv_1x1_rows, conv_1x1_par,
-                                     (SGEMM_ADDRESS, d, w, x, trans_x, ldx, step_bytes, scratch), nth))
+        return then(prepare, launch(conv_1x1_rows, (SGEMM_ADDRESS, d, w, x, trans_x, ldx, step_bytes, scratch), nth))
     scratch, offset = worker_panels(b, offset, _im2col_parts(node, b.backend)[1], nth)
     cols = b.temp[offset:].view(np.float32)
     nth = max(1, min(nth, cols.size // k))
     chunk = min(cols.size // (k * nth), IM2COL_CHUNK)
-    return then(prepare, launch(conv_im2col_rows, conv_im2col_par,
-                                 (SGEMM_ADDRESS, d, w, x, cols, chunk, scratch, a.shape[2], a.shape[3],
-                                  s0, s1, p0, p1, d0, d1), nth))
+    return then(prepare, launch(conv_im2col_rows, (SGEMM_ADDRESS, d, w, x, cols, chunk, scratch, a.shape[2],
+                                                   a.shape[3], s0, s1, p0, p1, d0, d1), nth))
 
 
 def worker_panels(b: BoundNode, offset: int, per_worker: int, nth: int):
@@ -468,4 +439,4 @@ def bind_im2col(b: BoundNode):
     if d.size == 0:
         return None
     nth = min(b.threads_for(d.size), d.shape[0] * d.shape[1])
-    return launch(im2col_rows, im2col_par, (d, x, kh, kw, s0, s1, p0, p1, d0, d1), nth, constants=(2, 3))
+    return launch(im2col_rows, (d, x, kh, kw, s0, s1, p0, p1, d0, d1), nth, constants=(2, 3))

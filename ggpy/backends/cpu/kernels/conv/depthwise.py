@@ -6,10 +6,19 @@ then one dot product per output pixel: ggml's im2col path, kept for comparison).
 Arrays are numpy views of shape (ne3, ne2, ne1, ne0); F16 arrives as uint16 bits.
 """
 import numpy as np
-from numba import prange
+from numba import typeof, types
 
 from ...registry import BoundNode, register
-from ..common import block, kernel, launch, parallel_kernel, row_index, scalar, specialize
+from ..common import (
+    NativeFunction,
+    block,
+    call_native,
+    kernel,
+    launch,
+    row_index,
+    scalar,
+    specialize,
+)
 from ..elementwise import EPILOGUE_FUNCS, epilogue_code
 from ..fp16 import load
 
@@ -59,12 +68,6 @@ def dw_whcn(d, a, b, s0, s1, p0, p1, d0, d1, ith, nth):
                     _axpy(drow[x0:x1], brow[ix0:ix0 + (x1 - x0 - 1) * s0 + 1:s0], wt)
 
 
-@parallel_kernel
-def dw_whcn_par(d, a, b, s0, s1, p0, p1, d0, d1, nth):
-    for ith in prange(nth):
-        dw_whcn(d, a, b, s0, s1, p0, p1, d0, d1, ith, nth)
-
-
 @kernel
 def dw_taps(wt, a):
     """wt (KH, KW, C) F32 = a (C, 1, KH, KW): each tap's weights contiguous over channels."""
@@ -75,11 +78,22 @@ def dw_taps(wt, a):
 
 
 @kernel
+def act_rows(act, rows):
+    """rows = act(rows) for an output row (OW, C) of dw_cwhn: its fused activation, compiled per activation (act:
+    an EPILOGUE_FUNCS code, a literal) and called through its address, so dw_cwhn compiles once for all."""
+    f = EPILOGUE_FUNCS[act]
+    for j in range(rows.shape[0]):
+        dv = rows[j]
+        for c in range(dv.shape[0]):
+            dv[c] = f(dv[c], _ZERO, _ZERO)
+
+
+@kernel
 def dw_cwhn(act, d, wt, b, bias, s0, s1, p0, p1, d0, d1, ith, nth):
     """d (N, OH, OW, C) = act(b (N, H, W, C) convolved per channel with wt (KH, KW, C) + bias (C,));
     channels innermost. Each output row (OW, C) starts from the bias, is accumulated tap by tap over the
-    pixels the tap reaches, then activated while in cache. act: 0 for none, else 1 + a unary op code."""
-    f = EPILOGUE_FUNCS[act]
+    pixels the tap reaches, then activated while in cache. act: 0 for none, else the address of act_rows for
+    the activation."""
     oh, ow, nc = d.shape[1], d.shape[2], d.shape[3]
     h, w = b.shape[1], b.shape[2]
     kh, kw = wt.shape[0], wt.shape[1]
@@ -103,17 +117,8 @@ def dw_cwhn(act, d, wt, b, bias, s0, s1, p0, p1, d0, d1, ith, nth):
                     bv = brow[ix0 + j * s0]
                     for c in range(nc):
                         dv[c] += wv[c] * load(bv[c])
-        if act != 0:
-            for j in range(ow):
-                dv = drow[j]
-                for c in range(nc):
-                    dv[c] = f(dv[c], _ZERO, _ZERO)
-
-
-@parallel_kernel
-def dw_cwhn_par(act, d, wt, b, bias, s0, s1, p0, p1, d0, d1, nth):
-    for ith in prange(nth):
-        dw_cwhn(act, d, wt, b, bias, s0, s1, p0, p1, d0, d1, ith, nth)
+        if act:
+            call_native(act, (0, drow))
 
 
 @kernel
@@ -151,12 +156,6 @@ def dw_im2col(d, a, b, patches, s0, s1, p0, p1, d0, d1, ith, nth):
             for q in range(wv.size):
                 acc += row[q] * wv[q]
             d[n, c, (first + j) // ow, (first + j) % ow] = acc
-
-
-@parallel_kernel
-def dw_im2col_par(d, a, b, patches, s0, s1, p0, p1, d0, d1, nth):
-    for ith in prange(nth):
-        dw_im2col(d, a, b, patches, s0, s1, p0, p1, d0, d1, ith, nth)
 
 
 def _im2col_tile(node, backend) -> int:
@@ -198,9 +197,9 @@ def bind_conv_2d_dw(b: BoundNode):
     if b.impl == "im2col":
         tile = _im2col_tile(b.node, b.backend)
         patches = b.temp[:b.n_threads * tile * taps * 4].view(np.float32).reshape(b.n_threads, tile, taps)
-        return launch(dw_im2col, dw_im2col_par, (d, a, x, patches) + params, nth)
+        return launch(dw_im2col, (d, a, x, patches) + params, nth)
     if not _uses_cwhn_kernel(b.node):
-        return launch(dw_whcn, dw_whcn_par, (d, a, x) + params, nth)
+        return launch(dw_whcn, (d, a, x) + params, nth)
     return bind_dw_cwhn_epilogue(b)
 
 
@@ -219,10 +218,11 @@ def bind_dw_cwhn_epilogue(b: BoundNode, bias: np.ndarray | None = None, act: str
     nth = b.threads_for(d.size * a.shape[2] * a.shape[3])
     wt = b.temp[:a.size * 4].view(np.float32).reshape(a.shape[2], a.shape[3], a.shape[0])
     bias = np.zeros(a.shape[0], np.float32) if bias is None else bias
-    code = epilogue_code(act)
+    d = d.transpose(0, 2, 3, 1)
+    rows = types.Array(typeof(d).dtype, 2, "C" if typeof(d).layout == "C" else "A")       # d[n, oy] in dw_cwhn
+    act_fn = 0 if act is None else NativeFunction(act_rows, (types.literal(epilogue_code(act)), rows))
     prepare = specialize(dw_taps, wt, a)
-    run = launch(dw_cwhn, dw_cwhn_par, (code, d.transpose(0, 2, 3, 1), wt, x.transpose(0, 2, 3, 1), bias) + params,
-                 nth, constants=(0,))
+    run = launch(dw_cwhn, (act_fn, d, wt, x.transpose(0, 2, 3, 1), bias) + params, nth)
 
     def run_cwhn():
         prepare(wt, a)

@@ -15,16 +15,15 @@ direct  output row by row, each a sum of strided input rows times kernel taps: n
 An F16 kernel, or an input sgemm cannot read in place, is first widened to contiguous F32 in the temp block.
 """
 import numpy as np
-from numba import prange
 
 from ...registry import BoundNode, register
 from .. import gemm as own_gemm
 from ..blas import SGEMM_ADDRESS, sgemm
-from ..common import block, kernel, launch, parallel_kernel, row_index, scalar
+from ..common import block, kernel, launch, row_index, scalar
+from ..fp16 import load
+from ..layout import copy_transposed
 from .dense import aligned, then, widen, worker_panels
 from .depthwise import _axpy
-from ..fp16 import load
-from ..layout import copy_transposed, copy_transposed_par
 
 GEMM_MIN_CIN = 8
 """Input channels (the GEMM's depth) from which `gemm` is chosen."""
@@ -55,12 +54,6 @@ def direct_rows(d, a, b, stride, ith, nth):
                 brow = b[n, ci, iy]
                 for kx in range(kw):
                     _axpy(drow[kx:kx + stride * (w - 1) + 1:stride], brow, load(a[ci, co, ky, kx]))
-
-
-@parallel_kernel
-def direct_par(d, a, b, stride, nth):
-    for ith in prange(nth):
-        direct_rows(d, a, b, stride, ith, nth)
 
 
 # -- gemm -----------------------------------------------------------------------------------------------
@@ -122,12 +115,6 @@ def gemm_rows(fn, d, a, a_t, b, ldx, cols, cap, stride, scratch, ith, nth):
                 _scatter(d, mine, n, c, cb, p0, m, w, kh, kw, stride)
             c += cb
         q = n * nco + c_end
-
-
-@parallel_kernel
-def gemm_par(fn, d, a, a_t, b, ldx, cols, cap, stride, scratch, nth):
-    for ith in prange(nth):
-        gemm_rows(fn, d, a, a_t, b, ldx, cols, cap, stride, scratch, ith, nth)
 
 
 # -- choice, scratch and binding ----------------------------------------------------------------------------
@@ -202,7 +189,7 @@ def bind_conv_transpose_2d(b: BoundNode):
         return None
     stride = node.op_params["stride"]
     if b.impl == "direct":
-        return launch(direct_rows, direct_par, (d, a, x, stride), b.threads_for(d.size * x.shape[1]))
+        return launch(direct_rows, (d, a, x, stride), b.threads_for(d.size * x.shape[1]))
     prepare, offset = [], 0
     if a.dtype != np.float32:
         a, step, offset = widen(b, a, offset)
@@ -220,10 +207,9 @@ def bind_conv_transpose_2d(b: BoundNode):
         rows = a.shape[1] * a.shape[2] * a.shape[3]
         a_t = b.temp[offset:offset + rows * a.shape[0] * 4].view(np.float32).reshape(rows, a.shape[0])
         pair = (a_t.reshape(1, 1, rows, a.shape[0]), a.reshape(1, 1, a.shape[0], rows).transpose(0, 1, 3, 2))
-        prepare.append(launch(copy_transposed, copy_transposed_par, pair, b.threads_for(a.size)))
+        prepare.append(launch(copy_transposed, pair, b.threads_for(a.size)))
         offset += transposed
     scratch, offset = worker_panels(b, offset, per_worker, nth)
     cap = (b.temp.size - offset) // (4 * nth)               # the planned _cap
     cols = b.temp[offset:offset + nth * cap * 4].view(np.float32)
-    return then(prepare, launch(gemm_rows, gemm_par, (SGEMM_ADDRESS, d, a, a_t, x, ldx, cols, cap, stride, scratch),
-                                nth))
+    return then(prepare, launch(gemm_rows, (SGEMM_ADDRESS, d, a, a_t, x, ldx, cols, cap, stride, scratch), nth))

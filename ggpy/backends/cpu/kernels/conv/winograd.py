@@ -14,11 +14,10 @@ G = [[1,0,0],[.5,.5,.5],[.5,-.5,.5],[0,0,1]], A^T = [[1,1,1,0],[0,1,-1,-1]]:
 Each worker's V, M and 8 rows of transform scratch live in its part of the temp block, sized by the budget.
 """
 import numpy as np
-from numba import prange
 
 from ...registry import BoundNode
 from ..blas import SGEMM_ADDRESS, sgemm
-from ..common import block, kernel, launch, parallel_kernel, scalar
+from ..common import block, kernel, launch, scalar
 from ..fp16 import load
 
 CHUNK_BYTES = 768 << 10
@@ -122,12 +121,6 @@ def weights_rows(u, a, ith, nth):
                 u2[i] = half * (c0[i] - c1[i] + c2[i])
             for i in range(ic_n):
                 u3[i] = c2[i]
-
-
-@parallel_kernel
-def weights_par(u, a, nth):
-    for ith in prange(nth):
-        weights_rows(u, a, ith, nth)
 
 
 @scalar
@@ -246,12 +239,6 @@ def winograd_rows(fn, d, u, b, scratch, chunk, tw, p0, p1, ith, nth):
         q += m
 
 
-@parallel_kernel
-def winograd_par(fn, d, u, b, scratch, chunk, tw, p0, p1, nth):
-    for ith in prange(nth):
-        winograd_rows(fn, d, u, b, scratch, chunk, tw, p0, p1, ith, nth)
-
-
 def bind(b: BoundNode, d, a, x, nth: int):
     """The zero-argument call running the node of `b` (arrays d, a, x as in conv.py) on up to nth workers."""
     node = b.node
@@ -263,9 +250,9 @@ def bind(b: BoundNode, d, a, x, nth: int):
     th, tw = _tiles(node)
     chunk = min(chunk_tiles(tw, ic_n, oc_n), _fitting(scratch.size // nth, ic_n, oc_n))
     nth = max(1, min(nth, d.shape[0] * th * tw))
-    prepare = launch(weights_rows, weights_par, (u, a), b.threads_for(u.size, 1 << 12))
-    run = launch(winograd_rows, winograd_par, (SGEMM_ADDRESS, d, u, x, scratch, chunk, tw, node.op_params["p0"],
-                                               node.op_params["p1"]), nth)
+    prepare = launch(weights_rows, (u, a), b.threads_for(u.size, 1 << 12))
+    run = launch(winograd_rows, (SGEMM_ADDRESS, d, u, x, scratch, chunk, tw, node.op_params["p0"],
+                                 node.op_params["p1"]), nth)
 
     def run_all():
         prepare()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ... import ops
 from ...types import F16, F32
 from ..harness import OpCase
+from ..references import evaluate
 from .util import layout, leaf
 
 
@@ -174,4 +175,26 @@ def cases():
     out.append(OpCase("conv_2d", "perf,1x1,64x64,320->256",
                       lambda ctx: ops.conv_2d(layout(ctx, F32, (1, 1, 320, 256)), layout(ctx, F32, (64, 64, 320, 1))),
                       flops=_flops, tags=("perf",)))
+    out += depthwise_epilogue_cases()
+    return out
+
+
+def _dw_tokens(ctx, c, w, h, stride, act):
+    """Tokens (C, W, H) -> 3x3 depthwise conv in the channels-contiguous layout -> back to tokens -> + bias [-> act]:
+    the epilogue pattern both backends fuse into the depthwise kernel."""
+    y = ops.conv_2d_dw(leaf(ctx, F32, (3, 3, 1, c)), ops.permute(leaf(ctx, F32, (c, w, h, 1)), 2, 0, 1, 3),
+                       stride, stride, 1, 1, 1, 1)
+    tokens = ops.permute(y, 1, 2, 0, 3)
+    y = ops.add(ops.reshape_3d(tokens, tokens.ne[0], tokens.ne[1], tokens.ne[2]), leaf(ctx, F32, (c,)))
+    return getattr(ops, act)(y) if act else y
+
+
+def depthwise_epilogue_cases():
+    out = []
+    for c, w, h, stride in ((19, 13, 11, 1), (32, 17, 9, 2), (8, 30, 7, 1)):
+        for act in (None, "gelu_erf"):
+            out.append(OpCase(act or "add", f"fused,conv_2d_dw_cwhn+bias,C={c},W={w},H={h},s={stride}",
+                              lambda ctx, c=c, w=w, h=h, s=stride, act=act: _dw_tokens(ctx, c, w, h, s, act),
+                              reference=evaluate, max_nmse=1e-9,
+                              kernel="conv_2d_dw_direct_cwhn\\+bias" + (f"\\+{act}" if act else "")))
     return out

@@ -5,7 +5,8 @@ from __future__ import annotations
 from ... import ops
 from ...types import F32
 from ..harness import OpCase
-from .util import LAYOUTS, TYPES, layout, uniform
+from ..references import evaluate
+from .util import LAYOUTS, TYPES, layout, leaf, uniform
 
 SHAPES = [(1, 1, 1, 1), (7, 3, 1, 1), (33, 5, 4, 3), (1000, 7, 2, 1), (65536, 2, 1, 1)]
 EPS = (1e-5, 1e-6, 0.1)
@@ -48,4 +49,21 @@ def cases():
             layout(ctx, F32, (4, 3, 6, 2)), 2, eps), fill=uniform(-0.2, 0.3)))
     out.append(OpCase("norm", "f32,perf,ne=(160,65536)", lambda ctx: ops.norm(layout(ctx, F32, (160, 65536))),
                       tags=("perf",)))
+    out += layer_norm_cases()
+    return out
+
+
+def _layer_norm(ctx, ne, act):
+    """norm -> mul(weight) -> add(bias) [-> activation]: LayerNorm's affine, fused by both backends."""
+    y = ops.add(ops.mul(ops.norm(leaf(ctx, F32, ne), 1e-5), leaf(ctx, F32, ne[:1])), leaf(ctx, F32, ne[:1]))
+    return getattr(ops, act)(y) if act else y
+
+
+def layer_norm_cases():
+    out = []
+    for ne in ((48, 33, 2), (160, 7), (600, 5)):
+        for act in (None, "gelu_erf"):
+            out.append(OpCase(act or "add", f"fused,layer_norm,ne={ne}", lambda ctx, ne=ne, act=act: _layer_norm(
+                ctx, ne, act), reference=evaluate, max_nmse=1e-9,
+                kernel="norm\\+scale\\+bias" + (f"\\+{act}" if act else "")))
     return out

@@ -7,7 +7,8 @@ import numpy as np
 from ... import ops
 from ...types import F16, F32
 from ..harness import OpCase
-from .util import LAYOUTS, TYPES, layout
+from ..references import evaluate
+from .util import LAYOUTS, TYPES, layout, leaf
 
 SHAPES = [(1, 1, 1, 1), (7, 3, 1, 1), (33, 5, 4, 3), (1000, 7, 2, 1), (4097, 17, 1, 1)]
 MASKED = [  # (a.ne, mask.ne, scale, max_bias)
@@ -79,4 +80,25 @@ def cases():
                 layout(ctx, t, (9, 6, 5, 2), how), 2)))
     out.append(OpCase("soft_max", "f32,perf,ne=(4096,4096)", lambda ctx: ops.soft_max(layout(ctx, F32, (4096, 4096))),
                       tags=("perf",)))
+    out += attention_cases()
+    return out
+
+
+def _window_attention(ctx, hd, n, heads, nw, scale, mtype):
+    """S = mul_mat(k, q) -> soft_max_ext(S, mask, scale) -> mul_mat(v^T, P) -> permute -> cont: the attention
+    pattern of the fusion pass (one kernel on CUDA). q, k, v (HD, N, heads, nW); the result (HD, heads, N, nW)."""
+    q, k, v = (leaf(ctx, F32, (hd, n, heads, nw)) for _ in range(3))
+    mask = leaf(ctx, mtype, (n, n)) if mtype is not None else None
+    p = ops.soft_max_ext(ops.mul_mat(k, q), mask, scale)
+    o = ops.mul_mat(ops.transpose(v), p)
+    return ops.cont(ops.permute(o, 0, 2, 1, 3))
+
+
+def attention_cases():
+    out = []
+    for hd, n, heads, nw in ((32, 49, 2, 3), (16, 33, 3, 2), (64, 70, 1, 2)):
+        for mtype in (None, F32, F16):
+            out.append(OpCase("cont", f"fused,attention,HD={hd},N={n},heads={heads},nW={nw},mask={getattr(mtype, 'name', None)}",
+                              lambda ctx, hd=hd, n=n, h=heads, nw=nw, m=mtype: _window_attention(
+                                  ctx, hd, n, h, nw, hd ** -0.5, m), reference=evaluate, max_nmse=1e-9))
     return out

@@ -21,6 +21,12 @@ def _windows(x, n_k, s, p, d, axis, n_out):
     return out
 
 
+def out_size(n: int, k: int, s: int, p: int, d: int) -> int:
+    """A convolution's output length by its definition (every tap inside the padded input): PyTorch's and
+    ggml's floor((n + 2p - d(k - 1) - 1) / s) + 1, computed here, not read from the node under test."""
+    return (n + 2 * p - d * (k - 1) - 1) // s + 1
+
+
 def _conv2d(w, x, s0, s1, p0, p1, d0, d1, oh, ow):
     """w (OC, IC, KH, KW), x (N, IC, IH, IW) -> (N, OC, OH, OW)."""
     out = np.zeros((x.shape[0], w.shape[0], oh, ow))
@@ -33,7 +39,10 @@ def _conv2d(w, x, s0, s1, p0, p1, d0, d1, oh, ow):
 @reference("conv_2d")
 def _conv_2d(node, s):
     p = node.op_params
-    return _conv2d(s[0], s[1], p["s0"], p["s1"], p["p0"], p["p1"], p["d0"], p["d1"], node.ne[1], node.ne[0])
+    w, x = s[0], s[1]
+    oh = out_size(x.shape[2], w.shape[2], p["s1"], p["p1"], p["d1"])
+    ow = out_size(x.shape[3], w.shape[3], p["s0"], p["p0"], p["d0"])
+    return _conv2d(w, x, p["s0"], p["s1"], p["p0"], p["p1"], p["d0"], p["d1"], oh, ow)
 
 
 @reference("conv_1d")
@@ -41,7 +50,8 @@ def _conv_1d(node, s):
     p = node.op_params
     w = s[0][0][:, :, None, :]           # (OC, IC, 1, K)
     x = s[1][0][:, :, None, :]           # (N, IC, 1, L)
-    out = _conv2d(w, x, p["s0"], 1, p["p0"], 0, p["d0"], 1, 1, node.ne[0])
+    out = _conv2d(w, x, p["s0"], 1, p["p0"], 0, p["d0"], 1, 1, out_size(x.shape[3], w.shape[3], p["s0"], p["p0"],
+                                                                         p["d0"]))
     return out[None, :, :, 0, :]
 
 
@@ -51,7 +61,8 @@ def _im2col(node, s):
     a = node.src[0]
     x = s[1] if p["is_2D"] else s[1][0][:, :, None, :]
     kh_n, kw_n = (a.ne[1], a.ne[0]) if p["is_2D"] else (1, a.ne[0])
-    oh, ow = (node.ne[2], node.ne[1]) if p["is_2D"] else (1, node.ne[1])
+    oh = out_size(x.shape[2], kh_n, p["s1"], p["p1"], p["d1"]) if p["is_2D"] else 1
+    ow = out_size(x.shape[3], kw_n, p["s0"], p["p0"], p["d0"])
     n_n, ic_n = x.shape[0], x.shape[1]
     out = np.zeros((n_n, oh, ow, ic_n, kh_n, kw_n))
     for kh, rows in enumerate(_windows(x, kh_n, p["s1"], p["p1"], p["d1"], 2, oh)):
@@ -67,7 +78,7 @@ def _conv_2d_dw(node, s):
     p = node.op_params
     a, b = s[0], s[1]
     kh, kw = a.shape[2], a.shape[3]
-    ow, oh = node.ne[0], node.ne[1]
+    oh, ow = (out_size(b.shape[2], kh, p["s1"], p["p1"], p["d1"]), out_size(b.shape[3], kw, p["s0"], p["p0"], p["d0"]))
     bp = np.pad(b, ((0, 0), (0, 0), (p["p1"], p["p1"]), (p["p0"], p["p0"])))
     out = np.zeros((b.shape[0], b.shape[1], oh, ow))
     for ky in range(kh):
@@ -86,7 +97,7 @@ def _conv_transpose_2d(node, s):
     a, b = s[0], s[1]
     st = node.op_params["stride"]
     h, w = b.shape[2], b.shape[3]
-    out = np.zeros(tuple(reversed(node.ne)))
+    out = np.zeros((b.shape[0], a.shape[1], (h - 1) * st + a.shape[2], (w - 1) * st + a.shape[3]))
     for ky in range(a.shape[2]):
         for kx in range(a.shape[3]):
             contrib = np.einsum("nihw,io->nohw", b, a[:, :, ky, kx])

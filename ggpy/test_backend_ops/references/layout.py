@@ -35,7 +35,7 @@ def _repeat(node, s):
 @reference("get_rows")
 def _get_rows(node, s):
     a, idx = s[0], s[1].astype(np.int64)       # a (A3, A2, R, K), idx (1, A3, A2, n)
-    out = np.empty(tuple(reversed(node.ne)))
+    out = np.empty((idx.shape[1], idx.shape[2], idx.shape[3], a.shape[3]))
     for i3 in range(out.shape[0]):
         for i2 in range(out.shape[1]):
             out[i3, i2] = a[i3, i2, idx[0, i3, i2]]

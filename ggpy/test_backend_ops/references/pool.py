@@ -16,8 +16,8 @@ def _pool_2d(node, s):
     a = s[0]
     p = node.op_params
     (k0, k1), (s0, s1), (p0, p1) = p["k"], p["s"], p["p"]
-    ow, oh = node.ne[0], node.ne[1]
     h, w = a.shape[2], a.shape[3]
+    oh, ow = (h + 2 * p1 - k1) // s1 + 1, (w + 2 * p0 - k0) // s0 + 1      # ggml_pool_2d's output size
     out = np.empty(a.shape[:2] + (oh, ow))
     for oy in range(oh):
         for ox in range(ow):

@@ -7,7 +7,7 @@ import sys
 import tokenize
 from pathlib import Path
 
-BUDGET = 8450
+BUDGET = 8500
 
 
 def code_lines(path: Path) -> int:

@@ -7,7 +7,7 @@ import sys
 import tokenize
 from pathlib import Path
 
-BUDGET = 8500
+BUDGET = 8550
 
 
 def code_lines(path: Path) -> int:

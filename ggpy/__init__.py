@@ -12,10 +12,10 @@ from .graph import Context, Graph, Tensor
 from .ops import *  # noqa: F401,F403 - every op constructor at top level, as ggml_* functions
 from .ops import __all__ as _ops_all
 from .sched import Scheduler
-from .types import F16, F32, I32, GGType
+from .types import BF16, F16, F32, I32, GGType
 
 __version__ = "0.1.0"
 
-__all__ = ["Context", "Graph", "Tensor", "GraphAllocator", "Plan", "alloc_ctx_tensors", "CPUBackend", "Scheduler", "F32", "F16", "I32", "GGType",
+__all__ = ["Context", "Graph", "Tensor", "GraphAllocator", "Plan", "alloc_ctx_tensors", "CPUBackend", "Scheduler", "F32", "F16", "BF16", "I32", "GGType",
            "GGPYError", "ShapeError", "TypeMismatchError", "UnsupportedOpError", "OutOfMemoryError",
            "AllocationError", "ModelFileError", "CudaError", "RowIndexError"] + list(_ops_all)

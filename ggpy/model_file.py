@@ -13,9 +13,9 @@ import numpy as np
 from .alloc import alloc_ctx_tensors
 from .errors import ModelFileError
 from .graph import Context, Tensor
-from .types import F16, F32
+from .types import BF16, F16, F32
 
-_TYPES = {"F32": F32, "F16": F16}
+_TYPES = {"F32": F32, "F16": F16, "BF16": BF16}
 
 
 @dataclass
@@ -73,7 +73,7 @@ def _check_architecture(path: str, metadata: dict, architecture: str | None):
 def _check_tensor(path: str, rt, file_size: int):
     type_name = rt.tensor_type.name
     if type_name not in _TYPES:
-        raise ModelFileError(f"tensor '{rt.name}' in {path} is of GGUF type {type_name}; ggpy loads F32 and F16")
+        raise ModelFileError(f"tensor '{rt.name}' in {path} is of GGUF type {type_name}; ggpy loads F32, F16 and BF16")
     end = int(rt.data_offset) + int(rt.n_bytes)
     if end > file_size:
         raise ModelFileError(f"{path} is truncated: tensor '{rt.name}' needs bytes up to {end}, the file has "
@@ -81,6 +81,12 @@ def _check_tensor(path: str, rt, file_size: int):
     if len(rt.data.shape) > 4:
         raise ModelFileError(f"tensor '{rt.name}' in {path} has {len(rt.data.shape)} dimensions; ggpy tensors "
                              "have at most 4")
+
+
+def _array(rt) -> np.ndarray:
+    """The tensor's values (memory-mapped): the gguf reader gives BF16 tensors as bytes, seen here as bfloat16."""
+    data = np.asarray(rt.data)
+    return data.view(BF16.dtype) if rt.tensor_type.name == "BF16" else data
 
 
 def load_gguf(path, backend, architecture: str | None = None) -> ModelFile:
@@ -95,11 +101,12 @@ def load_gguf(path, backend, architecture: str | None = None) -> ModelFile:
         _check_tensor(path, rt, file_size)
     ctx = Context()
     tensors = {}
+    arrays = {rt.name: _array(rt) for rt in reader.tensors}
     for rt in reader.tensors:
-        t = ctx.new_tensor(_TYPES[rt.tensor_type.name], tuple(reversed(rt.data.shape)))
+        t = ctx.new_tensor(_TYPES[rt.tensor_type.name], tuple(reversed(arrays[rt.name].shape)))
         tensors[rt.name] = t.set_name(rt.name)
     buffer = alloc_ctx_tensors(ctx, backend)
     for rt in reader.tensors:
         t = tensors[rt.name]
-        t.set(np.asarray(rt.data).reshape(tuple(reversed(t.ne))))
+        t.set(arrays[rt.name].reshape(tuple(reversed(t.ne))))
     return ModelFile(path, metadata, ctx, buffer, tensors)

@@ -1,6 +1,7 @@
-"""Element types: F32, F16 and I32, with their numpy dtypes and sizes in bytes."""
+"""Element types: F32, F16, BF16 and I32, with their numpy dtypes (BF16: ml_dtypes.bfloat16) and sizes in bytes."""
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from .errors import TypeMismatchError
@@ -20,9 +21,11 @@ class GGType:
 
 F32 = GGType("f32", np.dtype(np.float32), 4)
 F16 = GGType("f16", np.dtype(np.float16), 2)
+BF16 = GGType("bf16", np.dtype(ml_dtypes.bfloat16), 2)
 I32 = GGType("i32", np.dtype(np.int32), 4)
 
-ALL_TYPES = (F32, F16, I32)
+ALL_TYPES = (F32, F16, BF16, I32)
+FLOAT_TYPES = (F32, F16, BF16)
 
 
 def type_of(value) -> GGType:
@@ -39,4 +42,4 @@ def type_of(value) -> GGType:
     for t in ALL_TYPES:
         if dt == t.dtype:
             return t
-    raise TypeMismatchError(f"unknown tensor type {value!r}; expected one of ggpy.F32, ggpy.F16, ggpy.I32")
+    raise TypeMismatchError(f"unknown tensor type {value!r}; expected one of ggpy.F32, ggpy.F16, ggpy.BF16, ggpy.I32")

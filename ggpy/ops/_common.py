@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..errors import ShapeError, TypeMismatchError
 from ..graph.tensor import Tensor, normalize_ne
-from ..types import F16, F32, GGType
+from ..types import FLOAT_TYPES, GGType
 
 
 def check_tensor(op: str, t, what: str = "a") -> Tensor:
@@ -21,7 +21,7 @@ def check_type(op: str, t: Tensor, allowed, what: str = "a"):
 def check_float(op: str, *tensors: Tensor, names="abc"):
     for t, n in zip(tensors, names):
         check_tensor(op, t, n)
-        check_type(op, t, (F32, F16), n)
+        check_type(op, t, FLOAT_TYPES, n)
 
 
 def can_repeat(small: Tensor, big: Tensor) -> bool:

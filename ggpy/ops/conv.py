@@ -7,7 +7,7 @@ out = (in + 2 * p - d * (k - 1) - 1) // s + 1.
 from __future__ import annotations
 
 from ..errors import ShapeError
-from ..types import F16, F32
+from ..types import F16, F32, FLOAT_TYPES
 from ._common import check_float, check_int, check_tensor, new_node
 
 __all__ = ["im2col", "conv_1d", "conv_2d", "conv_2d_dw", "conv_transpose_2d"]
@@ -47,8 +47,8 @@ def im2col(a, b, s0: int, s1: int, p0: int, p1: int, d0: int, d1: int, is_2D: bo
     """
     check_tensor("im2col", a)
     check_float("im2col", b, names="b")
-    if dst_type not in (F32, F16):
-        raise ShapeError(f"im2col: dst_type must be F32 or F16, got {getattr(dst_type, 'name', dst_type)!r}")
+    if dst_type not in FLOAT_TYPES:
+        raise ShapeError(f"im2col: dst_type must be F32, F16 or BF16, got {getattr(dst_type, 'name', dst_type)!r}")
     if is_2D:
         prm = _check_params("im2col", s0=s0, s1=s1, p0=p0, p1=p1, d0=d0, d1=d1)
         _check_channels("im2col", a, b, a.ne[2], b.ne[2])

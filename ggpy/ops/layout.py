@@ -45,7 +45,7 @@ def cont_4d(a, ne0, ne1, ne2, ne3):
 
 
 def cpy(a, b):
-    """Copy `a`'s elements into `b` (same element count; types may differ: F32 <-> F16).
+    """Copy `a`'s elements into `b` (same element count; float types may differ: F32, F16, BF16).
 
     Elements are taken and written in ne order (i0 fastest). The result is a view of `b`.
     """
@@ -55,7 +55,7 @@ def cpy(a, b):
         raise ShapeError(f"cpy: a ne={a.ne} has {a.nelements} elements but b ne={b.ne} has {b.nelements}")
     if (a.type == I32) != (b.type == I32):
         raise ShapeError(f"cpy: cannot copy {a.type.name} a ne={a.ne} into {b.type.name} b ne={b.ne}; "
-                         "expected F32/F16 into F32/F16 or I32 into I32")
+                         "expected a float type into a float type, or I32 into I32")
     return new_view("cpy", b, b.ne, b.nb, 0, src=[a, b])
 
 

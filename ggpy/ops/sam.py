@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from ..errors import ShapeError
-from ..types import F16, F32
-from ._common import check_contiguous, check_float, check_type, new_node
+from ._common import check_contiguous, check_float, new_node
 
 
 def win_part(a, w: int):
@@ -51,7 +50,6 @@ def add_rel_pos(a, pw, ph):
     a[b, qh, qw, kh, kw] += ph[b, qh, qw, kh] + pw[b, qh, qw, kw]. ne = a.ne.
     """
     check_float("add_rel_pos", a, pw, ph)
-    check_type("add_rel_pos", a, (F32, F16))
     check_contiguous("add_rel_pos", a)
     if pw.ne != ph.ne:
         raise ShapeError(f"add_rel_pos: pw ne={pw.ne} and ph ne={ph.ne} must have the same shape")

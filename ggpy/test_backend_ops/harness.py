@@ -19,7 +19,7 @@ import numpy as np
 
 from ..alloc import GraphAllocator
 from ..graph import Context, Graph
-from ..types import F16, I32
+from ..types import BF16, F16, I32
 from .references import REFERENCES
 
 GUARD_BYTES = 64
@@ -140,7 +140,7 @@ def compare(case: OpCase, out_node, out: np.ndarray, ref) -> tuple[bool, float, 
         return False, float("nan"), (f"output has {int(np.sum(~np.isfinite(out64[~special])))} inf/nan values where "
                                      "the reference is finite (unwritten or read from a guard)")
     err = nmse(out64[~special], ref[~special])
-    limit = max(case.max_nmse, 5e-6) if out_node.type == F16 else case.max_nmse
+    limit = {F16: max(case.max_nmse, 5e-6), BF16: max(case.max_nmse, 1e-5)}.get(out_node.type, case.max_nmse)
     ok = err <= limit
     return ok, err, "" if ok else f"nmse {err:.3e} > {limit:.1e}"
 

@@ -8,8 +8,11 @@ from ..base import Buffer, BufferType
 
 
 def storage_dtype(type_) -> np.dtype:
-    """The dtype kernels see: F16 is stored and passed to numba as raw uint16 bits."""
-    return np.dtype(np.uint16) if type_.dtype == np.float16 else type_.dtype
+    """The dtype kernels see: F16 is passed to numba as raw uint16 bits, BF16 as int16 bits (so that load and store
+    tell the two apart by the array's type)."""
+    if type_.size == 2:
+        return np.dtype(np.uint16) if type_.dtype == np.float16 else np.dtype(np.int16)
+    return type_.dtype
 
 
 class HostBufferType(BufferType):

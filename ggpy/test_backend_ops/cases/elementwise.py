@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from ... import ops
 from ...ops.registry import UNARY_OPS
-from ...types import F16, F32
+from ...types import BF16, F16, F32
 from ..harness import OpCase
-from .util import LAYOUTS, layout, uniform
+from .util import LAYOUTS, TYPES, layout, uniform
 
 BINARY_SHAPES = [  # (a.ne, b.ne)
     ((16, 5, 4, 3), (16, 5, 4, 3)),
@@ -35,8 +35,8 @@ def cases():
     out = []
     for op in ("add", "sub", "mul", "div"):
         f = getattr(ops, op)
-        for ta in (F32, F16):
-            for tb in (F32, F16):
+        for ta in TYPES:
+            for tb in (F32, F16) if ta != BF16 else (F32, BF16):
                 for ne_a, ne_b in BINARY_SHAPES:
                     if (ta, tb) != (F32, F32) and ne_a[0] > 1000:
                         continue
@@ -55,7 +55,7 @@ def cases():
                               fill=_div_fill if op == "div" else None))
     for op in UNARY_OPS:
         fill = uniform(*UNARY_RANGES.get(op, (-3.0, 3.0)))
-        for t in (F32, F16):
+        for t in TYPES:
             for ne in ((128, 10, 3, 2), (7, 3, 1, 1), (50000, 1, 1, 1)):
                 out.append(OpCase(op, f"{t.name},ne={ne}", lambda ctx, op=op, t=t, ne=ne: ops.unary(layout(ctx, t, ne), op),
                                   fill=fill))
@@ -70,7 +70,7 @@ def cases():
                     layout(ctx, t, (13, 6, 5, 2), how)), fill=uniform(-20.0, 20.0)))
             out.append(OpCase(op, f"{t.name},ne=(50000,1,1,1)", lambda ctx, f=f, t=t: f(
                 layout(ctx, t, (50000, 1, 1, 1))), fill=uniform(-20.0, 20.0)))
-    for t in (F32, F16):
+    for t in TYPES:
         for how in LAYOUTS:
             out.append(OpCase("scale", f"{t.name},{how}", lambda ctx, t=t, how=how: ops.scale(
                 layout(ctx, t, (13, 6, 5, 2), how), 0.37, -0.25)))

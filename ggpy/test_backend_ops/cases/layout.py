@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from ... import ops
-from ...types import F16, F32, I32
+from ...types import BF16, F16, F32, I32
 from ..harness import OpCase
 from .util import LAYOUTS, layout, leaf
 
-ALL_TYPES = (F32, F16, I32)
+ALL_TYPES = (F32, F16, BF16, I32)
 
 
 def _wide_ints(rng, t):
@@ -42,7 +42,8 @@ def _copy_cases():
                 layout(ctx, t, (6, 5, 4, 2), how), 4, 10, 6), fill=_wide_ints))
             out.append(OpCase("cont", f"{t.name},{how},cont_4d", lambda ctx, t=t, how=how: ops.cont_4d(
                 layout(ctx, t, (6, 5, 4, 2), how), 3, 2, 5, 8), fill=_wide_ints))
-    pairs = [(F32, F32), (F32, F16), (F16, F32), (F16, F16), (I32, I32)]
+    pairs = [(F32, F32), (F32, F16), (F16, F32), (F16, F16), (F32, BF16), (BF16, F32), (BF16, F16), (BF16, BF16),
+             (I32, I32)]
     for ta, tb in pairs:
         p = f"{ta.name}->{tb.name}"
         for how in LAYOUTS:

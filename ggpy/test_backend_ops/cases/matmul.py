@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ... import ops
-from ...types import F16, F32
+from ...types import BF16, F16, F32
 from ..harness import OpCase
 from ..references import evaluate
 from .util import layout, leaf
@@ -31,8 +31,8 @@ GEMM_LAYOUT_SHAPE = ((24, 40, 3, 2), (24, 270, 3, 2))
 
 def cases():
     out = []
-    for ta in (F32, F16):
-        for tb in (F32, F16):
+    for ta in (F32, F16, BF16):
+        for tb in (F32, F16) if ta != BF16 else (F32, BF16):
             for k, m, n, ad, bd in SHAPES:
                 out.append(OpCase("mul_mat", f"{ta.name},{tb.name},K={k},M={m},N={n},a23={ad},b23={bd}",
                                   lambda ctx, ta=ta, tb=tb, k=k, m=m, n=n, ad=ad, bd=bd: ops.mul_mat(

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from ... import ops
-from ...types import F16, F32
+from ...types import BF16, F16, F32
 
-TYPES = (F32, F16)
+TYPES = (F32, F16, BF16)
 
 
 def leaf(ctx, type_, ne):

@@ -1,8 +1,9 @@
-"""Half-precision support for numba kernels, which have no float16 type on the CPU.
+"""Half-precision support for numba kernels, which have no float16 or bfloat16 type on the CPU.
 
-F16 tensors reach kernels as uint16 arrays of IEEE half bits. Kernels read every element through
-`load(x)` (any element type -> float32) and write through `store(value, arr.dtype)` (float32 -> the
-array's element type), so one kernel source serves F32, F16 and I32 arrays.
+F16 tensors reach kernels as uint16 arrays of IEEE half bits, BF16 tensors as int16 arrays of bfloat16 bits (the
+upper half of a float32). Kernels read every element through `load(x)` (any element type -> float32) and write
+through `store(value, arr.dtype)` (float32 -> the array's element type), so one kernel source serves F32, F16,
+BF16 and I32 arrays.
 """
 import numpy as np
 from llvmlite import ir
@@ -69,20 +70,39 @@ def float_to_half(f):
     return np.uint16(sign | bits)
 
 
+@scalar
+def bf16_to_float(b):
+    """bfloat16 bits (int16) -> float32, exact: the bits are a float32's upper half."""
+    return bits_to_f32((np.uint32(b) & np.uint32(0xFFFF)) << np.uint32(16))
+
+
+@scalar
+def float_to_bf16(f):
+    """float32 -> bfloat16 bits (int16), rounding to nearest even; inf stays inf, nan a (quiet) nan."""
+    x = f32_to_bits(np.float32(f))
+    if (x & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+        return np.int16(np.uint32(0x7FC0) | ((x >> np.uint32(16)) & np.uint32(0x8000)))
+    x = x + np.uint32(0x7FFF) + ((x >> np.uint32(16)) & np.uint32(1))
+    return np.int16(x >> np.uint32(16))
+
+
 def load(x):
-    """Any element (float32, float64, int, or uint16 half bits) as float32."""
+    """Any element (float32, float64, int, uint16 half bits or int16 bfloat16 bits) as float32."""
 
 
 @overload(load, inline="always")
 def _load(x):
     if x == types.uint16:
         return lambda x: half_to_float(x)
+    if x == types.int16:
+        return lambda x: bf16_to_float(x)
     return lambda x: np.float32(x)
 
 
 def store(value, dtype):
-    """`value` converted for an array of `dtype` (float32 -> half bits for uint16). Pass `arr.dtype`, not
-    the array: an array argument inside a loop costs reference counting that stops vectorisation."""
+    """`value` converted for an array of `dtype` (float32 -> half bits for uint16, bfloat16 bits for int16). Pass
+    `arr.dtype`, not the array: an array argument inside a loop costs reference counting that stops
+    vectorisation."""
 
 
 @overload(store, inline="always")
@@ -90,4 +110,6 @@ def _store(value, dtype):
     target = dtype.dtype if isinstance(dtype, (types.DType, types.Array)) else dtype
     if target == types.uint16:
         return lambda value, dtype: float_to_half(value)
+    if target == types.int16:
+        return lambda value, dtype: float_to_bf16(value)
     return lambda value, dtype: value

@@ -29,6 +29,7 @@ def _test_numba_cache() -> str:
 
 
 os.environ.setdefault("NUMBA_CACHE_DIR", _test_numba_cache())
+os.environ.setdefault("GGPY_AUTOTUNE_CACHE", str(Path.home() / ".cache" / "ggpy" / "autotune-tests"))
 
 import pytest  # noqa: E402 - numba reads NUMBA_CACHE_DIR when ggpy imports it
 

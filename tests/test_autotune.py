@@ -29,7 +29,7 @@ def test_measures_once_then_hits(how):
     backend = ggpy.CPUBackend(n_threads=2, autotune=True)
     graph, out = _graph(lambda ctx: _conv(ctx, how))
     key = autotune.shape_key(out, backend)
-    autotune.WINNERS.pop(key, None)
+    autotune.forget(key)
     measured = autotune.STATS["measured"]
     plan = ggpy.GraphAllocator(backend).alloc_graph(graph)
     impl, times = autotune.WINNERS[key]
@@ -82,9 +82,30 @@ def test_live_buffers_untouched():
     b.set(x)
     before = out.buffer.kernel_view(out).copy()
     tuning = ggpy.CPUBackend(n_threads=2, autotune=True)
-    autotune.WINNERS.pop(autotune.shape_key(out, tuning), None)
+    autotune.forget(autotune.shape_key(out, tuning))
     measured = autotune.STATS["measured"]
     tuning.impl_for(out)
     assert autotune.STATS["measured"] == measured + 1
     np.testing.assert_array_equal(b.numpy().reshape(x.shape), x)
     np.testing.assert_array_equal(out.buffer.kernel_view(out), before)
+
+
+def test_winners_persist_on_disk(tmp_path, monkeypatch):
+    """A second process (here: the in-memory table emptied) reads the winner from the disk cache and measures
+    nothing; the cache file is per machine."""
+    monkeypatch.setenv("GGPY_AUTOTUNE_CACHE", str(tmp_path))
+    backend = ggpy.CPUBackend(n_threads=2, autotune=True)
+    graph, out = _graph(lambda ctx: _conv(ctx))
+    key = autotune.shape_key(out, backend)
+    autotune.WINNERS.pop(key, None)
+    measured = autotune.STATS["measured"]
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    assert autotune.STATS["measured"] == measured + 1
+    winner = autotune.WINNERS[key][0]
+    assert autotune.cache_path().parent == tmp_path and autotune.cache_path().exists()
+    autotune.WINNERS.clear()
+    disk_hits = autotune.STATS["disk_hits"]
+    graph2, out2 = _graph(lambda ctx: _conv(ctx))
+    ggpy.GraphAllocator(backend).alloc_graph(graph2)
+    assert autotune.STATS["measured"] == measured + 1 and autotune.STATS["disk_hits"] == disk_hits + 1
+    assert backend.impl_for(out2) == winner

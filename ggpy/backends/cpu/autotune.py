@@ -3,12 +3,20 @@
 A node is keyed by its op, type, shape and parameters, its sources' types, shapes and strides, the thread
 count and the scratch budget. On the first miss every implementation that can run the node is bound to
 fresh arrays of the same shapes and strides filled with random values (never the graph's buffers) with its
-own temp block, called once to warm up and timed on one call; the fastest is kept for the process.
+own temp block, called once to warm up and timed on one call; the fastest is kept, in the process and on disk
+(`$GGPY_AUTOTUNE_CACHE`, default ~/.cache/ggpy/autotune: one JSON file per machine type, CPU model and numba
+version), so a second process measures nothing.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import platform
 import time
+from pathlib import Path
 
+import numba
 import numpy as np
 
 from ...errors import UnsupportedOpError
@@ -18,7 +26,51 @@ from .registry import BoundNode
 
 WINNERS: dict = {}
 """shape key -> (winning implementation, {implementation: seconds})."""
-STATS = {"measured": 0, "hits": 0}
+STATS = {"measured": 0, "hits": 0, "disk_hits": 0}
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return platform.processor()
+
+
+def cache_path() -> Path:
+    """The file the winners of this machine (machine type, CPU model, numba version) are kept in."""
+    device = f"{platform.machine()} {_cpu_model()} numba {numba.__version__}"
+    root = Path(os.environ.get("GGPY_AUTOTUNE_CACHE", Path.home() / ".cache" / "ggpy" / "autotune"))
+    return root / f"cpu-{hashlib.sha1(device.encode()).hexdigest()[:16]}.json"
+
+
+def _disk() -> dict:
+    try:
+        return json.loads(cache_path().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save(key, value):
+    """Add key's winner to the disk cache (read, merge, write to a temp file, rename: no torn file)."""
+    path = cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        entries = _disk()
+        entries[repr(key)] = value
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(entries))
+        os.replace(tmp, path)
+    except OSError:
+        pass                    # a read-only home: the winner stays in this process
+
+
+def forget(key):
+    """Drop key's winner from this process and from the disk cache (to measure it again)."""
+    WINNERS.pop(key, None)
+    entries = _disk()
+    if entries.pop(repr(key), None) is not None:
+        cache_path().write_text(json.dumps(entries))
 
 
 def shape_key(node, backend) -> tuple:
@@ -83,6 +135,11 @@ def tuned_impl(entry, node, backend) -> str | None:
     if hit is not None:
         STATS["hits"] += 1
         return hit[0]
+    stored = _disk().get(repr(key))
+    if stored is not None:
+        STATS["disk_hits"] += 1
+        WINNERS[key] = (stored[0], stored[1])
+        return stored[0]
     impls = candidates(entry, node, backend)
     times = {}
     if len(impls) > 1:
@@ -91,6 +148,7 @@ def tuned_impl(entry, node, backend) -> str | None:
             times[impl] = seconds(entry, node, impl, backend, rng, min(times.values(), default=np.inf))
         STATS["measured"] += 1
     WINNERS[key] = (min(times, key=times.get) if times else None, times)
+    _save(key, list(WINNERS[key]))
     return WINNERS[key][0]
 
 

@@ -12,14 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 
-def _nothing(node) -> tuple:
-    return ()
-
-
-def _zero(node) -> int:
-    return 0
-
-
 @dataclass
 class CUDAKernel:
     """How the CUDA backend runs some ops. `refusal(node)` says why it cannot run a node (None: it can);
@@ -31,9 +23,9 @@ class CUDAKernel:
     source: Callable
     refusal: Callable
     kernel_name: Callable
-    params: Callable = _nothing
-    iparam: Callable = _zero
-    int_params: Callable = _nothing
+    params: Callable = lambda node: ()          # noqa: E731 - defaults: no float params, iop 0, no int params
+    iparam: Callable = lambda node: 0
+    int_params: Callable = lambda node: ()
     launch_config: Callable | None = None
     temp_size: Callable | None = None
     steps: Callable | None = None

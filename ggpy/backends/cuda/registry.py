@@ -23,7 +23,7 @@ class CUDAKernel:
     source: Callable
     refusal: Callable
     kernel_name: Callable
-    params: Callable = lambda node: ()          # noqa: E731 - defaults: no float params, iop 0, no int params
+    params: Callable = lambda node: ()          # defaults: no float params, iop 0, no int params
     iparam: Callable = lambda node: 0
     int_params: Callable = lambda node: ()
     launch_config: Callable | None = None

@@ -24,7 +24,7 @@ import ctypes
 from ...errors import AllocationError, CudaError
 from ...graph.fusion import Attention, consumers, find_fusions, fusion_stamp
 from ...ops.registry import is_view
-from ...types import BF16, F32
+from ...types import F32
 from ..base import Backend, Timing
 from . import kernels
 from .buffer import CUDABuffer, CUDABufferType
@@ -71,8 +71,6 @@ class CUDABackend(Backend):
     # -- what runs where ---------------------------------------------------------------------------
     def refusal(self, node) -> str | None:
         """Why this backend cannot run `node` (None when it can)."""
-        if any(t is not None and t.type == BF16 for t in [node, *node.src]):
-            return f"{node.op}: no BF16 kernels on CUDA yet (the scheduler runs the node on the CPU)"
         entry = KERNELS.get(node.op)
         if entry is None:
             return None if is_view(node) else f"no CUDA kernel for op {node.op}"

@@ -1,16 +1,16 @@
 """Copies and layout on CUDA: dup, cont (and cont_Nd) and cpy (elements taken from src0 and written to dst in ne
-order, any strides on both sides, F32 <-> F16 converted, I32 copied as is; for cpy dst is the view of b the node
+order, any strides on both sides, float types (F32, F16, BF16) converted, I32 copied as is; for cpy dst is the view of b the node
 describes; 32-bit index math where the tensors fit), concat, pad (zero padding; the four leading paddings, < 4096
 each, travel two to a float parameter), repeat and get_rows (a.ne = (K, R, A2, A3), b I32 (n, A2, A3) ->
 (K, n, A2, A3), F32, I32 for I32 rows): one thread per dst element (grid-stride)."""
 from __future__ import annotations
 
-from ....types import F16, F32, I32
+from ....types import BF16, F16, F32, I32
 from ..registry import register
 from .common import C_TYPES, SUFFIX, iparam32
 
-COPY_PAIRS = ((F32, F32), (F32, F16), (F16, F32), (F16, F16), (I32, I32))
-TYPES = (F32, F16, I32)
+COPY_PAIRS = tuple((s, d) for s in (F32, F16, BF16) for d in (F32, F16, BF16)) + ((I32, I32),)
+TYPES = (F32, F16, BF16, I32)
 MAX_PAD = 4096
 
 _COPY = r"""
@@ -70,7 +70,7 @@ def copy_kernel_name(node) -> str:
 def copy_refusal(node) -> str | None:
     a = node.src[0]
     if (a.type, node.type) not in COPY_PAIRS:
-        return f"{node.op} on CUDA copies F32/F16 to F32/F16 and I32 to I32, not {a.type.name} -> {node.type.name}"
+        return f"{node.op} on CUDA copies float types to float types and I32 to I32, not {a.type.name} -> {node.type.name}"
     if a.nelements != node.nelements:
         return f"{node.op}: the source has {a.nelements} elements, the destination {node.nelements}"
     return None
@@ -89,13 +89,13 @@ def kernel_name(node) -> str:
 def refusal(node) -> str | None:
     a, b = node.src[0], node.src[1] if len(node.src) > 1 else None
     if a.type not in TYPES:
-        return f"{node.op} on CUDA takes F32, F16 or I32, not {a.type.name}"
+        return f"{node.op} on CUDA takes F32, F16, BF16 or I32, not {a.type.name}"
     if node.op == "get_rows":
         ok = b is not None and b.type == I32 and node.type == (I32 if a.type == I32 else F32)
         return None if ok else "get_rows on CUDA takes I32 row indices"
     if node.op == "pad":
-        if a.type not in (F32, F16):
-            return "pad on CUDA takes F32/F16"
+        if a.type == I32:
+            return "pad on CUDA takes float types"
         if any(p >= MAX_PAD for p in node.op_params["lp"]):
             return f"pad on CUDA takes left paddings below {MAX_PAD}, got {node.op_params['lp']}"
         return None

@@ -7,7 +7,7 @@ import sys
 import tokenize
 from pathlib import Path
 
-BUDGET = 8550
+BUDGET = 8560
 
 
 def code_lines(path: Path) -> int:

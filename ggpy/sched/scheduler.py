@@ -274,13 +274,12 @@ class Scheduler:
         """The scheduler's own node for every node of `graph` (ggml's scheduler works on its own graph copy): the
         same op, shape and parameters, reading its backend's copies where the split needs them, marked as an
         output where another split or a copy reads it. The user's tensors keep their sources and flags."""
+        wired = Scheduler._wired
         for node in graph.nodes:
             srcs = st.rewire.get(id(node), node.src)
             own = Tensor(None, node.type, node.ne, nb=node.nb, op=node.op,
-                         src=[None if s is None else st.wired.get(id(s), (s, s))[1] for s in srcs],
-                         op_params=node.op_params,
-                         view_src=None if node.view_src is None else st.wired.get(id(node.view_src),
-                                                                                  (node.view_src,) * 2)[1],
+                         src=[None if s is None else wired(st, s) for s in srcs], op_params=node.op_params,
+                         view_src=None if node.view_src is None else wired(st, node.view_src),
                          view_offs=node.view_offs)
             own.name = node.name
             own.flags = node.flags | (FLAG_OUTPUT if id(node) in st.keep else 0)

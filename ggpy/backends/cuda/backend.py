@@ -237,10 +237,16 @@ class CUDABackend(Backend):
             return []
         if entry.steps is not None:
             return entry.steps(self, node, self.impl_for(node)) if entry.impls else entry.steps(self, node)
+        return [self.launch_node(node)]
+
+    def launch_node(self, node) -> Launch:
+        """The node's one kernel launch as its entry describes it (kernel name, params, launch config, iop, ip) on
+        its first two sources: the default step, and a family's when it needs no other."""
+        entry = KERNELS[node.op]
         srcs = [(tensor_ptr(s), s) for s in node.src[:2] if s is not None]
         config = entry.launch_config(node) if entry.launch_config is not None else None
-        return [self.launch(node, entry.kernel_name(node), tensor_ptr(node), node, srcs, entry.params(node), config,
-                            entry.iparam(node), entry.int_params(node))]
+        return self.launch(node, entry.kernel_name(node), tensor_ptr(node), node, srcs, entry.params(node), config,
+                           entry.iparam(node), entry.int_params(node))
 
     def program(self, graph) -> list:
         """The graph's steps in order, made once per plan and reused by every compute."""

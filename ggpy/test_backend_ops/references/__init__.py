@@ -8,7 +8,7 @@ import importlib
 import numpy as np
 
 from ...graph import Graph
-from ...ops.registry import OPS
+from ...ops.registry import OPS, is_view
 from .common import REFERENCES
 
 for _family in dict.fromkeys(op.family for op in OPS.values() if not op.view):
@@ -32,10 +32,11 @@ def evaluate(out_node, leaf_values: dict) -> np.ndarray:
     for leaf in graph.leafs:
         store(leaf, leaf_values[id(leaf)])
     for node in graph.nodes:
-        if node.view_src is not None and OPS[node.op].view:
+        if is_view(node):
             values[id(node)] = _strided(node, memory[id(node.view_src)], node.view_offs).copy()
             continue
-        srcs = [None if s is None else values.get(id(s), _strided(s, memory.get(id(s)))) for s in node.src]
+        srcs = [None if s is None else values[id(s)] if id(s) in values else _strided(s, memory[id(s)])
+                for s in node.src]
         value = np.asarray(REFERENCES[node.op](node, srcs), np.float64)
         values[id(node)] = value
         if node.view_src is not None:        # cpy: the copy lands in its destination's memory
@@ -47,8 +48,6 @@ def evaluate(out_node, leaf_values: dict) -> np.ndarray:
 
 def _strided(t, mem, offset: int = 0):
     """t's elements in `mem` (float64, one element per element of t's type) at t's strides, shape reversed(ne)."""
-    if mem is None:
-        return None
     size = t.type.size
     return np.lib.stride_tricks.as_strided(mem[offset // size:], tuple(reversed(t.ne)),
                                            tuple(8 * nb // size for nb in reversed(t.nb)))

@@ -181,7 +181,7 @@ def tensor_ptr(t) -> int:
 def extent(t) -> tuple[int, int]:
     """[first, past the last) device address of t's elements."""
     p = tensor_ptr(t)
-    return p, p + sum((n - 1) * b for n, b in zip(t.ne, t.nb)) + t.type.size
+    return p, p + max(t.nbytes, t.type.size)
 
 
 def rows(node) -> int:

@@ -494,9 +494,7 @@ def temp_size(node, impl: str) -> int:
 def conv_2d_steps(backend, node, impl: str) -> list:
     """The implicit GEMM's one launch, or the im2col bands and their GEMMs."""
     if not uses_im2col(node, impl):
-        return [backend.launch(node, kernel_name(node), tensor_ptr(node), node,
-                               [(tensor_ptr(s), s) for s in node.src[:2] if s is not None], params(node),
-                               launch_config(node), ints=int_params(node))]
+        return [backend.launch_node(node)]
     a, b = node.src[:2]
     gtype = _gemm_type(node)
     KW, KH, CI, CO = a.ne
@@ -536,11 +534,7 @@ def conv_2d_steps(backend, node, impl: str) -> list:
 
 def dw_or_direct_steps(backend, node) -> list:
     """conv_2d_dw by conv_dw3_cwhn where it applies, else the op's one-thread-per-output kernel."""
-    if dw_fast(node) is not None:
-        return dw_steps(backend, node)
-    return [backend.launch(node, kernel_name(node), tensor_ptr(node), node,
-                           [(tensor_ptr(s), s) for s in node.src[:2] if s is not None], params(node),
-                           launch_config(node), ints=int_params(node))]
+    return dw_steps(backend, node) if dw_fast(node) is not None else [backend.launch_node(node)]
 
 
 register(ops=("conv_2d",), source=source, refusal=refusal, kernel_name=kernel_name, params=params,

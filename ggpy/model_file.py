@@ -89,9 +89,10 @@ def _array(rt) -> np.ndarray:
     return data.view(BF16.dtype) if rt.tensor_type.name == "BF16" else data
 
 
-def load_gguf(path, backend, architecture: str | None = None) -> ModelFile:
-    """Read the GGUF file at `path` (memory-mapped) and copy its F32/F16 tensors into one new buffer of
-    `backend`. With `architecture`, the file's general.architecture must equal it."""
+def load_gguf(path, backend, architecture: str | None = None, convert=None) -> ModelFile:
+    """Read the GGUF file at `path` (memory-mapped) and copy its F32/F16/BF16 tensors into one new buffer of
+    `backend`. With `architecture`, the file's general.architecture must equal it. `convert(name, type)` may give
+    the type a tensor is kept in instead of its file type (values rounded to nearest even), or None to keep it."""
     path = os.fspath(path)
     reader = _open(path)
     metadata = _metadata(reader)
@@ -103,10 +104,12 @@ def load_gguf(path, backend, architecture: str | None = None) -> ModelFile:
     tensors = {}
     arrays = {rt.name: _array(rt) for rt in reader.tensors}
     for rt in reader.tensors:
-        t = ctx.new_tensor(_TYPES[rt.tensor_type.name], tuple(reversed(arrays[rt.name].shape)))
+        file_type = _TYPES[rt.tensor_type.name]
+        type_ = (convert(rt.name, file_type) if convert else None) or file_type
+        t = ctx.new_tensor(type_, tuple(reversed(arrays[rt.name].shape)))
         tensors[rt.name] = t.set_name(rt.name)
     buffer = alloc_ctx_tensors(ctx, backend)
     for rt in reader.tensors:
         t = tensors[rt.name]
-        t.set(arrays[rt.name].reshape(tuple(reversed(t.ne))))
+        t.set(arrays[rt.name].reshape(tuple(reversed(t.ne))).astype(t.type.dtype, copy=False))
     return ModelFile(path, metadata, ctx, buffer, tensors)

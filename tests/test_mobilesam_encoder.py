@@ -117,3 +117,19 @@ def test_encoder_end_to_end(torch_sam, mobilesam_gguf_f32, mobilesam_gguf_f16, w
     plan = enc.plan
     assert rel_err(enc.encode_preprocessed(x2.numpy()), ref2) < tol       # re-evaluated, not re-planned
     assert enc.plan is plan
+
+
+@pytest.mark.parametrize("dtype,tol", [("f16", 2e-3), ("bf16", 1.5e-2)])
+def test_encoder_low_precision_activations(torch_sam, mobilesam_gguf_f32, dtype, tol):
+    """Activations (and the encoder's weights) in F16 / BF16 against PyTorch's F32, two images in one batch."""
+    from examples.mobilesam.runner import ImageEncoder
+    enc = ImageEncoder(mobilesam_gguf_f32, n_threads=2, dtype=dtype, batch=2)
+    types = {n.type for n in enc.graph.nodes if n.op in ("add", "norm", "gelu_erf", "win_part")}
+    assert types == {getattr(ggpy, dtype.upper())}
+    x = torch.randn(2, 3, 1024, 1024, generator=torch.Generator().manual_seed(7))
+    with torch.inference_mode():
+        ref = torch_sam.image_encoder(x).numpy()
+    got = enc.encode_preprocessed(x.numpy())
+    assert got.shape == (2, 256, 64, 64) and got.dtype == np.float32
+    for i in range(2):
+        assert rel_err(got[i], ref[i]) < tol

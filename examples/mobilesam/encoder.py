@@ -50,9 +50,20 @@ class EncoderParams:
 
 
 # -- building blocks ----------------------------------------------------------------------------------
+def settle(y, like):
+    """y (a product, F32 as ggml computes them) in the activation type of `like`: the graph keeps activations
+    in the type of its input (F32, F16 or BF16), casting right after each product."""
+    return y if y.type == like.type else ggpy.cast(y, like.type)
+
+
+def contiguous(x, type_):
+    """x (a view) as a contiguous tensor of `type_`: cont, or a cast that makes it contiguous on the way."""
+    return ggpy.cont(x) if x.type == type_ else ggpy.cast(x, type_)
+
+
 def linear(m, prefix: str, x, bias: bool = True):
     """x.ne = (IN, ...) -> (OUT, ...): weight ne = (IN, OUT) (a torch Linear), optional bias ne = (OUT,)."""
-    y = ggpy.mul_mat(m.get(f"{prefix}.weight"), x)
+    y = settle(ggpy.mul_mat(m.get(f"{prefix}.weight"), x), x)
     return ggpy.add(y, m.get(f"{prefix}.bias")) if bias else y
 
 
@@ -66,36 +77,35 @@ def pointwise(m, prefix: str, t, bias: bool = True, act=None):
     optional activation (a ggpy unary op, e.g. ggpy.gelu_erf)."""
     w = m.get(f"{prefix}.weight")
     cin, cout = w.ne[2], w.ne[3]
-    y = ggpy.mul_mat(ggpy.reshape_2d(w, cin, cout), ggpy.reshape_2d(t, cin, t.ne[1] * t.ne[2]))
+    y = settle(ggpy.mul_mat(ggpy.reshape_2d(w, cin, cout), ggpy.reshape_2d(t, cin, t.nelements // cin)), t)
     if bias:
         y = ggpy.add(y, m.get(f"{prefix}.bias"))
     if act is not None:
         y = act(y)
-    return ggpy.reshape_3d(y, cout, t.ne[1], t.ne[2])
+    return ggpy.reshape_4d(y, cout, t.ne[1], t.ne[2], t.ne[3])
 
 
 def depthwise(m, prefix: str, t, stride: int = 1):
-    """Depthwise KxK convolution (padding K // 2) + bias of tokens t.ne = (C, W, H) -> (C, OW, OH), computed
-    in the channels-contiguous layout."""
+    """Depthwise KxK convolution (padding K // 2) + bias of tokens t.ne = (C, W, H, B) -> (C, OW, OH, B),
+    computed in the channels-contiguous layout."""
     w = m.get(f"{prefix}.weight")
     pad = w.ne[0] // 2
-    whcn = ggpy.permute(ggpy.reshape_4d(t, t.ne[0], t.ne[1], t.ne[2], 1), 2, 0, 1, 3)
-    y = ggpy.conv_2d_dw(w, whcn, stride, stride, pad, pad, 1, 1)
-    tokens = ggpy.permute(y, 1, 2, 0, 3)                          # back to (C, OW, OH, 1), contiguous
-    return ggpy.add(ggpy.reshape_3d(tokens, tokens.ne[0], tokens.ne[1], tokens.ne[2]), m.get(f"{prefix}.bias"))
+    y = ggpy.conv_2d_dw(w, ggpy.permute(t, 2, 0, 1, 3), stride, stride, pad, pad, 1, 1)
+    tokens = settle(ggpy.permute(y, 1, 2, 0, 3), t)               # back to (C, OW, OH, B), contiguous
+    return ggpy.add(tokens, m.get(f"{prefix}.bias"))
 
 
 def conv_bn(m, prefix: str, x, stride: int):
-    """Dense KxK convolution (padding K // 2) + bias of an image x.ne = (W, H, Cin) -> (OW, OH, Cout)."""
+    """Dense KxK convolution (padding K // 2) + bias of images x.ne = (W, H, Cin, B) -> (OW, OH, Cout, B)."""
     w = m.get(f"{prefix}.weight")
     pad = w.ne[0] // 2
-    y = ggpy.conv_2d(w, x, stride, stride, pad, pad, 1, 1)
+    y = settle(ggpy.conv_2d(w, x, stride, stride, pad, pad, 1, 1), x)
     return ggpy.add(y, ggpy.reshape_3d(m.get(f"{prefix}.bias"), 1, 1, w.ne[3]))
 
 
 # -- TinyViT ------------------------------------------------------------------------------------------
 def patch_embed(m, image):
-    """image.ne = (S, S, 3, 1) -> tokens (C0, S/4, S/4): two 3x3 stride-2 convolutions with a GELU between."""
+    """images ne = (S, S, 3, B) -> tokens (C0, S/4, S/4, B): two 3x3 stride-2 convolutions with a GELU between."""
     p = f"{ENC}.patch_embed.seq"
     x = ggpy.gelu_erf(conv_bn(m, f"{p}.0", image, 2))
     x = conv_bn(m, f"{p}.2", x, 2)
@@ -119,11 +129,11 @@ def patch_merging(m, prefix: str, t, stride: int):
 def window_attention(m, prefix: str, t, n_heads: int, window: int):
     """Multi-head self-attention inside window x window windows (zero padded at the right and bottom, then
     normalised, as TinyViT) with a learned per-head bias table `ab` ne = (N, N, heads), N = window².
-    t.ne = (C, W, H) -> (C, W, H)."""
+    t.ne = (C, W, H, B) -> (C, W, H, B). Scores, softmax and the weighted sum are F32 (the products of ggml)."""
     c, w_, h_ = t.ne[0], t.ne[1], t.ne[2]
     hd = c // n_heads
     n = window * window
-    xw = ggpy.win_part(ggpy.reshape_4d(t, c, w_, h_, 1), window)                 # (C, w, w, nW)
+    xw = ggpy.win_part(t, window)                                                # (C, w, w, nW * B)
     n_win = xw.ne[3]
     xw = layer_norm(m, f"{prefix}.norm", ggpy.reshape_3d(xw, c, n, n_win))
     qkv = linear(m, f"{prefix}.qkv", xw)                                         # (heads * 3hd, N, nW)
@@ -135,15 +145,13 @@ def window_attention(m, prefix: str, t, n_heads: int, window: int):
     k = ggpy.permute(part(1), 0, 2, 1, 3)
     v_t = ggpy.permute(part(2), 1, 2, 0, 3)              # (N, hd, heads, nW): sgemm reads it transposed in place
     scores = ggpy.soft_max_ext(ggpy.mul_mat(k, q), m.get(f"{prefix}.ab"), hd ** -0.5)  # (Nk, Nq, heads, nW)
-    out = ggpy.mul_mat(v_t, scores)                                              # (hd, Nq, heads, nW)
-    out = ggpy.cont_3d(ggpy.permute(out, 0, 2, 1, 3), c, n, n_win)               # (C, N, nW)
-    out = linear(m, f"{prefix}.proj", out)
-    out = ggpy.win_unpart(ggpy.reshape_4d(out, c, window, window, n_win), w_, h_, window)
-    return ggpy.reshape_3d(out, c, w_, h_)
+    out = ggpy.permute(ggpy.mul_mat(v_t, scores), 0, 2, 1, 3)                   # (hd, heads, Nq, nW)
+    out = linear(m, f"{prefix}.proj", ggpy.reshape_3d(contiguous(out, t.type), c, n, n_win))   # (C, N, nW)
+    return ggpy.win_unpart(ggpy.reshape_4d(out, c, window, window, n_win), w_, h_, window)
 
 
 def tinyvit_block(m, prefix: str, t, n_heads: int, window: int):
-    """x + attention(x), 3x3 depthwise local conv, x + MLP(x). t.ne = (C, W, H)."""
+    """x + attention(x), 3x3 depthwise local conv, x + MLP(x). t.ne = (C, W, H, B)."""
     t = ggpy.add(t, window_attention(m, f"{prefix}.attn", t, n_heads, window))
     t = depthwise(m, f"{prefix}.local_conv", t)
     h = layer_norm(m, f"{prefix}.mlp.norm", t)
@@ -153,22 +161,24 @@ def tinyvit_block(m, prefix: str, t, n_heads: int, window: int):
 
 def neck(m, t):
     """1x1 conv, LayerNorm2d, 3x3 conv, LayerNorm2d (eps 1e-6, no biases on the convs).
-    t.ne = (C3, E, E) -> (E, E, 256, 1), the (1, 256, E, E) embedding."""
+    t.ne = (C3, E, E, B) -> (E, E, 256, B), the (B, 256, E, E) embeddings, F32."""
     p = f"{ENC}.neck"
-    x = layer_norm(m, f"{p}.1", pointwise(m, f"{p}.0", t, bias=False), 1e-6)     # (256, E, E)
-    x = ggpy.permute(ggpy.reshape_4d(x, x.ne[0], x.ne[1], x.ne[2], 1), 2, 0, 1, 3)
-    x = ggpy.conv_2d(m.get(f"{p}.2.weight"), x, 1, 1, 1, 1, 1, 1)                # (E, E, 256, 1)
-    x = layer_norm(m, f"{p}.3", ggpy.cont(ggpy.permute(x, 1, 2, 0, 3)), 1e-6)   # (256, E, E, 1)
-    return ggpy.cont(ggpy.permute(x, 2, 0, 1, 3))
+    x = layer_norm(m, f"{p}.1", pointwise(m, f"{p}.0", t, bias=False), 1e-6)     # (256, E, E, B)
+    x = ggpy.permute(x, 2, 0, 1, 3)
+    x = ggpy.conv_2d(m.get(f"{p}.2.weight"), x, 1, 1, 1, 1, 1, 1)                # (E, E, 256, B), F32
+    x = layer_norm(m, f"{p}.3", contiguous(ggpy.permute(x, 1, 2, 0, 3), t.type), 1e-6)   # (256, E, E, B)
+    return contiguous(ggpy.permute(x, 2, 0, 1, 3), ggpy.F32)
 
 
 STAGES = ("patch_embed", "stage0", "stage1", "stage2", "stage3", "neck")
 
 
-def image_encoder(m, hp: EncoderParams, image):
-    """image.ne = (S, S, 3, 1), pre-processed -> embedding ne = (S/16, S/16, 256, 1). The output of each
-    stage is named 'stage:<name>' (STAGES) so timings can be split by stage."""
-    t = patch_embed(m, image).set_name("stage:patch_embed")
+def image_encoder(m, hp: EncoderParams, images, dtype=ggpy.F32):
+    """images ne = (S, S, 3, B), pre-processed, F32 -> embeddings ne = (S/16, S/16, 256, B), F32; activations
+    in between of type `dtype` (F32, F16 or BF16). The output of each stage is named 'stage:<name>' (STAGES) so
+    timings can be split by stage."""
+    images = images if dtype == images.type else ggpy.cast(images, dtype)
+    t = patch_embed(m, images).set_name("stage:patch_embed")
     for i, depth in enumerate(hp.depths):
         layer = f"{ENC}.layers.{i}"
         for j in range(depth):

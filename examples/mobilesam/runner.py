@@ -10,30 +10,54 @@ import ggpy
 from ggpy.backends import make_backend
 from ggpy.model_file import load_gguf
 
-from .encoder import STAGES, EncoderParams, image_encoder
+from .encoder import ENC, STAGES, EncoderParams, image_encoder
 from .preprocess import preprocess
+
+DTYPES = {"f32": ggpy.F32, "tf32": ggpy.F32, "f16": ggpy.F16, "bf16": ggpy.BF16}
+"""Precision of the encoder's activations (--dtype); tf32 is F32 with GEMMs rounding their inputs to TF32."""
+
+
+def activation_type(dtype: str):
+    """The activation type of a --dtype name; ValueError naming the choices otherwise."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def weight_converter(act):
+    """load_gguf's `convert` for activations of type `act`: the encoder's weights in that type (as PyTorch's
+    model.half()), except the attention bias tables (softmax masks, added in F32); nothing else changes."""
+    if act == ggpy.F32:
+        return None
+    return lambda name, file_type: act if name.startswith(ENC + ".") and not name.endswith(".ab") else None
 
 
 class ImageEncoder:
     """The encoder graph of one model file on one backend; `encode` re-evaluates it without re-planning."""
 
     def __init__(self, model_path, backend="cpu", n_threads: int | None = None, tf32: bool = False,
-                 cuda_graphs: bool = True):
-        """backend: a name ('cpu', 'cuda', 'cuda:N') or a Backend. On CUDA, tf32 lets F32 GEMMs round their
-        inputs to TF32 and cuda_graphs replays the planned graph as one captured CUDA graph."""
+                 cuda_graphs: bool = True, dtype: str = "f32", batch: int = 1):
+        """backend: a name ('cpu', 'cuda', 'cuda:N') or a Backend. dtype: the activations' precision (DTYPES;
+        the encoder's weights are converted to it at load). batch: images per evaluation. On CUDA, tf32 (or
+        dtype 'tf32') lets F32 GEMMs round their inputs to TF32 and cuda_graphs replays the planned graph as one
+        captured CUDA graph."""
+        act = activation_type(dtype)
+        if not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch must be a positive number of images, got {batch!r}")
         self.backend = make_backend(backend, n_threads) if isinstance(backend, str) else backend
         if hasattr(self.backend, "allow_tf32"):
-            self.backend.allow_tf32 = self.backend.allow_tf32 or tf32
+            self.backend.allow_tf32 = self.backend.allow_tf32 or tf32 or dtype == "tf32"
         if hasattr(self.backend, "graphs") and not cuda_graphs:
             self.backend.graphs = False
-        self.model = load_gguf(model_path, self.backend, architecture="mobilesam")
+        self.dtype, self.batch = dtype, batch
+        self.model = load_gguf(model_path, self.backend, architecture="mobilesam", convert=weight_converter(act))
         self.hp = EncoderParams.from_metadata(self.model.metadata)
         self.pixel_mean = tuple(self.model.metadata["mobilesam.pixel_mean"])
         self.pixel_std = tuple(self.model.metadata["mobilesam.pixel_std"])
         ctx = ggpy.Context()
         s = self.hp.image_size
-        self.image = ctx.new_tensor(ggpy.F32, (s, s, 3, 1)).set_name("image").set_input()
-        self.embedding = image_encoder(self.model, self.hp, self.image)
+        self.image = ctx.new_tensor(ggpy.F32, (s, s, 3, batch)).set_name("image").set_input()
+        self.embedding = image_encoder(self.model, self.hp, self.image, act)
         self.graph = ggpy.Graph().build_forward_expand(self.embedding)
         self.plan = ggpy.GraphAllocator(self.backend).alloc_graph(self.graph)
 
@@ -48,21 +72,22 @@ class ImageEncoder:
         return self.plan.no_reuse_bytes
 
     def set_input(self, x: np.ndarray):
-        """x: pre-processed image, float32 (3, S, S) or (1, 3, S, S)."""
-        s = self.hp.image_size
+        """x: pre-processed images, float32 (B, 3, S, S) (or (3, S, S) when B = 1)."""
+        s, b = self.hp.image_size, self.batch
         x = np.asarray(x, dtype=np.float32)
-        if x.shape not in ((3, s, s), (1, 3, s, s)):
-            raise ggpy.ShapeError(f"encoder input has shape {x.shape}; expected a pre-processed (3, {s}, {s}) image")
-        self.image.set(x.reshape(1, 3, s, s))
+        if x.shape != (b, 3, s, s) and not (b == 1 and x.shape == (3, s, s)):
+            raise ggpy.ShapeError(f"encoder input has shape {x.shape}; expected {b} pre-processed image(s), "
+                                  f"({b}, 3, {s}, {s})")
+        self.image.set(x.reshape(b, 3, s, s))
 
     def evaluate(self):
         """Run the planned graph on the current input."""
         self.backend.compute(self.graph)
 
     def embedding_array(self) -> np.ndarray:
-        """The last result, float32 (1, 256, S/16, S/16)."""
-        return np.ascontiguousarray(self.embedding.numpy().reshape(1, -1, self.hp.embed_size, self.hp.embed_size),
-                                    dtype=np.float32)
+        """The last result, float32 (B, 256, S/16, S/16)."""
+        e = self.hp.embed_size
+        return np.ascontiguousarray(self.embedding.numpy().reshape(self.batch, -1, e, e), dtype=np.float32)
 
     def encode_preprocessed(self, x: np.ndarray) -> np.ndarray:
         self.set_input(x)
@@ -71,7 +96,18 @@ class ImageEncoder:
 
     def encode(self, image: np.ndarray) -> np.ndarray:
         """image: uint8 (H, W, 3) RGB -> embedding float32 (1, 256, S/16, S/16)."""
-        return self.encode_preprocessed(preprocess(image, self.hp.image_size, self.pixel_mean, self.pixel_std))
+        return self.encode_many([image])
+
+    def encode_many(self, images) -> np.ndarray:
+        """images: up to B uint8 (H, W, 3) RGB arrays (sizes may differ) -> embeddings float32 (n, 256, S/16,
+        S/16); a batch that is not full is padded with zero images, whose embeddings are dropped."""
+        if not 1 <= len(images) <= self.batch:
+            raise ValueError(f"encode_many got {len(images)} images; expected 1 to {self.batch} (the batch)")
+        s = self.hp.image_size
+        x = np.zeros((self.batch, 3, s, s), np.float32)
+        for i, image in enumerate(images):
+            x[i] = preprocess(image, s, self.pixel_mean, self.pixel_std)
+        return self.encode_preprocessed(x)[:len(images)]
 
     def profile(self) -> tuple[dict, dict]:
         """Evaluate once, timing every kernel: ({stage: seconds}, {kernel: seconds}), stages in STAGES order."""

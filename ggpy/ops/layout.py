@@ -1,8 +1,8 @@
 """Ops that move data: copies, concatenation, padding, tiling, row gathering."""
 from __future__ import annotations
 
-from ..errors import ShapeError
-from ..types import F32, I32
+from ..errors import ShapeError, TypeMismatchError
+from ..types import F32, FLOAT_TYPES, I32, type_of
 from ._common import (can_repeat, check_float, check_tensor, check_type, new_node, new_view)
 
 
@@ -42,6 +42,16 @@ def cont_3d(a, ne0, ne1, ne2):
 
 def cont_4d(a, ne0, ne1, ne2, ne3):
     return _cont_nd(a, (ne0, ne1, ne2, ne3))
+
+
+def cast(a, type_):
+    """`a`'s values converted to the float type `type_` (F32, F16, BF16; rounding to nearest even), contiguous,
+    ne = a.ne (ggml_cast). Where a graph changes precision."""
+    check_float("cast", a)
+    t = type_of(type_)
+    if t not in FLOAT_TYPES:
+        raise TypeMismatchError(f"cast: cannot cast {a.type.name} a ne={a.ne} to {t.name}; expected F32, F16 or BF16")
+    return new_node("cast", t, a.ne, [a])
 
 
 def cpy(a, b):

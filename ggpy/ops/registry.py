@@ -39,6 +39,7 @@ def _table() -> dict:
     add("layout", "dup")
     add("layout", "cont", ("cont", "cont_1d", "cont_2d", "cont_3d", "cont_4d"))
     add("layout", "cpy")                    # a view of its destination (view_src) that the copy kernel writes
+    add("layout", "cast")
     add("layout", "concat")
     add("layout", "pad", ("pad", "pad_ext"))
     add("layout", "repeat")

@@ -1,4 +1,4 @@
-"""Cases for data movement: dup, cont (and cont_Nd), cpy, concat, pad, repeat, get_rows and SAM's window ops."""
+"""Cases for data movement: dup, cont (and cont_Nd), cast, cpy, concat, pad, repeat, get_rows and SAM's window ops."""
 from __future__ import annotations
 
 from ... import ops
@@ -60,6 +60,11 @@ def _copy_cases():
         out.append(OpCase("cpy", f"{p},a=permuted3(7,5,3,2),b=view_2d(big)", lambda ctx, ta=ta, tb=tb: ops.cpy(
             layout(ctx, ta, (7, 5, 3, 2), "permuted3"),
             ops.view_2d(leaf(ctx, tb, (35, 8)), 30, 7, 35 * tb.size, 3 * tb.size)), fill=_wide_ints))
+    floats = (F32, F16, BF16)
+    for ta, tb in ((x, y) for x in floats for y in floats if x != y):
+        for how in ("cont", "permuted", "permuted3"):
+            out.append(OpCase("cast", f"{ta.name}->{tb.name},{how}", lambda ctx, ta=ta, tb=tb, how=how: ops.cast(
+                layout(ctx, ta, (13, 7, 5, 3), how), tb)))
     for ta, tb in pairs[:3]:   # sizes that split over two workers, runs crossing rows of both sides
         p = f"{ta.name}->{tb.name}"
         out.append(OpCase("cpy", f"{p},a=(300,250),b=(300,250)", lambda ctx, ta=ta, tb=tb: ops.cpy(

@@ -6,7 +6,7 @@ import numpy as np
 from .common import reference, tile
 
 
-@reference("dup", "cont")
+@reference("dup", "cont", "cast")
 def _copy(node, s):
     return s[0].reshape(tuple(reversed(node.ne)))
 

@@ -110,7 +110,7 @@ def copy_transposed(d, a, ith, nth):
                     drow[i] = convert(arow[i], drow.dtype)
 
 
-@register("dup", "cont", "cpy")
+@register("dup", "cont", "cpy", "cast")
 def bind_copy(b: BoundNode):
     d, x = b.dst, b.srcs[0]
     nth = b.threads_for(d.size)

@@ -1,4 +1,4 @@
-"""Copies and layout on CUDA: dup, cont (and cont_Nd) and cpy (elements taken from src0 and written to dst in ne
+"""Copies and layout on CUDA: dup, cont (and cont_Nd), cast and cpy (elements taken from src0 and written to dst in ne
 order, any strides on both sides, float types (F32, F16, BF16) converted, I32 copied as is; for cpy dst is the view of b the node
 describes; 32-bit index math where the tensors fit), concat, pad (zero padding; the four leading paddings, < 4096
 each, travel two to a float parameter), repeat and get_rows (a.ne = (K, R, A2, A3), b I32 (n, A2, A3) ->
@@ -126,7 +126,7 @@ def source() -> str:
     return "".join(parts)
 
 
-register(ops=("dup", "cont", "cpy"), source=copy_source, refusal=copy_refusal, kernel_name=copy_kernel_name,
+register(ops=("dup", "cont", "cpy", "cast"), source=copy_source, refusal=copy_refusal, kernel_name=copy_kernel_name,
          iparam=iparam32)
 register(ops=("concat", "pad", "repeat", "get_rows"), source=source, refusal=refusal, kernel_name=kernel_name,
          params=params)

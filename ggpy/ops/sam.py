@@ -6,30 +6,27 @@ from ._common import check_contiguous, check_float, new_node
 
 
 def win_part(a, w: int):
-    """Split an image into w x w windows, zero padding the right and bottom (SAM).
+    """Split a batch of images into w x w windows, zero padding the right and bottom (SAM's window_partition).
 
-    a.ne = (C, W, H, 1) -> ne = (C, w, w, npx * npy) with npx = ceil(W / w), npy = ceil(H / w);
-    window p = py * npx + px.
+    a.ne = (C, W, H, B) -> ne = (C, w, w, npx * npy * B) with npx = ceil(W / w), npy = ceil(H / w);
+    window p = (b * npy + py) * npx + px: image b's windows are a contiguous run, batch outermost.
     """
     check_float("win_part", a)
-    if a.ne[3] != 1:
-        raise ShapeError(f"win_part: a must be (C, W, H, 1), got ne={a.ne}")
     if w < 1:
         raise ShapeError(f"win_part: window size must be >= 1, got {w}")
     npx = (a.ne[1] + w - 1) // w
     npy = (a.ne[2] + w - 1) // w
-    return new_node("win_part", a.type, (a.ne[0], w, w, npx * npy), [a], {"npx": npx, "npy": npy, "w": w})
+    return new_node("win_part", a.type, (a.ne[0], w, w, npx * npy * a.ne[3]), [a], {"npx": npx, "npy": npy, "w": w})
 
 
 def win_unpart(a, w0: int, h0: int, w: int):
-    """Inverse of win_part: a.ne = (C, w, w, npx * npy) -> ne = (C, w0, h0, 1), padding dropped."""
+    """Inverse of win_part: a.ne = (C, w, w, npx * npy * B) -> ne = (C, w0, h0, B), padding dropped."""
     check_float("win_unpart", a)
-    npx = (w0 + w - 1) // w
-    npy = (h0 + w - 1) // w
-    if a.ne[1] != w or a.ne[2] != w or a.ne[3] != npx * npy:
-        raise ShapeError(f"win_unpart: a ne={a.ne} does not hold {npx}x{npy} windows of {w}x{w} for an image of "
-                         f"{w0}x{h0}; expected ne=({a.ne[0]}, {w}, {w}, {npx * npy})")
-    return new_node("win_unpart", a.type, (a.ne[0], w0, h0, 1), [a], {"w": w})
+    n = ((w0 + w - 1) // w) * ((h0 + w - 1) // w)
+    if a.ne[1] != w or a.ne[2] != w or a.ne[3] % n:
+        raise ShapeError(f"win_unpart: a ne={a.ne} does not hold B images of {w0}x{h0} in {n} windows of {w}x{w} "
+                         f"each; expected ne=({a.ne[0]}, {w}, {w}, B * {n}), ne[3] a multiple of {n}")
+    return new_node("win_unpart", a.type, (a.ne[0], w0, h0, a.ne[3] // n), [a], {"w": w})
 
 
 def get_rel_pos(a, qh: int, kh: int):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ... import ops
 from ...types import F16, F32
 from ..harness import OpCase
-from .util import LAYOUTS, layout, leaf
+from .util import LAYOUTS, TYPES, layout, leaf
 
 
 def _the_input(node, leafs):
@@ -15,21 +15,25 @@ def _the_input(node, leafs):
 
 def _win_cases():
     out = []
-    for t in (F32, F16):
-        for c, w0, h0, w in ((5, 13, 9, 4), (3, 8, 8, 4), (2, 7, 10, 3)):
-            p = f"{t.name},C={c},W={w0},H={h0},w={w}"
-            out.append(OpCase("win_part", p, lambda ctx, t=t, c=c, w0=w0, h0=h0, w=w: ops.win_part(
-                leaf(ctx, t, (c, w0, h0, 1)), w)))
-            out.append(OpCase("win_unpart", p + ",round_trip", lambda ctx, t=t, c=c, w0=w0, h0=h0, w=w: ops.win_unpart(
-                ops.win_part(leaf(ctx, t, (c, w0, h0, 1)), w), w0, h0, w), reference=_the_input))
-            npw = ((w0 + w - 1) // w) * ((h0 + w - 1) // w)
-            out.append(OpCase("win_unpart", p, lambda ctx, t=t, c=c, w0=w0, h0=h0, w=w, npw=npw: ops.win_unpart(
-                leaf(ctx, t, (c, w, w, npw)), w0, h0, w)))
+    for t in TYPES:
+        for c, w0, h0, w, b in ((5, 13, 9, 4, 1), (3, 8, 8, 4, 1), (2, 7, 10, 3, 1), (3, 7, 5, 3, 2), (2, 5, 11, 4, 3),
+                                (3, 6, 9, 3, 3)):
+            p = f"{t.name},C={c},W={w0},H={h0},w={w},B={b}"
+            out.append(OpCase("win_part", p, lambda ctx, t=t, c=c, w0=w0, h0=h0, w=w, b=b: ops.win_part(
+                leaf(ctx, t, (c, w0, h0, b)), w)))
+            out.append(OpCase("win_unpart", p + ",round_trip", lambda ctx, t=t, c=c, w0=w0, h0=h0, w=w, b=b:
+                              ops.win_unpart(ops.win_part(leaf(ctx, t, (c, w0, h0, b)), w), w0, h0, w),
+                              reference=_the_input))
+            nw = ((w0 + w - 1) // w) * ((h0 + w - 1) // w) * b
+            out.append(OpCase("win_unpart", p, lambda ctx, t=t, c=c, w0=w0, h0=h0, w=w, nw=nw: ops.win_unpart(
+                leaf(ctx, t, (c, w, w, nw)), w0, h0, w)))
         for how in LAYOUTS[1:]:
-            out.append(OpCase("win_part", f"{t.name},{how},C=5,W=13,H=9,w=4", lambda ctx, t=t, how=how: ops.win_part(
-                layout(ctx, t, (5, 13, 9, 1), how), 4)))
-            out.append(OpCase("win_unpart", f"{t.name},{how},C=5,W=13,H=9,w=4", lambda ctx, t=t, how=how:
-                              ops.win_unpart(layout(ctx, t, (5, 4, 4, 12), how), 13, 9, 4)))
+            for b in (1, 2):
+                p = f"{t.name},{how},C=5,W=13,H=9,w=4,B={b}"
+                out.append(OpCase("win_part", p, lambda ctx, t=t, how=how, b=b: ops.win_part(
+                    layout(ctx, t, (5, 13, 9, b), how), 4)))
+                out.append(OpCase("win_unpart", p, lambda ctx, t=t, how=how, b=b: ops.win_unpart(
+                    layout(ctx, t, (5, 4, 4, 12 * b), how), 13, 9, 4)))
     return out
 
 

@@ -8,23 +8,22 @@ from .common import reference
 
 @reference("win_part")
 def _win_part(node, s):
-    x = s[0][0]                                # (H, W, C)
+    x = s[0]                                   # (B, H, W, C), as PyTorch SAM's window_partition
     w, npx, npy = node.op_params["w"], node.op_params["npx"], node.op_params["npy"]
-    h0, w0, c = x.shape
-    padded = np.zeros((npy * w, npx * w, c))
-    padded[:h0, :w0] = x
-    win = padded.reshape(npy, w, npx, w, c).transpose(0, 2, 1, 3, 4).reshape(npy * npx, w, w, c)
-    return win
+    b, h0, w0, c = x.shape
+    padded = np.zeros((b, npy * w, npx * w, c))
+    padded[:, :h0, :w0] = x
+    return padded.reshape(b, npy, w, npx, w, c).transpose(0, 1, 3, 2, 4, 5).reshape(b * npy * npx, w, w, c)
 
 
 @reference("win_unpart")
 def _win_unpart(node, s):
-    x = s[0]                                   # (np, w, w, C)
+    x = s[0]                                   # (B * np, w, w, C), as PyTorch SAM's window_unpartition
     w = node.op_params["w"]
-    c, w0, h0 = node.ne[0], node.ne[1], node.ne[2]
+    c, w0, h0, b = node.ne
     npx, npy = (w0 + w - 1) // w, (h0 + w - 1) // w
-    full = x.reshape(npy, npx, w, w, c).transpose(0, 2, 1, 3, 4).reshape(npy * w, npx * w, c)
-    return full[:h0, :w0].reshape(1, h0, w0, c)
+    full = x.reshape(b, npy, npx, w, w, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, npy * w, npx * w, c)
+    return full[:, :h0, :w0]
 
 
 @reference("get_rel_pos")

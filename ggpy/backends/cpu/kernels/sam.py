@@ -13,11 +13,11 @@ WINDOW_CODES = {"win_part": 0, "win_unpart": 1, "get_rel_pos": 2}
 
 
 @kernel
-def window_rows(op, w, npx, d, a, ith, nth):
-    """Each row of d copied from one row of a (or zeroed), row by row:
+def window_rows(op, w, npx, nwin, d, a, ith, nth):
+    """Each row of d copied from one row of a (or zeroed), row by row; nwin = npx * npy windows per image:
 
-    win_part (0):    d (npx * npy, w, w, C) from a (1, H, W, C); window p = py * npx + px, zeros past the image;
-    win_unpart (1):  d (1, H, W, C) from a (npx * npy, w, w, C);
+    win_part (0):    d (B * nwin, w, w, C) from a (B, H, W, C); window b * nwin + py * npx + px, zeros past the image;
+    win_unpart (1):  d (B, H, W, C) from a (B * nwin, w, w, C);
     get_rel_pos (2): d (1, qh, kh, C) from a (1, 1, 2 * kh - 1, C); d[0, q, k] = a[0, 0, kh - 1 - k + q].
     """
     ne3, ne2, ne1, ne0 = d.shape
@@ -28,9 +28,10 @@ def window_rows(op, w, npx, d, a, ith, nth):
         i3, i2, i1 = row_index(r, ne2, ne1)
         drow = d[i3, i2, i1]
         if op == 0:
-            j3, j2, j1 = 0, (i3 // npx) * w + i2, (i3 % npx) * w + i1
+            p = i3 % nwin
+            j3, j2, j1 = i3 // nwin, (p // npx) * w + i2, (p % npx) * w + i1
         elif op == 1:
-            j3, j2, j1 = (i2 // w) * npx + i1 // w, i2 % w, i1 % w
+            j3, j2, j1 = i3 * nwin + (i2 // w) * npx + i1 // w, i2 % w, i1 % w
         else:
             j3, j2, j1 = 0, 0, ne1 - 1 - i1 + i2
         if j2 >= na2 or j1 >= na1:
@@ -46,8 +47,9 @@ def window_rows(op, w, npx, d, a, ith, nth):
 def bind_window(b: BoundNode):
     node = b.node
     w = node.op_params.get("w", 1)
-    npx = (node.ne[1] + w - 1) // w if node.op == "win_unpart" else node.op_params.get("npx", 1)
-    args = (WINDOW_CODES[node.op], w, npx, b.dst, b.srcs[0])
+    image = node if node.op == "win_unpart" else node.src[0]      # (C, W, H, B): the image side of the windows
+    npx, npy = (image.ne[1] + w - 1) // w, (image.ne[2] + w - 1) // w
+    args = (WINDOW_CODES[node.op], w, npx, npx * npy, b.dst, b.srcs[0])
     return launch(window_rows, args, b.threads_for(b.dst.size))
 
 

@@ -10,28 +10,31 @@ from .common import C_TYPES, FLOATS, SUFFIX, iparam32, tensor_ptr
 
 
 _SOURCE = r"""
-// win_part: src0 (C, W, H, 1) -> dst (C, w, w, npx * npy), window p = py * npx + px, zeros past the image
+// win_part: src0 (C, W, H, B) -> dst (C, w, w, B * nwin), nwin = npx * npy windows per image;
+// window b * nwin + py * npx + px, zeros past the image
 template <typename T, typename I> __device__ void win_part_i(const Args& a) {
-    const I w = (I)a.ne[1], npx = ((I)a.ne0[1] + w - 1) / w;
+    const I w = (I)a.ne[1], npx = ((I)a.ne0[1] + w - 1) / w, nwin = npx * (((I)a.ne0[2] + w - 1) / w);
     FOR_EACH_ELEMENT_I(a, i, I) {
         I c[4];
         unravel(i, a.ne, c);
-        const I x = (c[3] % npx) * w + c[1], y = (c[3] / npx) * w + c[2];
+        const I b = c[3] / nwin, p = c[3] % nwin;
+        const I x = (p % npx) * w + c[1], y = (p / npx) * w + c[2];
         float v = 0.f;
         if (x < (I)a.ne0[1] && y < (I)a.ne0[2])
-            v = to_f(*(const T*)(a.src0 + (c[0] * (I)a.nb0[0] + x * (I)a.nb0[1] + y * (I)a.nb0[2])));
+            v = to_f(*(const T*)(a.src0 + (c[0] * (I)a.nb0[0] + x * (I)a.nb0[1] + y * (I)a.nb0[2]
+                                           + b * (I)a.nb0[3])));
         *(T*)(a.dst + byte_offset(c, a.nb)) = from_f<T>(v);
     }
 }
 template <typename T> __device__ void win_part(const Args& a) { DISPATCH_I(a, win_part_i, T); }
 
-// win_unpart: src0 (C, w, w, npx * npy) -> dst (C, W, H, 1), the inverse of win_part
+// win_unpart: src0 (C, w, w, B * nwin) -> dst (C, W, H, B), the inverse of win_part
 template <typename T, typename I> __device__ void win_unpart_i(const Args& a) {
-    const I w = (I)a.ne0[1], npx = ((I)a.ne[1] + w - 1) / w;
+    const I w = (I)a.ne0[1], npx = ((I)a.ne[1] + w - 1) / w, nwin = npx * (((I)a.ne[2] + w - 1) / w);
     FOR_EACH_ELEMENT_I(a, i, I) {
         I c[4];
         unravel(i, a.ne, c);
-        const I p = (c[2] / w) * npx + c[1] / w;
+        const I p = c[3] * nwin + (c[2] / w) * npx + c[1] / w;
         const T v = *(const T*)(a.src0 + (c[0] * (I)a.nb0[0] + (c[1] % w) * (I)a.nb0[1] + (c[2] % w) * (I)a.nb0[2]
                                           + p * (I)a.nb0[3]));
         *(T*)(a.dst + byte_offset(c, a.nb)) = v;

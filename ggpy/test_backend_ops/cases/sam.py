@@ -18,15 +18,13 @@ def _win_cases():
     for t in TYPES:
         for c, w0, h0, w, b in ((5, 13, 9, 4, 1), (3, 8, 8, 4, 1), (2, 7, 10, 3, 1), (3, 7, 5, 3, 2), (2, 5, 11, 4, 3),
                                 (3, 6, 9, 3, 3)):
+            ne, nw = (c, w0, h0, b), ((w0 + w - 1) // w) * ((h0 + w - 1) // w) * b
             p = f"{t.name},C={c},W={w0},H={h0},w={w},B={b}"
-            out.append(OpCase("win_part", p, lambda ctx, t=t, c=c, w0=w0, h0=h0, w=w, b=b: ops.win_part(
-                leaf(ctx, t, (c, w0, h0, b)), w)))
-            out.append(OpCase("win_unpart", p + ",round_trip", lambda ctx, t=t, c=c, w0=w0, h0=h0, w=w, b=b:
-                              ops.win_unpart(ops.win_part(leaf(ctx, t, (c, w0, h0, b)), w), w0, h0, w),
-                              reference=_the_input))
-            nw = ((w0 + w - 1) // w) * ((h0 + w - 1) // w) * b
-            out.append(OpCase("win_unpart", p, lambda ctx, t=t, c=c, w0=w0, h0=h0, w=w, nw=nw: ops.win_unpart(
-                leaf(ctx, t, (c, w, w, nw)), w0, h0, w)))
+            out.append(OpCase("win_part", p, lambda ctx, t=t, ne=ne, w=w: ops.win_part(leaf(ctx, t, ne), w)))
+            out.append(OpCase("win_unpart", p + ",round_trip", lambda ctx, t=t, ne=ne, w=w: ops.win_unpart(
+                ops.win_part(leaf(ctx, t, ne), w), ne[1], ne[2], w), reference=_the_input))
+            out.append(OpCase("win_unpart", p, lambda ctx, t=t, ne=ne, w=w, nw=nw: ops.win_unpart(
+                leaf(ctx, t, (ne[0], w, w, nw)), ne[1], ne[2], w)))
         for how in LAYOUTS[1:]:
             for b in (1, 2):
                 p = f"{t.name},{how},C=5,W=13,H=9,w=4,B={b}"

@@ -17,12 +17,10 @@ template <typename T, typename I> __device__ void win_part_i(const Args& a) {
     FOR_EACH_ELEMENT_I(a, i, I) {
         I c[4];
         unravel(i, a.ne, c);
-        const I b = c[3] / nwin, p = c[3] % nwin;
-        const I x = (p % npx) * w + c[1], y = (p / npx) * w + c[2];
+        const I b = c[3] / nwin, p = c[3] % nwin, x = (p % npx) * w + c[1], y = (p / npx) * w + c[2];
         float v = 0.f;
         if (x < (I)a.ne0[1] && y < (I)a.ne0[2])
-            v = to_f(*(const T*)(a.src0 + (c[0] * (I)a.nb0[0] + x * (I)a.nb0[1] + y * (I)a.nb0[2]
-                                           + b * (I)a.nb0[3])));
+            v = to_f(*(const T*)(a.src0 + (c[0] * (I)a.nb0[0] + x * (I)a.nb0[1] + y * (I)a.nb0[2] + b * (I)a.nb0[3])));
         *(T*)(a.dst + byte_offset(c, a.nb)) = from_f<T>(v);
     }
 }

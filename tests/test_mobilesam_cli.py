@@ -53,3 +53,33 @@ def test_encode_refuses_a_file_that_is_not_an_image(random_gguf, tmp_path):
     bad.write_text("not an image")
     r = cli("encode", "-m", str(random_gguf), "-i", str(bad), "-o", str(tmp_path / "e.npy"))
     assert r.returncode != 0 and "notes.jpg" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_encode_several_images_in_batches(random_gguf, tmp_path):
+    """A directory and a file, in batches of 2 (the last one padded), F16 activations: one .npy per image that
+    equals the embedding of that image encoded alone."""
+    from PIL import Image
+    rng = np.random.default_rng(3)
+    d = tmp_path / "images"
+    d.mkdir()
+    for i, (h, w) in enumerate([(40, 60), (50, 30)]):
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(d / f"im{i}.png")
+    single = tmp_path / "single.png"
+    Image.fromarray(rng.integers(0, 256, (33, 33, 3), dtype=np.uint8)).save(single)
+    out = tmp_path / "emb"
+    r = cli("encode", "-m", str(random_gguf), "-i", str(d), "-i", str(single), "-o", str(out), "-t", "2",
+            "--batch", "2", "--dtype", "f16")
+    assert r.returncode == 0, r.stderr
+    assert "[2/3]" in r.stdout and "[3/3]" in r.stdout
+    alone = tmp_path / "alone.npy"
+    r = cli("encode", "-m", str(random_gguf), "-i", str(single), "-o", str(alone), "-t", "2", "--dtype", "f16")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["im0.npy", "im1.npy", "single.npy"]
+    got, ref = np.load(out / "single.npy"), np.load(alone)
+    assert got.shape == (1, 256, 64, 64) and np.abs(got - ref).max() <= 1e-6 * max(1.0, np.abs(ref).max())
+
+
+def test_encode_refuses_bad_batch_and_dtype(random_gguf, tmp_path):
+    for args, what in ((("--batch", "0"), "positive number"), (("--dtype", "f8"), "invalid choice")):
+        r = cli("encode", "-m", str(random_gguf), "-o", str(tmp_path / "e.npy"), *args)
+        assert r.returncode == 2 and what in r.stderr and "Traceback" not in r.stderr

@@ -1,11 +1,18 @@
 """MobileSAM on ggpy, from the repository root:
 
     python -m examples.mobilesam convert CHECKPOINT.pt -o model.gguf [--type f32|f16]
-    python -m examples.mobilesam encode [-m model.gguf] [-i image.jpg] [-o embedding.npy] [-b cpu|cuda] [-t THREADS] [--bench N]
-                                [--tf32] [--no-cuda-graphs]
+    python -m examples.mobilesam encode [-m model.gguf] [-i image.jpg|DIR ...] [-o embedding.npy|DIR] [-b cpu|cuda]
+                                [-t THREADS] [--dtype f32|tf32|f16|bf16] [--batch N] [--bench N] [--tf32]
+                                [--no-cuda-graphs]
     python -m examples.mobilesam segment [-m model.gguf] [-i image.jpg] -p X Y [-p X Y ...] [-l 1|0 ...]
                                 [--box X0 Y0 X1 Y1] [-o mask.png] [--composite overlay.png] [--logits logits.npy]
-                                [-b cpu|cuda] [-t THREADS] [--single-mask] [--tf32] [--no-cuda-graphs]
+                                [-b cpu|cuda] [-t THREADS] [--dtype f32|tf32|f16|bf16] [--single-mask] [--tf32]
+                                [--no-cuda-graphs]
+
+`encode` takes one or more images (-i, repeatable; a directory means every image in it), in batches of --batch
+images per evaluation; with one image, or -o ending in .npy, it writes one float32 array (N, 256, 64, 64) in the
+order of the images, else one <image name>.npy per image into the directory -o. --dtype is the precision of the
+encoder's activations (its weights are converted to it at load).
 
 Without -m, `encode` and `segment` use seeded random weights in the official architecture (converted once
 and cached), so they run out of the box; the embedding and the masks are then meaningless.
@@ -32,6 +39,7 @@ import ggpy
 from . import render
 from .predictor import Predictor, PromptError, best_mask_index, sparse_prompt
 from .preprocess import load_image
+from .runner import DTYPES, ImageEncoder, flops_per_image
 
 SAMPLE_IMAGE = Path(__file__).parent / "assets" / "picture2.jpg"
 CACHE = Path.home() / ".cache" / "ggpy"
@@ -71,33 +79,84 @@ def model_or_random(model, meaningless: str):
     return random_model()
 
 
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+
+
+def image_paths(inputs) -> list:
+    """The -i arguments as image paths: files as given, directories as the images in them (sorted by name)."""
+    paths = []
+    for item in inputs or [str(SAMPLE_IMAGE)]:
+        p = Path(item)
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+            if not found:
+                raise ValueError(f"directory {p} holds no image (expected files ending in {', '.join(IMAGE_SUFFIXES)})")
+            paths += found
+        else:
+            paths.append(p)
+    return paths
+
+
+def save_embeddings(output: str, paths, embeddings):
+    """One array (N, 256, E, E) when there is one image or `output` ends in .npy, else <stem>.npy per image."""
+    if len(paths) == 1 or output.endswith(".npy"):
+        np.save(output, embeddings)
+        print(f"embedding{'s' * (len(paths) > 1)} {embeddings.shape} float32 -> {output}")
+        return
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    for path, e in zip(paths, embeddings):
+        np.save(out / f"{path.stem}.npy", e[None])
+    print(f"{len(paths)} embeddings (1, {', '.join(map(str, embeddings.shape[1:]))}) float32 -> {out}/<image>.npy")
+
+
+def encode_all(enc, paths) -> np.ndarray:
+    """Embeddings of every image, `enc.batch` per evaluation, with a progress line per batch."""
+    out = []
+    for start in range(0, len(paths), enc.batch):
+        chunk = paths[start:start + enc.batch]
+        t0 = time.perf_counter()
+        images = [load_image(p) for p in chunk]
+        out.append(enc.encode_many(images))
+        sizes = ", ".join(f"{p.name} ({im.shape[1]}x{im.shape[0]})" for p, im in zip(chunk, images))
+        print(f"[{start + len(chunk)}/{len(paths)}] {sizes}: {(time.perf_counter() - t0) * 1e3:.0f} ms"
+              + (" (first evaluation: includes compiling kernels not yet cached)" if start == 0 else ""))
+    return np.concatenate(out)
+
+
 def cmd_encode(args):
-    from .runner import ImageEncoder, flops_per_image
+    paths = image_paths(args.image)
     model = model_or_random(args.model, "the embedding is meaningless")
-    image = load_image(args.image)
     t0 = time.perf_counter()
     enc = ImageEncoder(model, backend=args.backend, n_threads=args.threads, tf32=args.tf32,
-                       cuda_graphs=not args.no_cuda_graphs)
-    print(f"model {model}: {len(enc.graph.nodes)} nodes, planned in {(time.perf_counter() - t0) * 1e3:.0f} ms on "
-          f"{enc.backend}")
+                       cuda_graphs=not args.no_cuda_graphs, dtype=args.dtype, batch=min(args.batch, len(paths)))
+    print(f"model {model}: {len(enc.graph.nodes)} nodes ({args.dtype}, batch {enc.batch}), planned in "
+          f"{(time.perf_counter() - t0) * 1e3:.0f} ms on {enc.backend}")
     print(f"planned compute memory: {_mib(enc.planned_bytes)} (all intermediates without reuse: "
           f"{_mib(enc.intermediate_bytes)}); weights {_mib(enc.model.nbytes)}")
-    t0 = time.perf_counter()
-    embedding = enc.encode(image)
-    print(f"image {args.image} ({image.shape[1]}x{image.shape[0]}): first evaluation {(time.perf_counter() - t0) * 1e3:.0f} ms"
-          " (includes compiling kernels not yet cached)")
-    np.save(args.output, embedding)
-    print(f"embedding {embedding.shape} float32 -> {args.output}")
+    save_embeddings(args.output, paths, encode_all(enc, paths))
     by_stage, _ = enc.profile()
     total = sum(by_stage.values())
     d = 0 if args.backend == "cpu" else 2            # GPU stages take fractions of a millisecond
-    print("time per stage: " + ", ".join(f"{k} {v * 1e3:.{d}f} ms" for k, v in by_stage.items())
+    print(f"time per stage (batch of {enc.batch}): " + ", ".join(f"{k} {v * 1e3:.{d}f} ms" for k, v in by_stage.items())
           + f"; total {total * 1e3:.{d}f} ms")
     if args.bench:
-        times = np.array(enc.bench(args.bench)) * 1e3
+        times = np.array(enc.bench(args.bench)) * 1e3 / enc.batch
         gflops = flops_per_image(enc.hp) / 1e9
-        print(f"{gflops:.1f} GFLOP per image: {gflops / np.median(times) * 1e3:.1f} GFLOP/s at the median")
+        print(f"{gflops:.1f} GFLOP per image: {gflops / np.median(times) * 1e3:.1f} GFLOP/s at the median; "
+              f"times per image (one evaluation / {enc.batch}):")
         print(f"median_ms={np.median(times):.2f} min_ms={times.min():.2f} runs={args.bench}")
+
+
+def _positive(text: str) -> int:
+    """argparse type of --batch: a positive integer."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of images, got {text!r}")
+    return value
 
 
 def _number(text: str) -> float:
@@ -156,7 +215,7 @@ def cmd_segment(args):
     model = model_or_random(args.model, "the masks are meaningless")
     t0 = time.perf_counter()
     predictor = Predictor(model, backend=args.backend, n_threads=args.threads, tf32=args.tf32,
-                          cuda_graphs=not args.no_cuda_graphs)
+                          cuda_graphs=not args.no_cuda_graphs, dtype=args.dtype)
     enc = predictor.encoder
     print(f"model {model}: encoder {len(enc.graph.nodes)} nodes planned ({_mib(enc.planned_bytes)}), built in "
           f"{(time.perf_counter() - t0) * 1e3:.0f} ms on {enc.backend}")
@@ -205,10 +264,14 @@ def main(argv=None):
     p.set_defaults(func=cmd_convert)
     p = sub.add_parser("encode", help="compute the image embedding")
     p.add_argument("-m", "--model", help="GGUF made by `convert` (default: seeded random weights)")
-    p.add_argument("-i", "--image", default=str(SAMPLE_IMAGE))
-    p.add_argument("-o", "--output", default="embedding.npy")
+    p.add_argument("-i", "--image", action="append", metavar="IMAGE|DIR",
+                   help="an image, or a directory of images; repeat for more (default: the sample picture)")
+    p.add_argument("-o", "--output", default="embedding.npy",
+                   help="one .npy of all embeddings, or a directory for one .npy per image (default: embedding.npy)")
     p.add_argument("-b", "--backend", default="cpu")
     p.add_argument("-t", "--threads", type=int, default=None)
+    add_dtype_argument(p)
+    p.add_argument("--batch", type=_positive, default=1, metavar="N", help="images per evaluation (default 1)")
     p.add_argument("--bench", type=int, default=0, metavar="N", help="time N evaluations after a warm-up")
     p.add_argument("--tf32", action="store_true", help="CUDA: let F32 matrix products round their inputs to TF32")
     p.add_argument("--no-cuda-graphs", action="store_true",
@@ -222,6 +285,11 @@ def main(argv=None):
         sub.choices[args.command].error(str(e))
     except (ggpy.GGPYError, OSError, ValueError) as e:   # bad model file, image or path: a message, no traceback
         sys.exit(f"error: {e}")
+
+
+def add_dtype_argument(p):
+    p.add_argument("--dtype", choices=tuple(DTYPES), default="f32",
+                   help="precision of the encoder's activations (default f32; tf32: F32 with TF32 GEMMs on CUDA)")
 
 
 def add_segment_parser(sub):
@@ -240,6 +308,7 @@ def add_segment_parser(sub):
     p.add_argument("--single-mask", action="store_true", help="predict one mask instead of three (multimask off)")
     p.add_argument("-b", "--backend", default="cpu")
     p.add_argument("-t", "--threads", type=int, default=None)
+    add_dtype_argument(p)
     p.add_argument("--tf32", action="store_true", help="CUDA: let F32 matrix products round their inputs to TF32")
     p.add_argument("--no-cuda-graphs", action="store_true",
                    help="CUDA: launch every kernel from Python instead of replaying captured CUDA graphs")

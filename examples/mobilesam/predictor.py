@@ -185,10 +185,11 @@ class PostprocessGraph:
 class Predictor:
     """SamPredictor on ggpy: set_image once per image, predict once per prompt."""
 
-    def __init__(self, model_path, backend="cpu", n_threads=None, tf32=False, cuda_graphs=True):
-        """backend: 'cpu', 'cuda', 'cuda:N' or a Backend; the encoder and the decoder share it. tf32 and
-        cuda_graphs as for runner.ImageEncoder."""
-        self.encoder = ImageEncoder(model_path, backend, n_threads, tf32, cuda_graphs)
+    def __init__(self, model_path, backend="cpu", n_threads=None, tf32=False, cuda_graphs=True, dtype="f32"):
+        """backend: 'cpu', 'cuda', 'cuda:N' or a Backend; the encoder and the decoder share it. tf32, cuda_graphs
+        and dtype (the encoder's activations) as for runner.ImageEncoder; the prompt encoder and mask decoder
+        compute in F32 (with their weights as the file stores them)."""
+        self.encoder = ImageEncoder(model_path, backend, n_threads, tf32, cuda_graphs, dtype)
         self.model = self.encoder.model
         self.hp = DecoderParams.from_metadata(self.model.metadata)
         main = self.encoder.backend

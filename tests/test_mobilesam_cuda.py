@@ -70,6 +70,22 @@ def test_encoder_vs_torch(torch_reference, mobilesam_gguf_f32, mobilesam_gguf_f1
     assert enc.backend.cuda_graph(enc.graph) is not None, "the encoder graph was not captured as a CUDA graph"
 
 
+@pytest.mark.parametrize("dtype,tol", [("f16", 2e-3), ("bf16", 1.5e-2)])
+def test_half_activations_batched(torch_reference, mobilesam_gguf_f32, dtype, tol):
+    """F16 / BF16 activations, both images in one batch of 2: the errors of the issue, the casts fused into the
+    GEMMs (cuBLASLt writing the half type), the depthwise convolutions and the window attention."""
+    from examples.mobilesam.runner import ImageEncoder
+    enc = ImageEncoder(mobilesam_gguf_f32, backend=cuda_backend(), dtype=dtype, batch=2)
+    xs, refs = torch_reference
+    got = enc.encode_preprocessed(np.concatenate(xs))
+    errs = [rel_err(got[i], refs[i]) for i in range(2)]
+    names = [step.name for step in enc.backend.program(enc.graph)]
+    print(f"mobilesam cuda {dtype} batch 2: relative error vs torch {errs}; {len(names)} steps, copies "
+          f"{[n for n in names if n.startswith('copy_')]}")
+    assert max(errs) < tol
+    assert any(f"+{dtype}+bias" in n for n in names) and any(n.startswith("win_attn") for n in names)
+
+
 def test_cuda_graphs_identical_and_recaptured():
     """Replays of the captured graph give bit-identical embeddings to plain launches; a new plan re-captures."""
     from examples.mobilesam.__main__ import random_model

@@ -12,10 +12,12 @@ Patterns:
 - epilogue: a head (mul_mat, conv_2d_dw, or norm followed by mul(weight over ne[0]): LayerNorm's affine), then
   add(bias over ne[0]) and optionally an activation (ACTIVATIONS of the op table). Between a conv_2d_dw head
   and its add there may be views that keep the memory order (the permute back to a token layout, reshapes).
+  With find_fusions(cast=True), a cast of a mul_mat or conv_2d_dw head's F32 result (after those views) may
+  come before the add: the fused kernel then writes the cast's type (activations kept in F16 / BF16).
 - residual: after a mul_mat's bias add (no activation), an add of a residual operand of the same shape
   (through same-order views): a GEMM's C matrix.
 - attention: S = mul_mat(k, q) -> P = soft_max(S, mask) -> O = mul_mat(v^T, P) -> permute(O, 0, 2, 1, 3) ->
-  cont: windowed attention in one kernel.
+  cont (or, with cast=True, a cast to another float type): windowed attention in one kernel.
 """
 from __future__ import annotations
 
@@ -24,7 +26,6 @@ from dataclasses import dataclass
 from collections.abc import Callable
 
 from ..ops.registry import ACTIVATIONS, is_view
-from ..types import F32
 from .tensor import Tensor
 
 
@@ -37,6 +38,7 @@ class Epilogue:
     act_node: Tensor | None = None
     scale_node: Tensor | None = None
     views: tuple = ()          # same-order views between a conv_2d_dw head and its add
+    cast_node: Tensor | None = None         # find_fusions(cast=True): the head's result cast before the add
     residual_node: Tensor | None = None     # mul_mat heads, find_fusions(residual=True): add(bias out, r)
     residual_views: tuple = ()              # same-order views between the bias add and the residual add
 
@@ -63,8 +65,8 @@ class Epilogue:
     @property
     def nodes(self) -> list:
         """The nodes whose memory the fused result goes through, in order (views left out)."""
-        return [n for n in (self.head, self.scale_node, self.add_node, self.residual_node, self.act_node)
-                if n is not None]
+        return [n for n in (self.head, self.cast_node, self.scale_node, self.add_node, self.residual_node,
+                            self.act_node) if n is not None]
 
     @property
     def last(self) -> Tensor:
@@ -77,7 +79,8 @@ class Epilogue:
         return list(self.views) + list(self.residual_views) + self.nodes[1:]
 
     def name(self, head_kernel: str) -> str:
-        return (head_kernel + ("+scale" if self.scale_node is not None else "") + "+bias"
+        return (head_kernel + (f"+{self.cast_node.type.name}" if self.cast_node is not None else "")
+                + ("+scale" if self.scale_node is not None else "") + "+bias"
                 + ("+residual" if self.residual_node is not None else "") + (f"+{self.act}" if self.act else ""))
 
 
@@ -112,30 +115,34 @@ def _same_order_view(view, head) -> bool:
 
 
 def _is_row_vector(v, node) -> bool:
-    """A contiguous F32 vector ne = (node.ne[0],) broadcast over every row of node."""
-    return v.type == F32 and v.ne == (node.ne[0], 1, 1, 1) and v.nb[0] == 4
+    """A contiguous vector ne = (node.ne[0],) of node's type broadcast over every row of node."""
+    return v.type == node.type and v.ne == (node.ne[0], 1, 1, 1) and v.nb[0] == v.type.size
 
 
-def _add_after(head, users, keep_order: bool, op: str = "add"):
-    """(the `op` node reading head directly (or, with keep_order, through same-order views), the views in
-    between), or (None, ())."""
-    node, views = head, []
+def _add_after(head, users, keep_order: bool, op: str = "add", cast: bool = False):
+    """(the `op` node reading head directly (or, with keep_order, through same-order views; with cast, through
+    one cast of a whole F32 head), the views in between, the cast or None), or (None, (), None)."""
+    node, views, cast_node = head, [], None
     while True:
         user = only_user(node, users)
         if user is None:
-            return None, ()
+            return None, (), None
         if user.op == op:
-            ok = user.src[0] is node and (node is head or keep_order)
-            return (user, tuple(views)) if ok else (None, ())
-        if not keep_order or not is_view(user):
-            return None, ()
+            ok = user.src[0] is node and (node is head or keep_order or node is cast_node)
+            return (user, tuple(views), cast_node) if ok else (None, (), None)
+        if (cast and cast_node is None and user.op == "cast" and head.type.size == 4
+                and user.nelements == head.nelements and (node is head or _same_order_view(node, head))):
+            cast_node = node = user
+            continue
+        if not keep_order or not is_view(user) or cast_node is not None:
+            return None, (), None
         views.append(user)
         node = user
 
 
 def _residual_after(add, users):
     """(the add reading `add`'s result (directly or through same-order views) and a second operand of the same
-    shape, both contiguous F32, the views in between), or (None, ())."""
+    shape, both contiguous and of add's type, the views in between), or (None, ())."""
     node, views = add, []
     while True:
         user = only_user(node, users)
@@ -144,7 +151,7 @@ def _residual_after(add, users):
         if user.op == "add":
             a, b = user.src[:2]
             other = b if a is node else a if b is node else None
-            ok = (other is not None and other is not node and other.type == F32 and user.type == F32
+            ok = (other is not None and other is not node and other.type == user.type == add.type
                   and other.ne == user.ne and other.is_contiguous() and user.is_contiguous()
                   and user.nelements == add.nelements)
             return (user, tuple(views)) if ok else (None, ())
@@ -196,7 +203,7 @@ class Attention:
         return self.soft.src[1] if len(self.soft.src) > 1 else None
 
 
-def _attention_after(s, users) -> Attention | None:
+def _attention_after(s, users, cast: bool) -> Attention | None:
     """The attention pattern headed by mul_mat `s`, or None: each node the only reader of the one before, with
     the shapes of q, k, v and the permute as Attention says, the cont contiguous."""
     k, q = s.src[:2]
@@ -212,31 +219,33 @@ def _attention_after(s, users) -> Attention | None:
             or perm.nb != (o.nb[0], o.nb[2], o.nb[1], o.nb[3])):
         return None
     cont = only_user(perm, users)
-    if (cont is None or cont.op != "cont" or cont.src[0] is not perm or not cont.is_contiguous()
-            or cont.nelements != o.nelements or not o.is_contiguous()):
+    if (cont is None or cont.op not in ("cont", "cast")[:1 + cast] or cont.src[0] is not perm
+            or not cont.is_contiguous() or cont.nelements != o.nelements or not o.is_contiguous()):
         return None
     return Attention(s, p, o, perm, cont)
 
 
-def _epilogue_after(node, users, ready, act_ok: bool, residual: bool) -> Epilogue | None:
+def _epilogue_after(node, users, ready, act_ok: bool, residual: bool, cast: bool) -> Epilogue | None:
     scale = None
     if node.op == "norm":
-        scale, _ = _add_after(node, users, keep_order=False, op="mul")
+        scale, _, _ = _add_after(node, users, keep_order=False, op="mul")
         if scale is None or not _is_row_vector(scale.src[1], node) or not ready(scale.src[1]):
             return None
     channels_first = node.op == "conv_2d_dw"
-    add, views = _add_after(scale or node, users, keep_order=channels_first)
-    if add is None or add.type != F32 or add.nelements != node.nelements:
+    add, views, cast_node = _add_after(scale or node, users, keep_order=channels_first, cast=cast)
+    result = node if cast_node is None else cast_node
+    if add is None or add.type != result.type or add.nelements != node.nelements:
         return None
-    if channels_first and not (_same_order_view(add.src[0], node) and add.ne[0] == node.ne[2]):
+    if channels_first and not ((add.src[0] is result or _same_order_view(add.src[0], node))
+                               and add.ne[0] == node.ne[2]):
         return None
     if not channels_first and add.ne != node.ne:
         return None
     if not _is_row_vector(add.src[1], add) or not ready(add.src[1]):
         return None
-    fused = Epilogue(node, add, scale_node=scale, views=views)
+    fused = Epilogue(node, add, scale_node=scale, views=views, cast_node=cast_node)
     act = only_user(add, users)
-    if act is not None and act.op in ACTIVATIONS and act.src[0] is add and act.type == F32:
+    if act is not None and act.op in ACTIVATIONS and act.src[0] is add and act.type == add.type:
         if act_ok:
             fused.act_node = act
     elif residual and node.op == "mul_mat" and add.is_contiguous():
@@ -247,11 +256,12 @@ def _epilogue_after(node, users, ready, act_ok: bool, residual: bool) -> Epilogu
 
 
 def find_fusions(graph, head_ok: Callable, *, act_ok: Callable = lambda head: True, residual: bool = False,
-                 attention: bool = False, accepts: Callable = lambda fusion: True) -> dict:
+                 attention: bool = False, cast: bool = False, accepts: Callable = lambda fusion: True) -> dict:
     """{id(head): Epilogue or Attention} for the patterns of `graph` a backend runs. The backend decides:
     head_ok(node): its kernel for node (mul_mat, conv_2d_dw, norm) takes an epilogue; act_ok(head): the epilogue
     applies the activation after the bias (else the activation stays a node of its own); residual: it adds a
-    residual after a mul_mat's bias (Epilogue.residual_node); attention: it runs the attention pattern;
+    residual after a mul_mat's bias (Epilogue.residual_node); attention: it runs the attention pattern; cast: its
+    fused kernels write a cast's type (a cast between a product and its bias, or ending the attention pattern);
     accepts(fusion): its fused kernel takes the pattern's types and layouts (else the nodes run one by one)."""
     users = consumers(graph)
     position = {id(n): i for i, n in enumerate(graph.nodes)}
@@ -261,9 +271,9 @@ def find_fusions(graph, head_ok: Callable, *, act_ok: Callable = lambda head: Tr
             return position.get(id(v), -1) < at
         fused = None
         if node.op in ("mul_mat", "conv_2d_dw", "norm") and head_ok(node):
-            fused = _epilogue_after(node, users, ready, act_ok(node), residual)
+            fused = _epilogue_after(node, users, ready, act_ok(node), residual, cast)
         if fused is None and attention and node.op == "mul_mat":
-            fused = _attention_after(node, users)
+            fused = _attention_after(node, users, cast)
         if fused is not None and accepts(fused):
             fusions[id(node)] = fused
     return fusions

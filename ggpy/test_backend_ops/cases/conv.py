@@ -4,7 +4,7 @@ and CWHN inputs, F32/F16 kernels) and conv_transpose_2d."""
 from __future__ import annotations
 
 from ... import ops
-from ...types import F16, F32
+from ...types import BF16, F16, F32
 from ..harness import OpCase
 from ..references import evaluate
 from .util import layout, leaf
@@ -197,4 +197,15 @@ def depthwise_epilogue_cases():
                               lambda ctx, c=c, w=w, h=h, s=stride, act=act: _dw_tokens(ctx, c, w, h, s, act),
                               reference=evaluate, max_nmse=1e-9,
                               kernel="conv_2d_dw_direct_cwhn\\+bias" + (f"\\+{act}" if act else "")))
+    for t in (F16, BF16):   # tokens in half precision: conv (F32) -> permute -> cast -> bias -> GELU
+        for c, w, h, stride in ((32, 17, 9, 2), (19, 13, 11, 1)):
+            out.append(OpCase("gelu_erf", f"fused,conv_2d_dw_cwhn+cast+bias,{t.name},C={c},W={w},H={h},s={stride}",
+                              lambda ctx, t=t, c=c, w=w, h=h, s=stride: _dw_tokens_cast(ctx, t, c, w, h, s),
+                              reference=evaluate, max_nmse={F16: 1e-5, BF16: 2e-4}[t]))
     return out
+
+
+def _dw_tokens_cast(ctx, t, c, w, h, stride):
+    y = ops.conv_2d_dw(leaf(ctx, t, (3, 3, 1, c)), ops.permute(leaf(ctx, t, (c, w, h, 2)), 2, 0, 1, 3),
+                       stride, stride, 1, 1, 1, 1)
+    return ops.gelu_erf(ops.add(ops.cast(ops.permute(y, 1, 2, 0, 3), t), leaf(ctx, t, (c,))))

@@ -71,4 +71,21 @@ def epilogue_cases():
                 out.append(OpCase(act or "add", f"fused,mul_mat+bias,w={wtype.name},K={k},M={m},N={n},B={batch}",
                                   lambda ctx, wt=wtype, k=k, m=m, n=n, b=batch, a=act: _bias_act(ctx, wt, k, m, n, b, a),
                                   max_nmse=5e-7, reference=evaluate, kernel=name))
+    for t in (F16, BF16):          # activations kept in half precision: product -> cast -> bias [-> act | + r]
+        for tail in (None, "gelu_erf", "residual"):
+            out.append(OpCase("add" if tail in (None, "residual") else tail, f"fused,mul_mat+cast+bias,{t.name},"
+                              f"{tail}", lambda ctx, t=t, tail=tail: _cast_bias(ctx, t, tail), reference=evaluate,
+                              max_nmse=HALF_NMSE[t]))
     return out
+
+
+HALF_NMSE = {F16: 1e-5, BF16: 2e-4}
+"""Tolerances of results rounded to F16 / BF16 more than once on the way."""
+
+
+def _cast_bias(ctx, t, tail):
+    """tail(add(cast(mul_mat(w, x), t), bias)) with w, x, bias (and the residual) of type t."""
+    y = ops.add(ops.cast(ops.mul_mat(leaf(ctx, t, (40, 48)), leaf(ctx, t, (40, 70, 2))), t), leaf(ctx, t, (48,)))
+    if tail == "residual":
+        return ops.add(y, leaf(ctx, t, (48, 70, 2)))
+    return getattr(ops, tail)(y) if tail else y

@@ -3,7 +3,7 @@ group_norm with channels not divisible by the number of groups."""
 from __future__ import annotations
 
 from ... import ops
-from ...types import F32
+from ...types import BF16, F16, F32
 from ..harness import OpCase
 from ..references import evaluate
 from .util import LAYOUTS, TYPES, layout, leaf, uniform
@@ -53,9 +53,10 @@ def cases():
     return out
 
 
-def _layer_norm(ctx, ne, act):
-    """norm -> mul(weight) -> add(bias) [-> activation]: LayerNorm's affine, fused by both backends."""
-    y = ops.add(ops.mul(ops.norm(leaf(ctx, F32, ne), 1e-5), leaf(ctx, F32, ne[:1])), leaf(ctx, F32, ne[:1]))
+def _layer_norm(ctx, ne, act, t=F32):
+    """norm -> mul(weight) -> add(bias) [-> activation]: LayerNorm's affine, fused by both backends (CUDA also
+    in F16 / BF16)."""
+    y = ops.add(ops.mul(ops.norm(leaf(ctx, t, ne), 1e-5), leaf(ctx, t, ne[:1])), leaf(ctx, t, ne[:1]))
     return getattr(ops, act)(y) if act else y
 
 
@@ -66,4 +67,7 @@ def layer_norm_cases():
             out.append(OpCase(act or "add", f"fused,layer_norm,ne={ne}", lambda ctx, ne=ne, act=act: _layer_norm(
                 ctx, ne, act), reference=evaluate, max_nmse=1e-9,
                 kernel="norm\\+scale\\+bias" + (f"\\+{act}" if act else "")))
+    for t in (F16, BF16):           # input, weight, bias and result in half precision (sums in F32)
+        out.append(OpCase("add", f"fused,layer_norm,{t.name}", lambda ctx, t=t: _layer_norm(ctx, (160, 37), None, t),
+                          reference=evaluate, max_nmse={F16: 1e-5, BF16: 2e-4}[t]))
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import ops
-from ...types import F16, F32
+from ...types import BF16, F16, F32
 from ..harness import OpCase
 from ..references import evaluate
 from .util import LAYOUTS, TYPES, layout, leaf
@@ -84,14 +84,15 @@ def cases():
     return out
 
 
-def _window_attention(ctx, hd, n, heads, nw, scale, mtype):
-    """S = mul_mat(k, q) -> soft_max_ext(S, mask, scale) -> mul_mat(v^T, P) -> permute -> cont: the attention
-    pattern of the fusion pass (one kernel on CUDA). q, k, v (HD, N, heads, nW); the result (HD, heads, N, nW)."""
-    q, k, v = (leaf(ctx, F32, (hd, n, heads, nw)) for _ in range(3))
+def _window_attention(ctx, hd, n, heads, nw, scale, mtype, t=F32):
+    """S = mul_mat(k, q) -> soft_max_ext(S, mask, scale) -> mul_mat(v^T, P) -> permute -> cont (a cast back to t
+    when q, k, v are of half type t): the attention pattern of the fusion pass (one kernel on CUDA).
+    q, k, v (HD, N, heads, nW); the result (HD, heads, N, nW)."""
+    q, k, v = (leaf(ctx, t, (hd, n, heads, nw)) for _ in range(3))
     mask = leaf(ctx, mtype, (n, n)) if mtype is not None else None
     p = ops.soft_max_ext(ops.mul_mat(k, q), mask, scale)
-    o = ops.mul_mat(ops.transpose(v), p)
-    return ops.cont(ops.permute(o, 0, 2, 1, 3))
+    o = ops.permute(ops.mul_mat(ops.transpose(v), p), 0, 2, 1, 3)
+    return ops.cont(o) if t == F32 else ops.cast(o, t)
 
 
 def attention_cases():
@@ -101,4 +102,8 @@ def attention_cases():
             out.append(OpCase("cont", f"fused,attention,HD={hd},N={n},heads={heads},nW={nw},mask={getattr(mtype, 'name', None)}",
                               lambda ctx, hd=hd, n=n, h=heads, nw=nw, m=mtype: _window_attention(
                                   ctx, hd, n, h, nw, hd ** -0.5, m), reference=evaluate, max_nmse=1e-9))
+    for t in (F16, BF16):
+        out.append(OpCase("cast", f"fused,attention,{t.name},HD=32,N=49,heads=2,nW=3,mask=f32",
+                          lambda ctx, t=t: _window_attention(ctx, 32, 49, 2, 3, 32 ** -0.5, F32, t),
+                          reference=evaluate, max_nmse={F16: 1e-5, BF16: 2e-4}[t]))
     return out

@@ -2,13 +2,14 @@
 cont (MobileSAM's TinyViT blocks: 49 or 196 tokens per window, heads of 32) runs as `win_attn`, writing the
 cont's memory, instead of two batched GEMM loops over the heads, a softmax pass and a copy.
 
-q, k: ne = (HD, N, heads, nW) with HD contiguous; v^T: ne = (N, HD, heads, nW) (v's rows HD-contiguous); the
-mask (optional, F32/F16) ne = (N, >= N, mh, mw) broadcast over heads and windows as soft_max's; the result
-(HD, heads, N, nW) in the cont's contiguous memory. One block of 128 threads takes 32 queries of one (window,
+q, k: ne = (HD, N, heads, nW) with HD contiguous; v^T: ne = (N, HD, heads, nW) (v's rows HD-contiguous); q, k
+and v of one type T (F32, F16 or BF16); the mask (optional, F32/F16) ne = (N, >= N, mh, mw) broadcast over heads
+and windows as soft_max's; the result (HD, heads, N, nW) in the contiguous memory of the pattern's last node
+(a cont, F32, or a cast to T). One block of 128 threads takes 32 queries of one (window,
 head); each query is split over 4 adjacent lanes that take every fourth key of 64-key chunks staged in shared
 memory: 8 of a lane's scores at a time, one rescale by their max, then their P.V (an online softmax:
 running max, sum and accumulator in registers); the 4 lanes combine by shuffles.
-Math in F32 (TF32 and F16-weight plans too). The kernel of the fusion pass's attention pattern
+Math in F32 (TF32, F16-weight and half-activation plans too). The kernel of the fusion pass's attention pattern
 (ggpy/graph/fusion.py), not of an op: the backend accepts a pattern (`accepts`) and calls `steps`.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import ctypes
 
 from ....types import F16, F32
-from .common import C_TYPES, SUFFIX, tensor_ptr
+from .common import C_TYPES, FLOATS, SUFFIX, tensor_ptr
 
 HEAD_DIMS = (16, 32, 64)
 QUERIES = 32            # queries per block (4 lanes each: 128 threads)
@@ -31,7 +32,21 @@ struct AttnArgs {
     float scale;
 };
 
-template <int HD, typename M> __device__ void win_attn_k(const AttnArgs& a) {
+template <typename T> __device__ __forceinline__ float4 load4(const char* p) {     // 2-byte T: one 8-byte load
+    const uint2 u = *(const uint2*)p;
+    const T* x = (const T*)&u;
+    return make_float4(to_f(x[0]), to_f(x[1]), to_f(x[2]), to_f(x[3]));
+}
+template <> __device__ __forceinline__ float4 load4<float>(const char* p) { return *(const float4*)p; }
+template <typename T> __device__ __forceinline__ void store4(char* p, float4 v) {
+    uint2 u;
+    T* x = (T*)&u;
+    x[0] = from_f<T>(v.x); x[1] = from_f<T>(v.y); x[2] = from_f<T>(v.z); x[3] = from_f<T>(v.w);
+    *(uint2*)p = u;
+}
+template <> __device__ __forceinline__ void store4<float>(char* p, float4 v) { *(float4*)p = v; }
+
+template <int HD, typename M, typename T, typename D> __device__ void win_attn_k(const AttnArgs& a) {
     constexpr int KC = 64, SPLIT = 4, PAD = 4;
     __shared__ __align__(16) float Ks[KC][HD + PAD];
     __shared__ __align__(16) float Vs[KC][HD + PAD];
@@ -45,7 +60,7 @@ template <int HD, typename M> __device__ void win_attn_k(const AttnArgs& a) {
     #pragma unroll
     for (int d = 0; d < HD; d += 4) {
         float4 v4 = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (active) v4 = *(const float4*)(a.q + n * a.qs[0] + h * a.qs[1] + w * a.qs[2] + d * 4);
+        if (active) v4 = load4<T>(a.q + n * a.qs[0] + h * a.qs[1] + w * a.qs[2] + d * sizeof(T));
         q[d] = v4.x; q[d + 1] = v4.y; q[d + 2] = v4.z; q[d + 3] = v4.w;
         acc[d] = acc[d + 1] = acc[d + 2] = acc[d + 3] = 0.f;
     }
@@ -56,8 +71,8 @@ template <int HD, typename M> __device__ void win_attn_k(const AttnArgs& a) {
         __syncthreads();                           // the previous chunk is read by everyone
         for (int t = threadIdx.x; t < kc * (HD / 4); t += blockDim.x) {
             const int j = t / (HD / 4), d = (t % (HD / 4)) * 4;
-            *(float4*)&Ks[j][d] = *(const float4*)(kb + (i64)(j0 + j) * a.ks[0] + d * 4);
-            *(float4*)&Vs[j][d] = *(const float4*)(vb + (i64)(j0 + j) * a.vs[0] + d * 4);
+            *(float4*)&Ks[j][d] = load4<T>(kb + (i64)(j0 + j) * a.ks[0] + d * sizeof(T));
+            *(float4*)&Vs[j][d] = load4<T>(vb + (i64)(j0 + j) * a.vs[0] + d * sizeof(T));
         }
         __syncthreads();
         if (active) {
@@ -126,7 +141,7 @@ template <int HD, typename M> __device__ void win_attn_k(const AttnArgs& a) {
     #pragma unroll
     for (int d = 0; d < HD; d += 4)
         if (d / (HD / SPLIT) == part)
-            *(float4*)(out + d * 4) = make_float4(acc[d] * inv, acc[d + 1] * inv, acc[d + 2] * inv, acc[d + 3] * inv);
+            store4<D>(out + d * sizeof(D), make_float4(acc[d] * inv, acc[d + 1] * inv, acc[d + 2] * inv, acc[d + 3] * inv));
 }
 """
 
@@ -141,16 +156,18 @@ class AttnArgs(ctypes.Structure):
     _fields_ = _FIELDS
 
 
-def kernel_name(hd: int, mask_type) -> str:
-    return f"win_attn_hd{hd}_{SUFFIX[mask_type or F32]}"
+def kernel_name(hd: int, mask_type, qkv_type=F32, out_type=F32) -> str:
+    return f"win_attn_hd{hd}_{SUFFIX[mask_type or F32]}_{SUFFIX[qkv_type]}_{SUFFIX[out_type]}"
 
 
 def source() -> str:
     parts = [SOURCE]
     for hd in HEAD_DIMS:
         for m in (F32, F16):
-            parts.append(f'extern "C" __global__ void {kernel_name(hd, m)}(const AttnArgs a) '
-                         f'{{ win_attn_k<{hd}, {C_TYPES[m]}>(a); }}\n')
+            for t in FLOATS:
+                for d in dict.fromkeys((F32, t)):          # F32 (a cont), or a cast back to the inputs' type
+                    parts.append(f'extern "C" __global__ void {kernel_name(hd, m, t, d)}(const AttnArgs a) '
+                                 f'{{ win_attn_k<{hd}, {C_TYPES[m]}, {C_TYPES[t]}, {C_TYPES[d]}>(a); }}\n')
     return "".join(parts)
 
 
@@ -159,19 +176,23 @@ def _aligned(t, dims) -> bool:
 
 
 def accepts(f) -> bool:
-    """Whether win_attn takes an Attention pattern of the fusion pass: F32 q, k, v, P and O; HD in HEAD_DIMS
-    contiguous with 16-byte strides, N >= HD so each node of the run fits the block of the one before, fewer than
-    2^15 queries and 65536 heads and windows, no ALiBi; the mask F32/F16 with contiguous rows."""
+    """Whether win_attn takes an Attention pattern of the fusion pass: q, k, v of one float type T, P and O F32,
+    the result F32 or T; HD in HEAD_DIMS contiguous with 16-byte strides, N >= HD so each node of the run fits the
+    block of the one before, fewer than 2^15 queries and 65536 heads and windows, no ALiBi; the mask F32/F16 with
+    contiguous rows."""
     q, k, v, mask = f.q, f.k, f.v, f.mask
     hd, n, heads, nw = q.ne
-    if (hd not in HEAD_DIMS or n < hd or any(t.type != F32 or t.nb[0] != 4 for t in (k, q))
-            or not all(_aligned(t, (1, 2, 3)) for t in (k, q)) or n >= 1 << 15 or heads > 65535 or nw > 65535):
+    t = q.type
+    if (hd not in HEAD_DIMS or n < hd or t not in FLOATS or any(x.type != t or x.nb[0] != t.size for x in (k, q))
+            or not all(_aligned(x, (1, 2, 3)) for x in (k, q)) or n >= 1 << 15 or heads > 65535 or nw > 65535):
         return False
-    if any(t.type != F32 for t in (f.head, f.soft, f.out, f.cont)) or f.soft.op_params["max_bias"] != 0:
+    if any(x.type != F32 for x in (f.head, f.soft, f.out)) or f.cont.type not in (F32, t):
+        return False
+    if f.soft.op_params["max_bias"] != 0:
         return False
     if mask is not None and (mask.type not in (F32, F16) or mask.nb[0] != mask.type.size):
         return False
-    return v.type == F32 and v.nb[1] == 4 and _aligned(v, (0, 2, 3))
+    return v.type == t and v.nb[1] == t.size and _aligned(v, (0, 2, 3))
 
 
 def steps(backend, f) -> list:
@@ -184,7 +205,7 @@ def steps(backend, f) -> list:
     a.qs = (ctypes.c_int64 * 3)(*q.nb[1:])
     a.ks = (ctypes.c_int64 * 3)(*k.nb[1:])
     a.vs = (ctypes.c_int64 * 3)(v.nb[0], v.nb[2], v.nb[3])
-    es = 4
+    es = f.cont.type.size
     a.ds = (ctypes.c_int64 * 3)(heads * hd * es, hd * es, n * heads * hd * es)     # (HD, heads, N, nW) contiguous
     if mask is not None:
         a.mask = tensor_ptr(mask)
@@ -192,6 +213,6 @@ def steps(backend, f) -> list:
         a.mh, a.mw = mask.ne[2], mask.ne[3]
     else:
         a.mh = a.mw = 1
-    name = kernel_name(hd, mask.type if mask is not None else None)
+    name = kernel_name(hd, mask.type if mask is not None else None, q.type, f.cont.type)
     grid = (-(-n // QUERIES), heads, nw)
     return [backend.launch_struct(f.head, name, grid, (QUERIES * 4, 1, 1), a)]

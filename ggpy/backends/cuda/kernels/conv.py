@@ -8,6 +8,7 @@ through its nb (so conv_2d_dw's CWHN result keeps its layout). Math runs in floa
 """
 from __future__ import annotations
 
+from itertools import product
 from types import SimpleNamespace
 
 from ....ops.registry import ACTIVATIONS
@@ -97,24 +98,27 @@ template <typename TA, typename TB, bool CF> __device__ void conv_dw(const Args&
 }
 
 // depthwise 3x3, stride S (both ways), dilation 1, for a channels-contiguous input src1 (nb1[2] == sizeof(TB))
-// and a contiguous CWHN F32 result (C, OW, OH, N) written at a.dst (the conv's memory, or a fused epilogue's last
-// node: then + bias src2 (F32, C) and activation iop, see epilogue_act). One thread computes VEC channels
+// and a contiguous CWHN result (C, OW, OH, N) of TD written at a.dst (the conv's F32 memory, or a fused epilogue's
+// last node: then + bias src2 (TD, C) and activation iop, see epilogue_act). One thread computes VEC channels
 // (vector loads and stores) of TW outputs along a row, sliding over the (TW - 1) * S + 3 input columns it
 // needs once per tap row; threads walk channels first, so a warp reads and writes contiguous bytes. 32-bit
 // index math within one image (dw_fast checks the extents).
 template <int VEC> struct DwVec;
-template <> struct DwVec<1> {
-    template <typename T> static __device__ __forceinline__ void load(const char* p, float* v) { v[0] = to_f(*(const T*)p); }
-    static __device__ __forceinline__ void store(char* p, const float* v) { *(float*)p = v[0]; }
+template <int VEC> struct DwVec {                // VEC elements of T at p (half types: VEC scalar accesses)
+    template <typename T> static __device__ __forceinline__ void load(const char* p, float* v) {
+        for (int i = 0; i < VEC; ++i) v[i] = to_f(((const T*)p)[i]);
+    }
+    template <typename T> static __device__ __forceinline__ void store(char* p, const float* v) {
+        for (int i = 0; i < VEC; ++i) ((T*)p)[i] = from_f<T>(v[i]);
+    }
 };
-template <> struct DwVec<4> {                    // F32 input only
-    template <typename T> static __device__ __forceinline__ void load(const char* p, float* v);
-    static __device__ __forceinline__ void store(char* p, const float* v) { *(float4*)p = make_float4(v[0], v[1], v[2], v[3]); }
-};
-template <> __device__ __forceinline__ void DwVec<4>::load<float>(const char* p, float* v) {
+template <> template <> __device__ __forceinline__ void DwVec<4>::load<float>(const char* p, float* v) {
     const float4 q = *(const float4*)p; v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
 }
-template <typename TA, typename TB, int VEC, int S> __device__ void conv_dw3_cwhn(const Args& a) {
+template <> template <> __device__ __forceinline__ void DwVec<4>::store<float>(char* p, const float* v) {
+    *(float4*)p = make_float4(v[0], v[1], v[2], v[3]);
+}
+template <typename TA, typename TB, typename TD, int VEC, int S> __device__ void conv_dw3_cwhn(const Args& a) {
     constexpr int K = 3, TW = 4, NIN = (TW - 1) * S + K;         // TW: DW3_TW in Python
     const int q0 = a.ip[3], q1 = a.ip[4];                          // paddings (strides S, dilations 1)
     const int C = (int)a.ne[2], OW = (int)a.ne[0], OH = (int)a.ne[1];
@@ -168,15 +172,15 @@ template <typename TA, typename TB, int VEC, int S> __device__ void conv_dw3_cwh
     }
     float b[VEC];
     #pragma unroll
-    for (int v = 0; v < VEC; ++v) b[v] = a.src2 ? ((const float*)a.src2)[c0 + v] : 0.f;
-    char* d = a.dst + (i64)n * a.nb[3] + oh * (int)a.nb[1] + c0 * 4;
+    for (int v = 0; v < VEC; ++v) b[v] = a.src2 ? to_f(((const TD*)a.src2)[c0 + v]) : 0.f;
+    char* d = a.dst + (i64)n * a.nb[3] + oh * (int)a.nb[1] + c0 * (int)sizeof(TD);
     #pragma unroll
     for (int o = 0; o < TW; ++o) {
         if (ow0 + o >= OW) break;
         float out[VEC];
         #pragma unroll
         for (int v = 0; v < VEC; ++v) out[v] = epilogue_act(a.iop, acc[o][v] + b[v]);
-        DwVec<VEC>::store(d + (ow0 + o) * (int)a.nb[0], out);
+        DwVec<VEC>::template store<TD>(d + (ow0 + o) * (int)a.nb[0], out);
     }
 }
 
@@ -309,9 +313,9 @@ def _cwhn_contiguous(t) -> bool:
 
 def dw_fast(node) -> int | None:
     """The stride of the fast 3x3 CWHN depthwise kernel (conv_dw3_cwhn) that runs `node`, or None: a 3x3
-    kernel (F32 or F16), equal strides in DW3_STRIDES, dilation 1, a channels-contiguous F32 input, a
-    contiguous CWHN F32 result, and 32-bit offsets within one image."""
-    if node.op != "conv_2d_dw" or node.type != F32 or node.src[1].type != F32:
+    kernel, equal strides in DW3_STRIDES, dilation 1, a channels-contiguous input, a contiguous CWHN F32 result
+    (F32, F16 or BF16 through a fused cast), and 32-bit offsets within one image."""
+    if node.op != "conv_2d_dw" or node.type != F32 or any(s.type not in FLOATS for s in node.src[:2]):
         return None
     a, b = node.src[:2]
     p = node.op_params
@@ -334,9 +338,9 @@ def dw_vec(node, ptrs=()) -> int:
     return 4 if all(p % 16 == 0 for p in ptrs) else 1
 
 
-def _dw3_name(node, vec: int) -> str:
+def _dw3_name(node, vec: int, out_type=F32) -> str:
     a, b = node.src[:2]
-    return f"conv_dw3_cwhn_s{dw_fast(node)}_v{vec}_{SUFFIX[a.type]}_{SUFFIX[b.type]}"
+    return f"conv_dw3_cwhn_s{dw_fast(node)}_v{vec}_{SUFFIX[a.type]}_{SUFFIX[b.type]}_{SUFFIX[out_type]}"
 
 
 def _dw3_config(node, vec: int) -> tuple:
@@ -347,7 +351,8 @@ def _dw3_config(node, vec: int) -> tuple:
 
 def dw_steps(backend, node, fused=None) -> list:
     """conv_2d_dw by conv_dw3_cwhn (dw_fast(node) is not None); with `fused` (an Epilogue of the fusion pass:
-    bias add, optional activation) the result goes to the epilogue's last node with bias and activation."""
+    optional cast, bias add, optional activation) the result goes to the epilogue's last node, in its type, with
+    bias and activation."""
     a, b = node.src[:2]
     dst = fused.last if fused is not None else node
     pa, pb, pd = tensor_ptr(a), tensor_ptr(b), tensor_ptr(dst)
@@ -355,7 +360,9 @@ def dw_steps(backend, node, fused=None) -> list:
     srcs = [(pa, a), (pb, b)]
     if fused is not None:
         srcs.append((tensor_ptr(fused.bias), fused.bias))
-    launch = backend.launch(node, _dw3_name(node, vec), pd, node, srcs, params(node), _dw3_config(node, vec),
+    out = SimpleNamespace(ne=node.ne, nb=tuple(nb // F32.size * dst.type.size for nb in node.nb),
+                          nelements=node.nelements)       # the conv's CWHN layout in the result's type
+    launch = backend.launch(node, _dw3_name(node, vec, dst.type), pd, out, srcs, params(node), _dw3_config(node, vec),
                             ACTIVATIONS.get(fused.act, 0) if fused is not None else 0, int_params(node))
     if fused is not None:
         launch.name = fused.name(launch.name)
@@ -409,9 +416,9 @@ def _instances():
             yield f"conv_2d_{pair}", f"conv_2d_tiled<{types}>"
             yield f"conv_2d_dw_{pair}", f"conv_dw<{types}, false>"
             yield f"conv_2d_dw_cwhn_{pair}", f"conv_dw<{types}, true>"
-            for stride in DW3_STRIDES if tb == F32 else ():
-                for vec in (1, 4):
-                    yield f"conv_dw3_cwhn_s{stride}_v{vec}_{pair}", f"conv_dw3_cwhn<{types}, {vec}, {stride}>"
+            for td, stride, vec in product(dict.fromkeys((F32, tb)), DW3_STRIDES, (1, 4)):   # F32, or the input's type
+                yield (f"conv_dw3_cwhn_s{stride}_v{vec}_{pair}_{SUFFIX[td]}",
+                       f"conv_dw3_cwhn<{types}, {C_TYPES[td]}, {vec}, {stride}>")
             yield f"conv_transpose_2d_{pair}", f"conv_transpose<{types}>"
 
 
@@ -518,7 +525,7 @@ def conv_2d_steps(backend, node, impl: str) -> list:
     gemm_of = {}
     for rows, items in calls.items():
         P = OW * rows
-        d = SimpleNamespace(ne=(P, CO, 1, 1), nb=(4, node.nb[2], 0, 0))
+        d = SimpleNamespace(ne=(P, CO, 1, 1), nb=(4, node.nb[2], 0, 0), type=F32)
         g = Gemm(backend, node, name, (cols, SimpleNamespace(ne=(K, P, 1, 1), type=gtype), (True, K)),
                  (pk, kmat, (True, K)), CO, [p for _, p in items], 1, (0, 0, 0), tf32, temp, None, d)
         for i, (j, _) in enumerate(items):
@@ -539,7 +546,7 @@ def dw_or_direct_steps(backend, node) -> list:
 
 register(ops=("conv_2d",), source=source, refusal=refusal, kernel_name=kernel_name, params=params,
          int_params=int_params, launch_config=launch_config, temp_size=temp_size, steps=conv_2d_steps,
-         impls=("implicit", "im2col"), choose=choose)
+         impls=("implicit", "im2col"), choose=choose, accepts=lambda node, impl: impl != "im2col" or im2col_possible(node))
 register(ops=("im2col", "conv_1d", "conv_2d_dw", "conv_transpose_2d"), source=source, refusal=refusal,
          kernel_name=kernel_name, params=params, int_params=int_params, launch_config=launch_config,
          steps=dw_or_direct_steps)

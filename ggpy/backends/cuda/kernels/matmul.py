@@ -1,5 +1,6 @@
 """mul_mat as cuBLASLt GEMMs (cublas.py): no CUDA C of its own, the node runs as Python-side steps.
-a.ne = (K, M, A2, A3), b.ne = (K, N, B2, B3), F32 or F16 each; result F32 (M, N, B2, B3). Operands that cuBLASLt
+a.ne = (K, M, A2, A3), b.ne = (K, N, B2, B3), F32, F16 or BF16 each; result F32 (M, N, B2, B3), or the
+operands' type when both have it and a cast of the result is fused (the fusion pass's epilogue). Operands that cuBLASLt
 cannot read in place are copied into the temp block.
 
 ggml's result[n, m] = sum_k a[m, k] b[n, k] is, column-major, D (M x N) = op(A) op(B): a's K-contiguous rows
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ....types import F16, F32
+from ....types import BF16, F16, F32
 from ..cublas import MISSING, WORKSPACE, Gemm
 from ..registry import register
 from .common import FLOATS, SUFFIX, tensor_ptr
@@ -23,7 +24,7 @@ ALIGN = 256
 
 def refusal(node) -> str | None:
     if any(s.type not in FLOATS for s in node.src[:2]):
-        return "mul_mat on CUDA takes F32 and F16 operands"
+        return "mul_mat on CUDA takes F32, F16 and BF16 operands"
     return None if MISSING is None else f"mul_mat on CUDA {MISSING}"
 
 
@@ -33,8 +34,9 @@ def kernel_name(node) -> str:
 
 
 def gemm_type(node):
-    """The operands' type in the GEMM: F16 when both are F16 (F32 accumulation), else F32."""
-    return F16 if all(s.type == F16 for s in node.src[:2]) else F32
+    """The operands' type in the GEMM: F16 or BF16 when both have it (F32 accumulation), else F32."""
+    a, b = node.src[:2]
+    return a.type if a.type == b.type and a.type in (F16, BF16) else F32
 
 
 def operand_layout(t, type_) -> tuple[bool, int] | None:
@@ -101,7 +103,7 @@ def plan_batches(ta, tb, kb: bool, ldb: int, d, ldd: int):
     es = ta.type.size
     N = tb.ne[1]
     B2, B3 = tb.ne[2:]
-    if ta.ne[2] == ta.ne[3] == 1 and kb and _rows_uniform(tb, ldb * es) and _rows_uniform(d, ldd * F32.size):
+    if ta.ne[2] == ta.ne[3] == 1 and kb and _rows_uniform(tb, ldb * es) and _rows_uniform(d, ldd * d.type.size):
         return N * B2 * B3, 1, (0, 0, 0), [(0, 0, 0)]
     r = {k: tb.ne[k] // ta.ne[k] for k in (2, 3)}
 
@@ -126,8 +128,8 @@ def plan_batches(ta, tb, kb: bool, ldb: int, d, ldd: int):
 
 def gemm_steps(backend, node, add=None, residual_node=None, residual=None) -> list:
     """The steps of a mul_mat node: copies of operands cuBLASLt cannot read in place, then the GEMMs. With
-    `add` (an add of an F32 bias vector over ne[0] fused after the node), D goes to add's memory with the bias
-    added by cuBLASLt's BIAS epilogue; with `residual_node` too (an add of the contiguous `residual` after the
+    `add` (an add of a bias vector over ne[0] fused after the node, perhaps through a cast: the add's type is D's),
+    D goes to add's memory with the bias added by cuBLASLt's BIAS epilogue; with `residual_node` too (an add of the contiguous `residual` after the
     bias add, add and node contiguous), D goes to residual_node's memory and C = residual with beta = 1."""
     temp = backend.temp_ptr(node)
     gtype = gemm_type(node)
@@ -140,12 +142,13 @@ def gemm_steps(backend, node, add=None, residual_node=None, residual=None) -> li
     (pa, ta, _), (pb, tb, (kb, ldb)) = ops
     dst = node if add is None else add
     pd = tensor_ptr(dst if residual_node is None else residual_node)
-    ldd = dst.nb[1] // F32.size if dst.ne[1] > 1 else dst.ne[0]
+    ldd = dst.nb[1] // dst.type.size if dst.ne[1] > 1 else dst.ne[0]
     N, batch, strides, offsets = plan_batches(ta, tb, kb, ldb, dst, ldd)
     ptrs = [(pa + oa, pb + ob, pd + od) for oa, ob, od in offsets]
     c_ptrs = None if residual_node is None else [tensor_ptr(residual) + od for _, _, od in offsets]
     tf32 = gtype == F32 and backend.allow_tf32
-    name = (kernel_name(node) + ("_tf32" if tf32 else "") + ("+bias" if add is not None else "")
+    name = (kernel_name(node) + ("_tf32" if tf32 else "") + (f"+{dst.type.name}" if dst.type != F32 else "")
+            + ("+bias" if add is not None else "")
             + ("+residual" if residual_node is not None else ""))
     bias = tensor_ptr(add.src[1]) if add is not None else None
     steps.append(Gemm(backend, node, name, ops[0], ops[1], N, ptrs, batch, strides, tf32, temp, bias, dst,

@@ -29,13 +29,13 @@ template <typename T, bool RMS> __device__ void norm_row(const Args& a) {      /
     ROW_LOOP(i) *(T*)(y + i * a.nb[0]) = from_f<T>((X(i) - mean) * inv);
 }
 
-// LayerNorm with its affine fused (norm -> mul(weight) -> add(bias)): src1 the F32 weight, src2 the F32 bias
-// (contiguous, ne0[0] each); dst F32 (the add's memory) by its nb. Sums in float over the row held in registers
+// LayerNorm with its affine fused (norm -> mul(weight) -> add(bias)): src1 the weight, src2 the bias (of T,
+// contiguous, ne0[0] each); dst T (the add's memory) by its nb. Sums in float over the row held in registers
 // when it fits (ne0[0] <= 8 * blockDim.x), else re-read.
 template <typename T> __device__ void norm_affine_row(const Args& a) {      // p0: eps
     i64 c[4]; row_coords(a, c);
     const char* x = a.src0 + byte_offset(c, a.nb0); char* y = a.dst + byte_offset(c, a.nb);
-    const float* w = (const float*)a.src1; const float* b = (const float*)a.src2;
+    const T* w = (const T*)a.src1; const T* b = (const T*)a.src2;
     const int n = (int)a.ne0[0];
     float v[8];
     float s = 0.f;
@@ -58,10 +58,10 @@ template <typename T> __device__ void norm_affine_row(const Args& a) {      // p
     #pragma unroll
     for (int j = 0; j < 8; ++j) {
         const int i = threadIdx.x + j * blockDim.x;
-        if (i < n) *(float*)(y + i * a.nb[0]) = (v[j] - mean) * inv * w[i] + b[i];
+        if (i < n) *(T*)(y + i * a.nb[0]) = from_f<T>((v[j] - mean) * inv * to_f(w[i]) + to_f(b[i]));
     }
     for (int i = threadIdx.x + 8 * blockDim.x; i < n; i += blockDim.x)
-        *(float*)(y + i * a.nb[0]) = (X(i) - mean) * inv * w[i] + b[i];
+        *(T*)(y + i * a.nb[0]) = from_f<T>((X(i) - mean) * inv * to_f(w[i]) + to_f(b[i]));
 }
 
 // norm_affine_row for rows of at most 32 * NORM_WARP_V elements: one warp per row, the row in registers, warp
@@ -73,7 +73,7 @@ template <typename T> __device__ void norm_affine_warp(const Args& a) {      // 
     const int lane = threadIdx.x & 31, c1 = c[0], c2 = c[1], c3 = c[2];
     const char* x = a.src0 + c1 * a.nb0[1] + c2 * a.nb0[2] + c3 * a.nb0[3];
     char* y = a.dst + c1 * a.nb[1] + c2 * a.nb[2] + c3 * a.nb[3];
-    const float* w = (const float*)a.src1; const float* b = (const float*)a.src2;
+    const T* w = (const T*)a.src1; const T* b = (const T*)a.src2;
     const int n = (int)a.ne0[0], xs = (int)a.nb0[0], ys = (int)a.nb[0];
     float v[NORM_WARP_V];
     float s = 0.f;
@@ -94,7 +94,7 @@ template <typename T> __device__ void norm_affine_warp(const Args& a) {      // 
     #pragma unroll
     for (int j = 0; j < NORM_WARP_V; ++j) {
         const int i = lane + 32 * j;
-        if (i < n) *(float*)(y + i * ys) = (v[j] - mean) * inv * w[i] + b[i];
+        if (i < n) *(T*)(y + i * ys) = from_f<T>((v[j] - mean) * inv * to_f(w[i]) + to_f(b[i]));
     }
 }
 
@@ -154,8 +154,8 @@ def launch_config(node) -> tuple:
 
 
 def norm_affine_steps(backend, node, fused) -> list:
-    """A norm with its affine (a fused Epilogue: scale and bias F32 row vectors) as one row kernel writing the
-    add's memory."""
+    """A norm with its affine (a fused Epilogue: scale and bias row vectors of the norm's type) as one row kernel
+    writing the add's memory."""
     add = fused.add_node
     x = node.src[0]
     n = x.ne[0]

@@ -24,9 +24,8 @@ import ctypes
 from ...errors import AllocationError, CudaError
 from ...graph.fusion import Attention, consumers, find_fusions, fusion_stamp
 from ...ops.registry import is_view
-from ...types import F32
 from ..base import Backend, Timing
-from . import kernels
+from . import autotune, kernels
 from .buffer import CUDABuffer, CUDABufferType
 from .compiler import Module, compile_cubin
 from .device import Event, Stream, get_device
@@ -34,6 +33,7 @@ from .driver import check, driver
 from .graphs import capture
 from .kernels import attention, conv, norm
 from .kernels.common import elementwise_config, extent, pack_args, tensor_ptr
+from .kernels.matmul import gemm_type
 from .launch import Launch, dim3
 from .registry import KERNELS
 
@@ -44,12 +44,14 @@ class CUDABackend(Backend):
 
     force: {op: implementation} runs every node of `op` with that implementation (e.g. {"conv_2d": "im2col"});
     allow_tf32: F32 GEMMs may round their inputs to TF32; graphs: replay each plan as a captured CUDA graph;
-    fuse: run the fusion pass's patterns as one kernel each.
+    fuse: run the fusion pass's patterns as one kernel each; autotune: time the implementations of a node and
+    the cuBLASLt algorithms of a GEMM once per shape and run the fastest (autotune.py; forced ones are not timed).
     """
 
     def __init__(self, device: str = "cuda:0", allow_tf32: bool = False, graphs: bool = True, fuse: bool = True,
-                 force: dict | None = None):
+                 force: dict | None = None, autotune: bool = False):
         self.force = self.checked_force(force, KERNELS)
+        self.autotune = bool(autotune)
         self.device = get_device(device)
         self.fuse = fuse
         self.allow_tf32 = allow_tf32        # F32 GEMMs may round their inputs to TF32
@@ -82,17 +84,26 @@ class CUDABackend(Backend):
         return entry if entry is not None and entry.refusal(node) is None else None
 
     def impl_for(self, node) -> str | None:
-        """The implementation that runs `node`: forced, else the entry's choice (None: only one)."""
+        """The implementation that runs `node`: forced, else measured (autotune), else the entry's choice (None:
+        only one)."""
         entry = self._entry(node)
         if entry is None or not entry.impls:
             return None
-        return self.force.get(node.op) or entry.choose(node)
+        tuned = autotune.tuned_impl(entry, node, self) if self.autotune and node.op not in self.force else None
+        return self.force.get(node.op) or tuned or entry.choose(node)
+
+    def tuned_gemm(self, desc: int, layouts: tuple, pref: int, algo_ptr: int) -> bool:
+        """Whether the measured cuBLASLt algorithm of a GEMM was written at algo_ptr (autotune on and one usable)."""
+        return self.autotune and autotune.gemm_algo(self, desc, layouts, pref, algo_ptr)
 
     def kernel_name(self, node) -> str:
         if is_view(node):
             return node.op
         entry = self._entry(node)
-        return entry.kernel_name(node) if entry is not None else "unsupported"
+        if entry is None:
+            return "unsupported"
+        name = entry.kernel_name(node)
+        return name + "+tuned" if self.autotune and autotune.is_tuned(node, self) else name
 
     def temp_size(self, node) -> int:
         """Scratch bytes of the node's kernel (cuBLASLt workspace, operand conversions) from the temp heap."""
@@ -115,7 +126,7 @@ class CUDABackend(Backend):
                 return self._entry(n) is not None and conv.dw_fast(n) is not None
             return self._entry(n) is not None
         return find_fusions(graph, head_ok, act_ok=lambda head: head.op == "conv_2d_dw", residual=True,
-                            attention=True, accepts=self._accepts)
+                            attention=True, cast=True, accepts=self._accepts)
 
     def _accepts(self, f) -> bool:
         """Whether the fused kernel of `f` takes its types and layouts."""
@@ -123,11 +134,14 @@ class CUDABackend(Backend):
             return self._entry(f.head) is not None and attention.accepts(f)
         if f.head.nelements == 0:
             return False
+        out = f.add_node.type           # D's type: F32, or a fused cast's (the operands' type in the GEMM)
         if f.head.op == "mul_mat":
-            return f.add_node.nb == f.head.nb and (f.residual_node is None or f.head.is_contiguous())
+            if f.cast_node is not None and gemm_type(f.head) != out:
+                return False
+            return f.add_node.ne == f.head.ne and f.add_node.is_contiguous() and f.head.is_contiguous()
         if f.head.op == "norm":
-            return f.scale is not None and f.scale.type == F32 and f.scale.nb[0] == 4
-        return all(n.is_contiguous() and n.type == F32 for n in f.nodes[1:])      # conv_2d_dw
+            return f.scale is not None and f.scale.type == out and f.bias.type == out
+        return all(n.is_contiguous() and n.type == out for n in f.nodes[1:])      # conv_2d_dw
 
     @staticmethod
     def _fused_nodes(f) -> list:

@@ -9,7 +9,7 @@ import weakref
 import numpy as np
 
 from ...errors import CudaError
-from ...types import F16, F32
+from ...types import BF16, F16, F32
 
 try:
     from nvmath.bindings import cublasLt as lt
@@ -21,7 +21,7 @@ except Exception as e:  # noqa: BLE001 - missing package or libraries: either wa
 
 WORKSPACE = 32 << 20        # cuBLASLt workspace bytes (what it suggests for Hopper)
 
-DATA_TYPE = {F32: 0, F16: 2}        # cudaDataType CUDA_R_32F, CUDA_R_16F
+DATA_TYPE = {F32: 0, F16: 2, BF16: 14}        # cudaDataType CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF
 OP_N, OP_T = 0, 1
 _HANDLES = {}
 
@@ -63,6 +63,14 @@ def _destroy(desc, layouts, pref):
     lt.matmul_preference_destroy(pref)
 
 
+def heuristic(h: int, desc: int, layouts: tuple, pref: int, results, count: int) -> int:
+    """How many of cuBLASLt's `count` best algorithms for the GEMM (desc, (A, B, C, D) layouts, pref) it wrote to
+    `results` (a MatmulHeuristicResult array of count)."""
+    found = np.zeros(1, np.int32)
+    call(lt.matmul_algo_get_heuristic, h, desc, *layouts, pref, count, results.ptr, found.ctypes.data)
+    return int(found[0])
+
+
 def _alignment(ptrs, strides) -> int:
     """The largest power of two (<= 256) dividing every address and batch stride in bytes."""
     v = 256
@@ -75,8 +83,9 @@ class Gemm:
     """One mul_mat node's cuBLASLt calls: descriptors, algorithm and (A, B, D) pointers fixed per plan.
     N is the columns of D per call (all the rows of b when they merge into one GEMM), `strides` the byte
     strides of A, B and D between the `batch` matrices of one strided-batched call, `bias` the device
-    address of an F32 vector of M added to every column of D (cuBLASLt's BIAS epilogue), `dst` the tensor D
-    is laid out as (the node, or the add it is fused with), `c_ptrs` (one per call) the C matrix laid out as
+    address of a vector of M (of D's type) added to every column of D (cuBLASLt's BIAS epilogue), `dst` the
+    tensor D is laid out as and typed as (the node, F32, or the add it is fused with: F32, or the operands' type
+    through a fused cast), `c_ptrs` (one per call) the C matrix laid out as
     D and added with beta = 1 (a fused residual add); without it beta = 0."""
 
     def __init__(self, backend, node, name: str, a, b, N: int, ptrs: list, batch: int, strides: tuple,
@@ -87,7 +96,8 @@ class Gemm:
         K, M = ta.ne[:2]
         gtype = ta.type
         es = gtype.size
-        sa, sb, sd = (strides[0] // es, strides[1] // es, strides[2] // F32.size) if batch > 1 else (0, 0, 0)
+        ds = dst.type.size
+        sa, sb, sd = (strides[0] // es, strides[1] // es, strides[2] // ds) if batch > 1 else (0, 0, 0)
         self.handle = handle(backend.device)
         compute = ComputeType.COMPUTE_32F_FAST_TF32 if tf32 else ComputeType.COMPUTE_32F
         self.desc = call(lt.matmul_desc_create, compute, DATA_TYPE[F32])
@@ -100,7 +110,7 @@ class Gemm:
             _set(lt.matmul_desc_set_attribute, lt.get_matmul_desc_attribute_dtype, self.desc, attr, v)
         self.a_layout = _layout(gtype, *((K, M) if ka else (M, K)), lda, batch, sa)
         self.b_layout = _layout(gtype, *((K, N) if kb else (N, K)), ldb, batch, sb)
-        self.d_layout = _layout(F32, M, N, dst.nb[1] // F32.size if dst.ne[1] > 1 else M, batch, sd)
+        self.d_layout = _layout(dst.type, M, N, dst.nb[1] // ds if dst.ne[1] > 1 else M, batch, sd)
         self.pref = call(lt.matmul_preference_create)
         strides = tuple(strides) if batch > 1 else ()
         P = lt.MatmulPreferenceAttribute
@@ -112,11 +122,11 @@ class Gemm:
             _set(lt.matmul_preference_set_attribute, lt.get_matmul_preference_attribute_dtype, self.pref, attr, v)
         layouts = (self.a_layout, self.b_layout, self.d_layout)
         weakref.finalize(self, _destroy, self.desc, layouts, self.pref)
+        gemm = (self.a_layout, self.b_layout, self.d_layout, self.d_layout)
         self.algo = lt.MatmulHeuristicResult(1)
-        found = np.zeros(1, np.int32)
-        call(lt.matmul_algo_get_heuristic, self.handle, self.desc, self.a_layout, self.b_layout, self.d_layout,
-             self.d_layout, self.pref, 1, self.algo.ptr, found.ctypes.data)
-        if found[0] == 0:
+        if backend.tuned_gemm(self.desc, gemm, self.pref, self.algo.ptr):
+            self.name += "+tuned"           # measured (CUDABackend(autotune=True))
+        elif heuristic(self.handle, self.desc, gemm, self.pref, self.algo, 1) == 0:
             raise CudaError(f"cublasLt found no algorithm for node '{node.name}' (mul_mat {gtype.name}, "
                             f"M={M} N={N} K={K} batch={batch}{', bias' if bias is not None else ''})")
         self.alpha = np.ones(1, np.float32)

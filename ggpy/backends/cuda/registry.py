@@ -17,7 +17,8 @@ class CUDAKernel:
     """How the CUDA backend runs some ops. `refusal(node)` says why it cannot run a node (None: it can);
     `source()` is the family's CUDA C (all families compile as one translation unit); `temp_size` the scratch
     bytes a node needs from the planner's temp heap; `impls` alternative implementations, `choose(node)` the
-    default one (CUDABackend(force={op: impl}) overrides it)."""
+    default one (CUDABackend(force={op: impl}) overrides it), `accepts(node, impl)` whether impl can run node (the
+    candidates CUDABackend(autotune=True) times; default: every one)."""
 
     ops: tuple
     source: Callable
@@ -31,6 +32,7 @@ class CUDAKernel:
     steps: Callable | None = None
     impls: tuple = ()
     choose: Callable | None = None
+    accepts: Callable | None = None
 
 
 KERNELS: dict[str, CUDAKernel] = {}

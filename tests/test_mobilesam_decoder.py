@@ -242,7 +242,7 @@ def test_predict_without_points_or_box(predictor, sam_predictor):
     mask = np.random.default_rng(3).normal(0.0, 5.0, (1, 256, 256)).astype(np.float32)
     for kw in ({}, {"mask_input": mask}):
         check_against_sam(predictor.predict(**kw), sam_predict(sam_predictor, **kw), 1e-4)
-    assert (0, False) in predictor.decoders and (0, True) in predictor.decoders
+    assert (0, False, 1) in predictor.decoders and (0, True, 1) in predictor.decoders
 
 
 def test_return_logits(predictor, sam_predictor):
@@ -332,3 +332,23 @@ def test_low_precision_predictor_masks(mobilesam_gguf_f32, image, predictor, dty
         agree = float((masks == ref).mean())
         print(f"{dtype} {sorted(kw)}: masks agree on {agree:.5f} of the pixels")
         assert agree > 0.995 and 0.001 < ref.mean() < 0.999
+
+
+def test_predict_batch_equals_one_by_one(predictor):
+    """A batch of prompts of two shapes (single points, and point + box) with and without mask inputs: each result
+    equals the prompt's own predict, in the order given; a bad prompt anywhere is refused before anything runs."""
+    rng = np.random.default_rng(11)
+    h, w = predictor.original_size
+    points = [{"point_coords": rng.uniform(0, [w, h], (1, 2)), "point_labels": np.array([1])} for _ in range(3)]
+    mixed = {"point_coords": np.array([[w * 0.4, h * 0.5]]), "point_labels": np.array([0]), "box": BOX}
+    low = predictor.predict(**points[0])[2][:1]
+    prompts = [points[0], mixed, points[1], points[2], dict(points[1], mask_input=low), dict(points[2], mask_input=low)]
+    batch = predictor.predict_batch(prompts)
+    assert (2, False, 3) in predictor.decoders and (2, True, 2) in predictor.decoders   # point + padding point
+    for prompt, (masks, iou, low_res) in zip(prompts, batch):
+        ref_masks, ref_iou, ref_low = predictor.predict(**prompt)
+        assert masks.shape == ref_masks.shape and (masks == ref_masks).mean() > 0.9999
+        assert np.abs(low_res - ref_low).max() < 1e-3 * np.abs(ref_low).max()
+        assert np.abs(iou - ref_iou).max() < 1e-4
+    with pytest.raises(PromptError, match="prompt 1 has keys"):
+        predictor.predict_batch([points[0], {"points": 1}])

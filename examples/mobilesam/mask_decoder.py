@@ -1,7 +1,8 @@
 """MobileSAM's mask decoder (SAM's MaskDecoder with its TwoWayTransformer) as ggpy graph builders.
 
-Tokens are channels-contiguous: prompt tokens ne = (D, T), the image embedding ne = (D, E, E) seen as
-D-vectors of E * E tokens (x fastest, as SAM's flatten(2)). A transposed convolution whose stride equals its
+Tokens are channels-contiguous: prompt tokens ne = (D, T, B), the image embedding ne = (D, E, E) seen as
+D-vectors of E * E tokens (x fastest, as SAM's flatten(2)). B prompts of one shape are decoded at once (a batch
+in the last dimension; the image embedding is shared). A transposed convolution whose stride equals its
 kernel writes every output pixel once, so the output upscaling runs as one GEMM per layer and a pixel shuffle.
 The decoder predicts all num_mask_tokens masks; mask 0 is SAM's single-mask output, masks 1.. its multimask
 outputs (the caller picks, as MaskDecoder.forward does).
@@ -58,24 +59,25 @@ def as_f32(t):
 
 
 def attention(m, prefix: str, q, k, v, n_heads: int):
-    """SAM's Attention: q ne = (D, Nq), k and v ne = (D, Nk) -> (D, Nq). q/k/v projected to I channels
+    """SAM's Attention: q ne = (D, Nq, B), k and v ne = (D, Nk, B) -> (D, Nq, B). q/k/v projected to I channels
     (D / downsample rate), split into n_heads heads, softmax(q k^T / sqrt(I / n_heads)) v, out_proj."""
     qp, kp, vp = (linear(m, f"{prefix}.{name}_proj", x) for name, x in (("q", q), ("k", k), ("v", v)))
     inner = qp.ne[0]
     hd = inner // n_heads
 
-    def heads(x):   # (I, N) -> (hd, N, heads) view
-        return ggpy.permute(ggpy.reshape_3d(x, hd, n_heads, x.ne[1]), 0, 2, 1, 3)
-    scores = ggpy.soft_max_ext(ggpy.mul_mat(heads(kp), heads(qp)), None, hd ** -0.5)      # (Nk, Nq, heads)
-    v_t = ggpy.permute(ggpy.reshape_3d(vp, hd, n_heads, vp.ne[1]), 1, 2, 0, 3)           # (Nk, hd, heads)
-    out = ggpy.mul_mat(v_t, scores)                                                      # (hd, Nq, heads)
-    out = ggpy.cont_2d(ggpy.permute(out, 0, 2, 1, 3), inner, q.ne[1])
+    def heads(x):   # (I, N, B) -> (hd, N, heads, B) view
+        return ggpy.permute(ggpy.reshape_4d(x, hd, n_heads, x.ne[1], x.ne[2]), 0, 2, 1, 3)
+    scores = ggpy.soft_max_ext(ggpy.mul_mat(heads(kp), heads(qp)), None, hd ** -0.5)      # (Nk, Nq, heads, B)
+    v_t = ggpy.permute(ggpy.reshape_4d(vp, hd, n_heads, vp.ne[1], vp.ne[2]), 1, 2, 0, 3)  # (Nk, hd, heads, B)
+    out = ggpy.mul_mat(v_t, scores)                                                      # (hd, Nq, heads, B)
+    out = ggpy.cont_3d(ggpy.permute(out, 0, 2, 1, 3), inner, q.ne[1], q.ne[2])
     return linear(m, f"{prefix}.out_proj", out)
 
 
 def two_way_block(m, prefix: str, queries, keys, query_pe, key_pe, n_heads: int, skip_first_layer_pe: bool):
     """TwoWayAttentionBlock: token self-attention, tokens -> image, ReLU MLP, image -> tokens, each followed by
-    a residual and a LayerNorm. queries, query_pe ne = (D, T); keys, key_pe ne = (D, N) -> (queries, keys)."""
+    a residual and a LayerNorm. queries, query_pe ne = (D, T, B); keys ne = (D, N, B), key_pe ne = (D, N) ->
+    (queries, keys)."""
     if skip_first_layer_pe:
         queries = attention(m, f"{prefix}.self_attn", queries, queries, queries, n_heads)
     else:
@@ -102,8 +104,8 @@ def final_attention(m, queries, keys, query_pe, key_pe, n_heads: int):
 
 
 def two_way_transformer(m, hp: DecoderParams, image, image_pe, tokens):
-    """TwoWayTransformer: image, image_pe ne = (D, N) image tokens, tokens ne = (D, T) (also the queries'
-    positional encoding) -> (queries ne = (D, T), keys ne = (D, N))."""
+    """TwoWayTransformer: image ne = (D, N, B) and image_pe ne = (D, N) image tokens, tokens ne = (D, T, B) (also
+    the queries' positional encoding) -> (queries ne = (D, T, B), keys ne = (D, N, B))."""
     queries, keys = tokens, image
     for i in range(hp.depth):
         queries, keys = two_way_block(m, f"{TR}.layers.{i}", queries, keys, tokens, image_pe, hp.num_heads, i == 0)
@@ -111,20 +113,21 @@ def two_way_transformer(m, hp: DecoderParams, image, image_pe, tokens):
 
 
 def conv_transpose_patches(m, prefix: str, t):
-    """ConvTranspose2d whose stride equals its kernel K, + bias, of tokens t.ne = (Cin, W, H) ->
-    (Cout, K*W, K*H); kernel ne = (K, K, Cout, Cin) (torch's (Cin, Cout, K, K)). One GEMM gives every
+    """ConvTranspose2d whose stride equals its kernel K, + bias, of tokens t.ne = (Cin, W, H, B) ->
+    (Cout, K*W, K*H, B); kernel ne = (K, K, Cout, Cin) (torch's (Cin, Cout, K, K)). One GEMM gives every
     input pixel's K x K output patch, a pixel shuffle puts the patches in place."""
     w = m.get(f"{prefix}.weight")
     k, cout, cin = w.ne[0], w.ne[2], w.ne[3]
+    _, iw, ih, b = t.ne
     wt = ggpy.cont(ggpy.permute(w, 2, 3, 1, 0))                                     # (Cin, Cout, Kx, Ky)
-    y = ggpy.mul_mat(ggpy.reshape_2d(wt, cin, cout * k * k), ggpy.reshape_2d(t, cin, t.ne[1] * t.ne[2]))
-    y = ggpy.add(y, m.get(f"{prefix}.bias"))                                         # (Cout Kx Ky, W H)
-    y = ggpy.cont(ggpy.permute(ggpy.reshape_4d(y, cout * k, k, t.ne[1], t.ne[2]), 0, 2, 1, 3))  # (Cout Kx, W, Ky, H)
-    return ggpy.reshape_3d(y, cout, k * t.ne[1], k * t.ne[2])
+    y = ggpy.mul_mat(ggpy.reshape_2d(wt, cin, cout * k * k), ggpy.reshape_2d(t, cin, iw * ih * b))
+    y = ggpy.add(y, m.get(f"{prefix}.bias"))                                         # (Cout Kx Ky, W H B)
+    y = ggpy.cont(ggpy.permute(ggpy.reshape_4d(y, cout * k, k, iw, ih * b), 0, 2, 1, 3))  # (Cout Kx, W, Ky, H B)
+    return ggpy.reshape_4d(y, cout, k * iw, k * ih, b)
 
 
 def output_upscaling(m, t):
-    """tokens t.ne = (D, E, E) -> (D/8, 4E, 4E): transposed conv 2x2/2, LayerNorm2d, GELU, transposed conv
+    """tokens t.ne = (D, E, E, B) -> (D/8, 4E, 4E, B): transposed conv 2x2/2, LayerNorm2d, GELU, transposed conv
     2x2/2, GELU."""
     p = f"{MD}.output_upscaling"
     t = ggpy.gelu_erf(layer_norm(m, f"{p}.1", conv_transpose_patches(m, f"{p}.0", t), LN2D_EPS))
@@ -132,7 +135,7 @@ def output_upscaling(m, t):
 
 
 def mlp(m, prefix: str, x, n_layers: int = 3):
-    """SAM's MLP: n_layers Linear layers with ReLU between them. x.ne = (IN, N) -> (OUT, N)."""
+    """SAM's MLP: n_layers Linear layers with ReLU between them. x.ne = (IN, N, B) -> (OUT, N, B)."""
     for i in range(n_layers):
         x = linear(m, f"{prefix}.layers.{i}", x)
         if i + 1 < n_layers:
@@ -141,12 +144,13 @@ def mlp(m, prefix: str, x, n_layers: int = 3):
 
 
 def column(t, i: int):
-    """Column i of t.ne = (D, T): a view ne = (D, 1)."""
-    return ggpy.view_2d(t, t.ne[0], 1, t.nb[1], i * t.nb[1])
+    """Column i of t.ne = (D, T, B): a view ne = (D, 1, B)."""
+    return ggpy.view_3d(t, t.ne[0], 1, t.ne[2], t.nb[1], t.nb[2], i * t.nb[1])
 
 
 def hypernetworks(m, hp: DecoderParams, queries):
-    """Each mask token's output (columns 1..M of queries ne = (D, T)) through its own MLP -> ne = (D/8, M)."""
+    """Each mask token's output (columns 1..M of queries ne = (D, T, B)) through its own MLP -> ne = (D/8, M,
+    B)."""
     h = None
     for i in range(hp.num_mask_tokens):
         y = mlp(m, f"{MD}.output_hypernetworks_mlps.{i}", column(queries, 1 + i))
@@ -155,7 +159,7 @@ def hypernetworks(m, hp: DecoderParams, queries):
 
 
 def iou_head(m, queries):
-    """iou_prediction_head on the IoU token's output (column 0 of queries) -> ne = (M, 1)."""
+    """iou_prediction_head on the IoU token's output (column 0 of queries) -> ne = (M, 1, B)."""
     return mlp(m, f"{MD}.iou_prediction_head", column(queries, 0))
 
 
@@ -164,20 +168,26 @@ def output_tokens(m):
     return as_f32(ggpy.concat(m.get(f"{MD}.iou_token.weight"), m.get(f"{MD}.mask_tokens.weight"), 1))
 
 
-def predict_masks(m, hp: DecoderParams, image, image_pe, sparse=None, mask=None):
-    """MaskDecoder.predict_masks with the prompt encoder's dense part.
+def batched(t, ne):
+    """t repeated to ne (a batch of copies in the last dimension), or t when it has that shape."""
+    return t if t.ne == tuple(ne) + (1,) * (4 - len(ne)) else ggpy.repeat(t, ggpy.Context().new_tensor(t.type, ne))
+
+
+def predict_masks(m, hp: DecoderParams, image, image_pe, sparse=None, mask=None, batch: int = 1):
+    """MaskDecoder.predict_masks with the prompt encoder's dense part, for `batch` prompts of one shape.
 
     image, image_pe: the image embedding and the dense positional encoding as tokens ne = (D, E, E); sparse:
-    prompt tokens ne = (D, N) or None (no point and no box); mask: a low-resolution mask input
-    ne = (4E, 4E, 1, 1) or None. Returns (masks ne = (4E, 4E, M) low-resolution logits, iou ne = (M, 1))."""
-    tokens = output_tokens(m)
+    prompt tokens ne = (D, N, B) or None (no point and no box); mask: low-resolution mask inputs
+    ne = (4E, 4E, 1, B) or None. Returns (masks ne = (4E, 4E, M, B) low-resolution logits, iou ne = (M, 1, B))."""
+    d, e = hp.embed_dim, hp.embed_size
+    tokens = batched(output_tokens(m), (d, 1 + hp.num_mask_tokens, batch))
     if sparse is not None:
         tokens = ggpy.concat(tokens, sparse, 1)
-    d, e = hp.embed_dim, hp.embed_size
-    src = ggpy.add(image, dense_embeddings(m, mask))
-    queries, keys = two_way_transformer(m, hp, ggpy.reshape_2d(src, d, e * e), ggpy.reshape_2d(image_pe, d, e * e),
-                                        tokens)
-    up = output_upscaling(m, ggpy.reshape_3d(keys, d, e, e))                        # (D/8, 4E, 4E)
-    hyper = hypernetworks(m, hp, queries)                                           # (D/8, M)
-    masks = ggpy.mul_mat(ggpy.reshape_2d(up, up.ne[0], up.ne[1] * up.ne[2]), hyper)  # (4E * 4E, M)
-    return ggpy.reshape_3d(masks, up.ne[1], up.ne[2], hp.num_mask_tokens), iou_head(m, queries)
+    dense = dense_embeddings(m, mask)
+    src = ggpy.add(dense, image) if mask is not None else ggpy.add(image, dense)
+    keys = batched(ggpy.reshape_3d(src, d, e * e, src.ne[3]), (d, e * e, batch))
+    queries, keys = two_way_transformer(m, hp, keys, ggpy.reshape_2d(image_pe, d, e * e), tokens)
+    up = output_upscaling(m, ggpy.reshape_4d(keys, d, e, e, batch))                 # (D/8, 4E, 4E, B)
+    hyper = hypernetworks(m, hp, queries)                                           # (D/8, M, B)
+    masks = ggpy.mul_mat(ggpy.reshape_3d(up, up.ne[0], up.ne[1] * up.ne[2], batch), hyper)  # (4E * 4E, M, B)
+    return ggpy.reshape_4d(masks, up.ne[1], up.ne[2], hp.num_mask_tokens, batch), iou_head(m, queries)

@@ -120,20 +120,23 @@ def _schedule(graph, backends):
 
 
 class DecoderGraph:
-    """The prompt encoder + mask decoder graph of one prompt shape, planned once and re-evaluated per prompt."""
+    """The prompt encoder + mask decoder graph of one prompt shape and batch size, planned once and re-evaluated
+    per batch of prompts."""
 
-    def __init__(self, model, hp: DecoderParams, backends, image, image_pe, n_sparse: int, with_mask: bool):
+    def __init__(self, model, hp: DecoderParams, backends, image, image_pe, n_sparse: int, with_mask: bool,
+                 batch: int = 1):
         ctx = ggpy.Context()
         sparse = self.coords = self.kinds = self.keep = self.mask = None
+        self.batch = batch
         if n_sparse:
-            self.coords = ctx.new_tensor(ggpy.F32, (2, n_sparse)).set_name("coords").set_input()
-            self.kinds = ctx.new_tensor(ggpy.I32, (n_sparse,)).set_name("kinds").set_input()
-            self.keep = ctx.new_tensor(ggpy.F32, (1, n_sparse)).set_name("keep").set_input()
+            self.coords = ctx.new_tensor(ggpy.F32, (2, n_sparse, batch)).set_name("coords").set_input()
+            self.kinds = ctx.new_tensor(ggpy.I32, (n_sparse, batch)).set_name("kinds").set_input()
+            self.keep = ctx.new_tensor(ggpy.F32, (1, n_sparse, batch)).set_name("keep").set_input()
             sparse = sparse_embeddings(model, self.coords, self.kinds, self.keep, hp.image_size)
         if with_mask:
             s = hp.mask_size
-            self.mask = ctx.new_tensor(ggpy.F32, (s, s, 1, 1)).set_name("mask_input").set_input()
-        self.masks, self.iou = predict_masks(model, hp, image, image_pe, sparse, self.mask)
+            self.mask = ctx.new_tensor(ggpy.F32, (s, s, 1, batch)).set_name("mask_input").set_input()
+        self.masks, self.iou = predict_masks(model, hp, image, image_pe, sparse, self.mask, batch)
         self.graph = ggpy.Graph().build_forward_expand(self.masks).build_forward_expand(self.iou)
         self.sched = _schedule(self.graph, backends)
 
@@ -144,16 +147,18 @@ class DecoderGraph:
         return tuple(sp.graph.plan for sp in self.sched.splits)
 
     def run(self, coords, kinds, keep, mask):
-        """Evaluate on one prompt (arrays as sparse_prompt and mask_prompt make them) -> (low-res logits
-        float32 (M, 4E, 4E), IoU predictions float32 (M,)) of all M mask tokens."""
+        """Evaluate on B prompts (arrays as sparse_prompt and mask_prompt make them, stacked: (B, N, 2), (B, N),
+        (B, N, 1), (B, 4E, 4E)) -> (low-res logits float32 (B, M, 4E, 4E), IoU predictions float32 (B, M)) of
+        all M mask tokens."""
+        b = self.batch
         if self.coords is not None:
-            self.coords.set(coords)
-            self.kinds.set(kinds)
-            self.keep.set(keep)
+            self.coords.set(np.reshape(coords, (1, b, -1, 2)))
+            self.kinds.set(np.reshape(kinds, (1, 1, b, -1)))
+            self.keep.set(np.reshape(keep, (1, b, -1, 1)))
         if self.mask is not None:
-            self.mask.set(mask.reshape(1, 1, *mask.shape))
+            self.mask.set(np.reshape(mask, (b, 1, *mask.shape[-2:])))
         self.sched.compute(self.graph)
-        return self.masks.numpy(), self.iou.numpy().reshape(-1)
+        return self.masks.numpy().reshape(b, *self.masks.ne[2::-1]), self.iou.numpy().reshape(b, -1)
 
 
 def postprocess_masks(low_res, input_size, original_size, image_size: int):
@@ -225,12 +230,12 @@ class Predictor:
         s = self.hp.image_size
         self.original_size, self.input_size = (h, w), resized_shape(h, w, s)
 
-    def decoder(self, n_sparse: int, with_mask: bool) -> DecoderGraph:
-        """The planned graph of this prompt shape, built on first use."""
-        key = (n_sparse, with_mask)
+    def decoder(self, n_sparse: int, with_mask: bool, batch: int = 1) -> DecoderGraph:
+        """The planned graph of this prompt shape and batch size, built on first use."""
+        key = (n_sparse, with_mask, batch)
         if key not in self.decoders:
             self.decoders[key] = DecoderGraph(self.model, self.hp, self.backends, self.image_embedding,
-                                              self.image_pe, n_sparse, with_mask)
+                                              self.image_pe, n_sparse, with_mask, batch)
         return self.decoders[key]
 
     def predict(self, point_coords=None, point_labels=None, box=None, mask_input=None,
@@ -239,20 +244,46 @@ class Predictor:
         (N,) 1/0, box (4,) x0 y0 x1 y1, mask_input (1, 256, 256) low-res logits of an earlier call.
         Returns masks (C, H, W) bool (float32 logits if return_logits), iou_predictions (C,) float32,
         low_res_logits (C, 256, 256) float32; C = 3 with multimask_output else 1. Bad prompts raise PromptError."""
+        prompt = {"point_coords": point_coords, "point_labels": point_labels, "box": box, "mask_input": mask_input}
+        return self.predict_batch([prompt], multimask_output, return_logits)[0]
+
+    def predict_batch(self, prompts, multimask_output=True, return_logits=False) -> list:
+        """predict for many prompts of this image: dicts of predict's point_coords, point_labels, box and
+        mask_input. Prompts of one shape (number of points and box corners, mask input or not) are decoded as
+        one batch. Returns [(masks, iou_predictions, low_res_logits)] in the order of the prompts; every prompt
+        is checked before anything runs."""
         if self.original_size is None:
             raise RuntimeError("no image is set: call set_image(image) before predict")
-        coords, kinds, keep = sparse_prompt(point_coords, point_labels, box, self.original_size, self.input_size)
-        mask = mask_prompt(mask_input, self.hp.mask_size)
-        t0 = time.perf_counter()
-        low_res, iou = self.decoder(len(kinds), mask is not None).run(coords, kinds, keep, mask)
+        parsed = [self._parse(p, i) for i, p in enumerate(prompts)]
+        groups = {}
+        for i, (_, kinds, _, mask) in enumerate(parsed):
+            groups.setdefault((len(kinds), mask is not None), []).append(i)
         chosen = slice(1, None) if multimask_output else slice(0, 1)
-        low_res, iou = low_res[chosen], iou[chosen]
+        t0 = time.perf_counter()
+        decoded = [None] * len(parsed)
+        for (n, with_mask), idx in groups.items():
+            sparse = [np.stack([parsed[i][k] for i in idx]) if n else None for k in range(3)]
+            mask = np.stack([parsed[i][3] for i in idx]) if with_mask else None
+            low_res, iou = self.decoder(n, with_mask, len(idx)).run(*sparse, mask)
+            for j, i in enumerate(idx):
+                decoded[i] = (low_res[j][chosen], iou[j][chosen])
         t1 = time.perf_counter()
-        key = (self.input_size, self.original_size, len(iou))
-        if key not in self.postprocessors:
-            self.postprocessors[key] = PostprocessGraph(self.hp, self.backends, *key)
-        masks = self.postprocessors[key].run(low_res)                             # (C, H, W) logits
-        if not return_logits:
-            masks = masks > MASK_THRESHOLD
+        results = []
+        for low_res, iou in decoded:
+            key = (self.input_size, self.original_size, len(iou))
+            if key not in self.postprocessors:
+                self.postprocessors[key] = PostprocessGraph(self.hp, self.backends, *key)
+            masks = self.postprocessors[key].run(low_res)                         # (C, H, W) logits
+            results.append((masks if return_logits else masks > MASK_THRESHOLD, iou, low_res))
         self.last_timings = {"decode": t1 - t0, "postprocess": time.perf_counter() - t1}
-        return masks, iou, low_res
+        return results
+
+    def _parse(self, prompt, index: int) -> tuple:
+        """(coords, kinds, keep, mask) of one prompt dict; PromptError naming the prompt when it is bad."""
+        unknown = set(prompt) - {"point_coords", "point_labels", "box", "mask_input"}
+        if unknown:
+            raise PromptError(f"prompt {index} has keys {sorted(unknown)}; expected point_coords, point_labels, "
+                              "box and mask_input")
+        coords, kinds, keep = sparse_prompt(prompt.get("point_coords"), prompt.get("point_labels"),
+                                            prompt.get("box"), self.original_size, self.input_size)
+        return coords, kinds, keep, mask_prompt(prompt.get("mask_input"), self.hp.mask_size)

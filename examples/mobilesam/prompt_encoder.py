@@ -60,31 +60,32 @@ def kind_table(m):
 
 
 def sparse_embeddings(m, coords, kinds, keep, image_size: int):
-    """Point and box-corner prompts -> tokens ne = (D, N).
+    """Point and box-corner prompts of B prompts -> tokens ne = (D, N, B).
 
-    coords ne = (2, N): (x, y) in pixels of the image_size x image_size encoder input (after SAM's
-    ResizeLongestSide.apply_coords); kinds I32 ne = (N,): each token's KIND_*; keep ne = (1, N): 1, or 0 for
-    the padding point whose positional encoding SAM zeroes. Pixel centres are at +0.5, as in SAM."""
+    coords ne = (2, N, B): (x, y) in pixels of the image_size x image_size encoder input (after SAM's
+    ResizeLongestSide.apply_coords); kinds I32 ne = (N, B): each token's KIND_*; keep ne = (1, N, B): 1, or 0
+    for the padding point whose positional encoding SAM zeroes. Pixel centres are at +0.5, as in SAM."""
     s = 1.0 / image_size
     pe = fourier_features(m, ggpy.scale(coords, s, 0.5 * s))
-    return ggpy.add(ggpy.mul(pe, keep), ggpy.get_rows(kind_table(m), kinds))
+    rows = ggpy.get_rows(kind_table(m), ggpy.reshape_1d(kinds, kinds.nelements))
+    return ggpy.add(ggpy.mul(pe, keep), ggpy.reshape_3d(rows, rows.ne[0], kinds.ne[0], kinds.ne[1]))
 
 
 def conv_patches(m, prefix: str, x, stride: int):
-    """Convolution (no padding) + bias of an image x.ne = (W, H, Cin, 1) -> (OW, OH, Cout, 1)."""
+    """Convolution (no padding) + bias of images x.ne = (W, H, Cin, B) -> (OW, OH, Cout, B)."""
     w = m.get(f"{prefix}.weight")
     y = ggpy.conv_2d(w, x, stride, stride, 0, 0, 1, 1)
     return ggpy.add(y, ggpy.reshape_3d(m.get(f"{prefix}.bias"), 1, 1, w.ne[3]))
 
 
 def _norm_gelu(m, prefix: str, x):
-    """LayerNorm2d (eps 1e-6) and GELU of an image x.ne = (W, H, C, 1) -> tokens ne = (C, W, H, 1)."""
+    """LayerNorm2d (eps 1e-6) and GELU of images x.ne = (W, H, C, B) -> tokens ne = (C, W, H, B)."""
     t = ggpy.cont(ggpy.permute(x, 1, 2, 0, 3))
     return ggpy.gelu_erf(layer_norm(m, prefix, t, LN2D_EPS))
 
 
 def mask_embedding(m, mask):
-    """mask_downscaling of a low-resolution mask (logits) mask.ne = (4E, 4E, 1, 1) -> tokens ne = (D, E, E):
+    """mask_downscaling of low-resolution masks (logits) mask.ne = (4E, 4E, 1, B) -> tokens ne = (D, E, E, B):
     conv 2x2/2, LayerNorm2d, GELU, conv 2x2/2, LayerNorm2d, GELU, conv 1x1."""
     p = f"{PE}.mask_downscaling"
     t = _norm_gelu(m, f"{p}.1", conv_patches(m, f"{p}.0", mask, 2))

@@ -182,3 +182,22 @@ def test_fusion_pass_takes_a_cast_only_when_asked(cast):
     for f in fusions:
         assert f.cast_node.op == "cast" and f.last.type == ggpy.F16 and f.act == "gelu_erf"
         assert f.name("k") == "k+f16+bias+gelu_erf"
+
+
+def test_fusion_pass_chains():
+    """Maximal elementwise runs, each node the only reader of the one before; a node read twice, an output or
+    a node taken by an epilogue ends the run; chains only when the backend asks (chain=)."""
+    from ggpy.graph.fusion import Chain
+    ctx = ggpy.Context()
+    x = ctx.new_tensor(ggpy.F32, (8, 4)).set_input()
+    w = ctx.new_tensor(ggpy.F32, (8, 6)).set_input()
+    b = ctx.new_tensor(ggpy.F32, (6,)).set_input()
+    h = ggpy.gelu_erf(ggpy.add(ggpy.mul_mat(w, x), b))          # an epilogue (mul_mat + bias), then gelu alone
+    s = ggpy.scale(h, 2.0)
+    t = ggpy.tanh(ggpy.sub(s, ggpy.sqr(s)))                      # s read twice: ends a run
+    out = ggpy.cast(ggpy.exp(t), ggpy.F16)
+    graph = ggpy.Graph().build_forward_expand(out)
+    found = find_fusions(graph, lambda n: n.op == "mul_mat", act_ok=lambda n: False, chain=lambda n: True)
+    chains = sorted((f.name() for f in found.values() if isinstance(f, Chain)))
+    assert chains == ["fused:gelu_erf+scale", "fused:sub+tanh+exp+cast"]
+    assert not any(isinstance(f, Chain) for f in find_fusions(graph, lambda n: True).values())

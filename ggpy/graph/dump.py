@@ -6,16 +6,19 @@ def _label(t) -> str:
     return t.name or f"{t.op or 'leaf'}_{id(t) & 0xffff:04x}"
 
 
-def dump_graph(graph) -> str:
+def dump_graph(graph, groups=()) -> str:
+    """One line per leaf and node; `groups` (runs of nodes one fused kernel computes) mark their nodes g<k>."""
     names = {id(t): _label(t) for t in graph.leafs + graph.nodes}
-    lines = [f"graph: {len(graph.nodes)} nodes, {len(graph.leafs)} leafs",
-             f"{'#':>5} {'op':<16} {'type':<4} {'ne':<28} {'bytes':>12}  {'name':<24} src"]
+    group = {id(n): f"g{k}" for k, run in enumerate(groups) for n in run}
+    lines = [f"graph: {len(graph.nodes)} nodes, {len(graph.leafs)} leafs, {len(groups)} fused groups",
+             f"{'#':>5} {'op':<16} {'type':<4} {'ne':<28} {'bytes':>12} {'group':>5}  {'name':<24} src"]
     for kind, ts in (("leaf", graph.leafs), ("node", graph.nodes)):
         for i, t in enumerate(ts):
             op = t.op or ("input" if t.is_input else "leaf")
             flags = "".join(c for c, on in (("I", t.is_input), ("O", t.is_output), ("P", t.is_param)) if on)
             src = ", ".join(names.get(id(s), "?") for s in t.src if s is not None)
-            lines.append(f"{kind[0]}{i:>4} {op:<16} {t.type.name:<4} {str(t.ne):<28} {t.nbytes:>12}  "
+            lines.append(f"{kind[0]}{i:>4} {op:<16} {t.type.name:<4} {str(t.ne):<28} {t.nbytes:>12} "
+                         f"{group.get(id(t), ''):>5}  "
                          f"{names[id(t)]:<24} {src}{'  [' + flags + ']' if flags else ''}")
     return "\n".join(lines)
 

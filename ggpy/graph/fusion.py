@@ -18,6 +18,9 @@ Patterns:
   (through same-order views): a GEMM's C matrix.
 - attention: S = mul_mat(k, q) -> P = soft_max(S, mask) -> O = mul_mat(v^T, P) -> permute(O, 0, 2, 1, 3) ->
   cont (or, with cast=True, a cast to another float type): windowed attention in one kernel.
+- chain (find_fusions(chain=...)): a maximal run of elementwise nodes (ELEMENTWISE), each the only reader of the
+  one before, as its first source, all of one shape; the other operands ready at the first node's turn. A
+  backend generates one kernel per chain (nodes not taken by the patterns above).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 
 from collections.abc import Callable
 
-from ..ops.registry import ACTIVATIONS, is_view
+from ..ops.registry import ACTIVATIONS, UNARY_OPS, is_view
 from .tensor import Tensor
 
 
@@ -82,6 +85,43 @@ class Epilogue:
         return (head_kernel + (f"+{self.cast_node.type.name}" if self.cast_node is not None else "")
                 + ("+scale" if self.scale_node is not None else "") + "+bias"
                 + ("+residual" if self.residual_node is not None else "") + (f"+{self.act}" if self.act else ""))
+
+
+ELEMENTWISE = frozenset(UNARY_OPS) | {"add", "sub", "mul", "div", "scale", "clamp", "leaky_relu", "cast"}
+"""Ops a chain may hold: one value per element of a's shape (binary ops broadcast b)."""
+
+
+@dataclass
+class Chain:
+    """Elementwise nodes computed by one kernel at the first one's turn, written to the last one's memory."""
+    nodes: list
+
+    @property
+    def head(self) -> Tensor:
+        return self.nodes[0]
+
+    @property
+    def last(self) -> Tensor:
+        return self.nodes[-1]
+
+    @property
+    def skipped(self) -> list:
+        return self.nodes[1:]
+
+    def name(self) -> str:
+        return "fused:" + "+".join(n.op for n in self.nodes)
+
+
+def _chain_after(head, users, ready, chain_ok) -> Chain | None:
+    """The chain starting at `head`, or None when it would hold a single node."""
+    nodes = [head]
+    while True:
+        user = only_user(nodes[-1], users)
+        if (user is None or user.op not in ELEMENTWISE or user.src[0] is not nodes[-1] or user.ne != head.ne
+                or not chain_ok(user) or any(s is not None and not ready(s) for s in user.src[1:])):
+            break
+        nodes.append(user)
+    return Chain(nodes) if len(nodes) > 1 else None
 
 
 def fusion_stamp(graph) -> tuple:
@@ -256,24 +296,31 @@ def _epilogue_after(node, users, ready, act_ok: bool, residual: bool, cast: bool
 
 
 def find_fusions(graph, head_ok: Callable, *, act_ok: Callable = lambda head: True, residual: bool = False,
-                 attention: bool = False, cast: bool = False, accepts: Callable = lambda fusion: True) -> dict:
+                 attention: bool = False, cast: bool = False, chain: Callable | None = None,
+                 accepts: Callable = lambda fusion: True) -> dict:
     """{id(head): Epilogue or Attention} for the patterns of `graph` a backend runs. The backend decides:
     head_ok(node): its kernel for node (mul_mat, conv_2d_dw, norm) takes an epilogue; act_ok(head): the epilogue
     applies the activation after the bias (else the activation stays a node of its own); residual: it adds a
     residual after a mul_mat's bias (Epilogue.residual_node); attention: it runs the attention pattern; cast: its
     fused kernels write a cast's type (a cast between a product and its bias, or ending the attention pattern);
+    chain(node): its generated kernels take this elementwise node (None: no chains);
     accepts(fusion): its fused kernel takes the pattern's types and layouts (else the nodes run one by one)."""
     users = consumers(graph)
     position = {id(n): i for i, n in enumerate(graph.nodes)}
-    fusions = {}
+    fusions, taken = {}, set()
     for node in graph.nodes:
         def ready(v, at=position[id(node)]) -> bool:   # the fused kernel runs at the head's turn
             return position.get(id(v), -1) < at
+        if id(node) in taken:
+            continue
         fused = None
         if node.op in ("mul_mat", "conv_2d_dw", "norm") and head_ok(node):
             fused = _epilogue_after(node, users, ready, act_ok(node), residual, cast)
         if fused is None and attention and node.op == "mul_mat":
             fused = _attention_after(node, users, cast)
+        if fused is None and chain is not None and node.op in ELEMENTWISE and chain(node):
+            fused = _chain_after(node, users, ready, chain)
         if fused is not None and accepts(fused):
             fusions[id(node)] = fused
+            taken.update(id(n) for n in fused.skipped)
     return fusions

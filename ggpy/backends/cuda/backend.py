@@ -22,7 +22,7 @@ from __future__ import annotations
 import ctypes
 
 from ...errors import AllocationError, CudaError
-from ...graph.fusion import Attention, consumers, find_fusions, fusion_stamp
+from ...graph.fusion import Attention, Chain, consumers, find_fusions, fusion_stamp
 from ...ops.registry import is_view
 from ..base import Backend, Timing
 from . import autotune, kernels
@@ -31,7 +31,7 @@ from .compiler import Module, compile_cubin
 from .device import Event, Stream, get_device
 from .driver import check, driver
 from .graphs import capture
-from .kernels import attention, conv, norm
+from .kernels import HEADER, attention, conv, generated, norm
 from .kernels.common import elementwise_config, extent, pack_args, tensor_ptr
 from .kernels.matmul import gemm_type
 from .launch import Launch, dim3
@@ -126,12 +126,15 @@ class CUDABackend(Backend):
                 return self._entry(n) is not None and conv.dw_fast(n) is not None
             return self._entry(n) is not None
         return find_fusions(graph, head_ok, act_ok=lambda head: head.op == "conv_2d_dw", residual=True,
-                            attention=True, cast=True, accepts=self._accepts)
+                            attention=True, cast=True, chain=lambda n: self.refusal(n) is None,
+                            accepts=self._accepts)
 
     def _accepts(self, f) -> bool:
         """Whether the fused kernel of `f` takes its types and layouts."""
         if isinstance(f, Attention):
             return self._entry(f.head) is not None and attention.accepts(f)
+        if isinstance(f, Chain):
+            return generated.refusal(f) is None
         if f.head.nelements == 0:
             return False
         out = f.add_node.type           # D's type: F32, or a fused cast's (the operands' type in the GEMM)
@@ -176,6 +179,8 @@ class CUDABackend(Backend):
         read first), a GEMM its residual's (C == D)."""
         if isinstance(f, Attention):
             return self._can_fuse_attention(f)
+        if isinstance(f, Chain):
+            return self._can_fuse_chain(f)
         add = residual_node if residual_node is not None else self._fused_nodes(f)[-1]
         extra = [f.bias] + ([f.scale] if f.scale is not None else [])
         tensors = [node, add] + extra + list(node.src[:1 if node.op == "norm" else 2])
@@ -205,6 +210,17 @@ class CUDABackend(Backend):
         return all(hi <= a or b <= lo for a, b in others)
 
     @staticmethod
+    def _can_fuse_chain(f) -> bool:
+        """A generated kernel: every operand on this GPU; the result's memory clear of the operands, or exactly
+        one read at the same index (in place)."""
+        srcs = generated.operands(f)
+        if any(not isinstance(t.buffer, CUDABuffer) for t in srcs + [f.last]):
+            return False
+        lo, hi = extent(f.last)
+        return all(hi <= a or b <= lo or ((a, b) == (lo, hi) and t.ne == f.last.ne and t.is_contiguous()
+                                          and t.type == f.last.type) for t in srcs for a, b in [extent(t)])
+
+    @staticmethod
     def _can_fuse_attention(f) -> bool:
         """win_attn: every operand on this GPU, q, k, v 16-byte aligned, the cont's memory clear of them all."""
         srcs = [t for t in (f.q, f.k, f.v, f.mask) if t is not None]
@@ -225,10 +241,21 @@ class CUDABackend(Backend):
         grid, block = config if config is not None else elementwise_config(dst)
         return self.launch_struct(node, name, grid, block, args)
 
-    def launch_struct(self, node, name: str, grid, block, args) -> Launch:
-        """A Launch of kernel `name` taking one argument struct `args` (a ctypes Structure) by value."""
-        return Launch(node, name, self.module.function(name), dim3(grid), dim3(block), args,
-                      (ctypes.c_void_p * 1)(ctypes.addressof(args)))
+    def launch_struct(self, node, name: str, grid, block, args, module=None) -> Launch:
+        """A Launch of kernel `name` (of `module`, default the hand-written kernels') taking one argument struct
+        `args` (a ctypes Structure) by value."""
+        fn = (module or self.module).function(name)
+        return Launch(node, name, fn, dim3(grid), dim3(block), args, (ctypes.c_void_p * 1)(ctypes.addressof(args)))
+
+    def generated_module(self, chains) -> tuple[Module, dict]:
+        """(the module of the chains' generated kernels, {id(chain head): kernel name}): one NVRTC compile of all
+        of them (none when the disk cache has that source)."""
+        names, sources = {}, {}
+        for f in chains:
+            name, src = generated.source(f)
+            names[id(f.head)], sources[name] = name, src
+        text = HEADER + generated.STRUCT + "".join(sources.values())
+        return Module(compile_cubin(text, self.device.arch, "ggpy_generated")), names
 
     def temp_ptr(self, node) -> int:
         """The device address of the node's temp block (reserved by the planner from temp_size)."""
@@ -268,6 +295,8 @@ class CUDABackend(Backend):
 
     def _make_program(self, graph) -> list:
         fusions = self._fusions(graph)
+        chains = [f for f in fusions.values() if isinstance(f, Chain)]
+        module, names = self.generated_module(chains) if chains else (None, {})
         users, position = consumers(graph), {id(n): i for i, n in enumerate(graph.nodes)}
         launches, skipped = [], set()
         for node in graph.nodes:
@@ -282,6 +311,10 @@ class CUDABackend(Backend):
                     skipped.add(id(res))
                 if isinstance(f, Attention):
                     launches += attention.steps(self, f)
+                elif isinstance(f, Chain):
+                    launches.append(self.launch_struct(node, names[id(node)], *generated.launch_config(f),
+                                                       generated.args(f, tensor_ptr), module))
+                    launches[-1].name = f.name()
                 elif node.op == "norm":
                     launches += norm.norm_affine_steps(self, node, f)
                 elif node.op == "conv_2d_dw":

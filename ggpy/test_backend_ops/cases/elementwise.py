@@ -5,6 +5,7 @@ from ... import ops
 from ...ops.registry import UNARY_OPS
 from ...types import BF16, F16, F32
 from ..harness import OpCase
+from ..references import evaluate
 from .util import LAYOUTS, TYPES, layout, uniform
 
 BINARY_SHAPES = [  # (a.ne, b.ne)
@@ -78,4 +79,33 @@ def cases():
                 layout(ctx, t, (13, 6, 5, 2), how), -0.5, 0.25)))
             out.append(OpCase("leaky_relu", f"{t.name},{how}", lambda ctx, t=t, how=how: ops.leaky_relu(
                 layout(ctx, t, (13, 6, 5, 2), how), 0.1)))
+    out += chain_cases()
+    return out
+
+
+def _chain(ctx, t, how, ne=(13, 6, 5, 2)):
+    """gelu(leaky_relu(clamp(scale(x) - y[bcast]) * z) / w[bcast]) in t, x laid out `how`: a chain of the fusion
+    pass (one generated kernel on CUDA), with parameters and broadcast operands."""
+    x = ops.scale(layout(ctx, t, ne, how), 0.8, 0.1)
+    y = ops.clamp(ops.sub(x, layout(ctx, t, (ne[0], 1, ne[2], 1))), -1.5, 1.5)
+    y = ops.leaky_relu(ops.mul(y, layout(ctx, t, ne, "permuted")), 0.2)
+    return ops.gelu_erf(ops.div(y, layout(ctx, t, (1, ne[1], 1, ne[3]))))
+
+
+def _cast_chain(ctx, t):
+    """cast(F32 -> t) -> add(bias) -> gelu: what follows a convolution in a half-precision MobileSAM graph."""
+    return ops.gelu_erf(ops.add(ops.cast(layout(ctx, F32, (17, 9, 8, 2), "permuted"), t), layout(ctx, t, (17,))))
+
+
+def chain_cases():
+    out = []
+    for t in TYPES:
+        for how in ("cont", "permuted"):
+            out.append(OpCase("gelu_erf", f"fused,chain,{t.name},{how}", lambda ctx, t=t, how=how: _chain(
+                ctx, t, how), fill=_div_fill, reference=evaluate, max_nmse={F32: 1e-9}.get(t, 2e-4)))
+    for t in (F16, BF16):
+        out.append(OpCase("gelu_erf", f"fused,chain,cast+bias+gelu,{t.name}", lambda ctx, t=t: _cast_chain(ctx, t),
+                          reference=evaluate, max_nmse=2e-4))
+    out.append(OpCase("gelu_erf", "fused,chain,f32,ne=(70001,3)", lambda ctx: _chain(ctx, F32, "cont", (70001, 3, 1, 1)),
+                      fill=_div_fill, reference=evaluate, max_nmse=1e-9))
     return out

@@ -1,0 +1,108 @@
+"""Generated kernels: one CUDA C kernel per elementwise chain of the fusion pass (fusion.Chain).
+
+The chain's value stays in a register from its first node to its last: each unary node applies its C expression
+(elementwise.UNARY), each binary node combines it with its other operand (broadcast as ggml's b), each node
+rounds it to its own type (so the result is the unfused graph's), and only the last node's memory is written.
+Operands that are contiguous with the result's shape are read at the flat index, the others through their
+strides (the coordinates modulo their ne). The kernels of a graph are compiled by NVRTC as one module, cached
+on disk by source hash like the hand-written ones (compiler.compile_cubin).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+
+from .common import BLOCK, C_TYPES, FLOATS, MAX_BLOCKS
+from .elementwise import BINARY, PARAMS, UNARY
+
+MAX_OPERANDS, MAX_PARAMS = 8, 8
+
+STRUCT = r"""
+struct EwArgs {
+    char* dst; i64 n; i64 ne[4];
+    const char* src[8]; i64 sne[8][4]; i64 snb[8][4];
+    float p[8];
+};
+"""
+
+
+class EwArgs(ctypes.Structure):
+    """The C `struct EwArgs` above."""
+    _fields_ = [("dst", ctypes.c_void_p), ("n", ctypes.c_int64), ("ne", ctypes.c_int64 * 4),
+                ("src", ctypes.c_void_p * MAX_OPERANDS), ("sne", (ctypes.c_int64 * 4) * MAX_OPERANDS),
+                ("snb", (ctypes.c_int64 * 4) * MAX_OPERANDS), ("p", ctypes.c_float * MAX_PARAMS)]
+
+
+def operands(chain) -> list:
+    """The tensors the kernel reads: the first node's sources, then each later node's second source."""
+    first = chain.head
+    return [s for s in first.src if s is not None] + [n.src[1] for n in chain.nodes[1:] if len(n.src) > 1]
+
+
+def params(chain) -> list:
+    """The float parameters of the nodes (scale, clamp, leaky_relu), in order."""
+    return [float(n.op_params[k]) for n in chain.nodes for k in PARAMS.get(n.op, ())]
+
+
+def refusal(chain) -> str | None:
+    """Why the generator cannot take the chain (None when it can)."""
+    srcs = operands(chain)
+    if any(t.type not in FLOATS for t in srcs + chain.nodes) or not chain.last.is_contiguous():
+        return "generated kernels take float tensors and write a contiguous result"
+    if len(srcs) > MAX_OPERANDS or len(params(chain)) > MAX_PARAMS:
+        return f"generated kernels take at most {MAX_OPERANDS} operands and {MAX_PARAMS} parameters"
+    return None
+
+
+def _flat(t, last) -> bool:
+    return t.ne == last.ne and t.is_contiguous()
+
+
+def _load(j: int, t, last) -> str:
+    c = C_TYPES[t.type]
+    if _flat(t, last):
+        return f"to_f(((const {c}*)a.src[{j}])[i])"
+    off = " + ".join(f"(c[{k}] % a.sne[{j}][{k}]) * a.snb[{j}][{k}]" for k in range(4))
+    return f"to_f(*(const {c}*)(a.src[{j}] + {off}))"
+
+
+def source(chain) -> tuple[str, str]:
+    """(kernel name, CUDA C of the chain's kernel); the name is a hash of the code."""
+    last, srcs = chain.last, operands(chain)
+    loads = [_load(j, t, last) for j, t in enumerate(srcs)]
+    lines, j, k = [f"float x = {loads[0]};"], 1, 0
+    for n in chain.nodes:
+        if n.op in BINARY:
+            lines.append(f"{{ const float y = {loads[j]}; x = {BINARY[n.op]}; }}")
+            j += 1
+        elif n.op in UNARY:
+            expr = UNARY[n.op].replace("a.p0", f"a.p[{k}]").replace("a.p1", f"a.p[{k + 1}]")
+            k += len(PARAMS.get(n.op, ()))
+            lines.append(f"x = {expr};")
+        if n.type.size < 4:
+            lines.append(f"x = to_f(from_f<{C_TYPES[n.type]}>(x));")      # the node's own rounding
+    unravel = "" if all(_flat(t, last) for t in srcs) else "i64 c[4]; unravel(i, a.ne, c);\n        "
+    body = "\n        ".join(lines)
+    code = (f"(const EwArgs a) {{\n    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; "
+            f"i += (i64)gridDim.x * blockDim.x) {{\n        {unravel}{body}\n"
+            f"        (({C_TYPES[last.type]}*)a.dst)[i] = from_f<{C_TYPES[last.type]}>(x);\n    }}\n}}\n")
+    name = "ew_" + hashlib.sha1(code.encode()).hexdigest()[:16]
+    return name, f'extern "C" __global__ void {name}{code}'
+
+
+def args(chain, ptr) -> EwArgs:
+    """The kernel's arguments; ptr(t) is a tensor's device address."""
+    last, srcs = chain.last, operands(chain)
+    a = EwArgs(dst=ptr(last), n=last.nelements)
+    a.ne = (ctypes.c_int64 * 4)(*last.ne)
+    for j, t in enumerate(srcs):
+        a.src[j] = ptr(t)
+        a.sne[j] = (ctypes.c_int64 * 4)(*t.ne)
+        a.snb[j] = (ctypes.c_int64 * 4)(*t.nb)
+    for i, v in enumerate(params(chain)):
+        a.p[i] = v
+    return a
+
+
+def launch_config(chain) -> tuple:
+    return min(MAX_BLOCKS, -(-chain.last.nelements // BLOCK)), BLOCK

@@ -198,6 +198,6 @@ def test_fusion_pass_chains():
     out = ggpy.cast(ggpy.exp(t), ggpy.F16)
     graph = ggpy.Graph().build_forward_expand(out)
     found = find_fusions(graph, lambda n: n.op == "mul_mat", act_ok=lambda n: False, chain=lambda n: True)
-    chains = sorted((f.name() for f in found.values() if isinstance(f, Chain)))
+    chains = sorted(f.name() for f in found.values() if isinstance(f, Chain))
     assert chains == ["fused:gelu_erf+scale", "fused:sub+tanh+exp+cast"]
     assert not any(isinstance(f, Chain) for f in find_fusions(graph, lambda n: True).values())

@@ -45,7 +45,7 @@ def cases():
                                   lambda ctx, ha=how_a, hb=how_b, ne_a=ne_a, ne_b=ne_b: ops.mul_mat(
                                       layout(ctx, F32, ne_a, ha), layout(ctx, F32, ne_b, hb)),
                                   flops=_flops, max_nmse=5e-7))
-    out += epilogue_cases()
+    out += epilogue_cases() + cast_epilogue_cases()
     out.append(OpCase("mul_mat", "f32,perf,K=1024,M=1024,N=1024",
                       lambda ctx: ops.mul_mat(layout(ctx, F32, (1024, 1024)), layout(ctx, F32, (1024, 1024))),
                       flops=_flops, max_nmse=5e-7, tags=("perf",)))
@@ -71,7 +71,13 @@ def epilogue_cases():
                 out.append(OpCase(act or "add", f"fused,mul_mat+bias,w={wtype.name},K={k},M={m},N={n},B={batch}",
                                   lambda ctx, wt=wtype, k=k, m=m, n=n, b=batch, a=act: _bias_act(ctx, wt, k, m, n, b, a),
                                   max_nmse=5e-7, reference=evaluate, kernel=name))
-    for t in (F16, BF16):          # activations kept in half precision: product -> cast -> bias [-> act | + r]
+    return out
+
+
+def cast_epilogue_cases():
+    """Activations kept in half precision: product -> cast -> bias [-> act | + r] (one cuBLASLt call on CUDA)."""
+    out = []
+    for t in (F16, BF16):
         for tail in (None, "gelu_erf", "residual"):
             out.append(OpCase("add" if tail in (None, "residual") else tail, f"fused,mul_mat+cast+bias,{t.name},"
                               f"{tail}", lambda ctx, t=t, tail=tail: _cast_bias(ctx, t, tail), reference=evaluate,

@@ -7,7 +7,7 @@ import sys
 import tokenize
 from pathlib import Path
 
-BUDGET = 8560
+BUDGET = 9000
 
 
 def code_lines(path: Path) -> int:

@@ -45,7 +45,7 @@ def test_dw3_cwhn(backend, ne, s, p, ta):
     node = case.build(ggpy.Context())
     vec = 4 if ne[2] % 4 == 0 else 1
     assert conv_kernels.dw_fast(node) == s
-    assert backend.kernel_name(node) == f"conv_dw3_cwhn_s{s}_v{vec}_{ta.name.lower()}_f32"
+    assert backend.kernel_name(node) == f"conv_dw3_cwhn_s{s}_v{vec}_{ta.name.lower()}_f32_f32"
     result = run_case(case, backend)
     assert result.ok, f"{case.id}: {result.message}"
 
@@ -97,7 +97,7 @@ def test_dw3_bias_act_fused(backend, ne, s, wtype, act):
     wv = vals[w].astype(np.float16) if wtype == ggpy.F16 else vals[w]
     ref = _np_dw_tokens(vals[x].astype(np.float64), wv.astype(np.float64), vals[b], s, 1)
     ref = ref * ref if act == "read twice" else ACTS[act](ref)
-    head = f"conv_dw3_cwhn_s{s}_v{4 if C % 4 == 0 else 1}_{wtype.name.lower()}_f32+bias"
+    head = f"conv_dw3_cwhn_s{s}_v{4 if C % 4 == 0 else 1}_{wtype.name.lower()}_f32_f32+bias"
     names = [st.name for st in backend.program(graph)]
     assert names == ([head, "mul_c_f32_f32"] if act == "read twice" else [head + (f"+{act}" if act else "")])
     np.testing.assert_allclose(out.numpy().reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)

@@ -310,6 +310,8 @@ def find_fusions(graph, head_ok: Callable, *, act_ok: Callable = lambda head: Tr
     fusions, taken = {}, set()
     for node in graph.nodes:
         def ready(v, at=position[id(node)]) -> bool:   # the fused kernel runs at the head's turn
+            while is_view(v) and v.view_src is not None:    # a view is ready with the memory it shows
+                v = v.view_src
             return position.get(id(v), -1) < at
         if id(node) in taken:
             continue

@@ -102,8 +102,11 @@ def attention_cases():
             out.append(OpCase("cont", f"fused,attention,HD={hd},N={n},heads={heads},nW={nw},mask={getattr(mtype, 'name', None)}",
                               lambda ctx, hd=hd, n=n, h=heads, nw=nw, m=mtype: _window_attention(
                                   ctx, hd, n, h, nw, hd ** -0.5, m), reference=evaluate, max_nmse=1e-9))
-    for t in (F16, BF16):
-        out.append(OpCase("cast", f"fused,attention,{t.name},HD=32,N=49,heads=2,nW=3,mask=f32",
-                          lambda ctx, t=t: _window_attention(ctx, 32, 49, 2, 3, 32 ** -0.5, F32, t),
-                          reference=evaluate, max_nmse={F16: 1e-5, BF16: 2e-4}[t]))
+    for t in (F16, BF16):        # tensor cores on CUDA: several key chunks (N = 196), every head size, masks
+        for hd, n, heads, nw, mtype in ((32, 49, 2, 3, F32), (32, 196, 2, 2, F16), (16, 33, 3, 2, None),
+                                        (64, 70, 1, 2, F32)):
+            out.append(OpCase("cast", f"fused,attention,{t.name},HD={hd},N={n},heads={heads},nW={nw},"
+                              f"mask={getattr(mtype, 'name', None)}", lambda ctx, t=t, hd=hd, n=n, h=heads, nw=nw,
+                              m=mtype: _window_attention(ctx, hd, n, h, nw, hd ** -0.5, m, t),
+                              reference=evaluate, max_nmse={F16: 1e-5, BF16: 2e-4}[t]))
     return out

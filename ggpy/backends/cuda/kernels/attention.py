@@ -9,18 +9,21 @@ and windows as soft_max's; the result (HD, heads, N, nW) in the contiguous memor
 head); each query is split over 4 adjacent lanes that take every fourth key of 64-key chunks staged in shared
 memory: 8 of a lane's scores at a time, one rescale by their max, then their P.V (an online softmax:
 running max, sum and accumulator in registers); the 4 lanes combine by shuffles.
-Math in F32 (TF32, F16-weight and half-activation plans too). The kernel of the fusion pass's attention pattern
+Math in F32 (TF32, F16-weight and half-activation plans too). F16 / BF16 q, k, v run on tensor cores instead
+(win_attn_tc_k: mma.sync with F32 accumulation, one warp per 16 queries, P rounded to the inputs' type for P.V). The kernel of the fusion pass's attention pattern
 (ggpy/graph/fusion.py), not of an op: the backend accepts a pattern (`accepts`) and calls `steps`.
 """
 from __future__ import annotations
 
 import ctypes
 
-from ....types import F16, F32
+from ....types import BF16, F16, F32
 from .common import C_TYPES, FLOATS, SUFFIX, tensor_ptr
 
 HEAD_DIMS = (16, 32, 64)
 QUERIES = 32            # queries per block (4 lanes each: 128 threads)
+TENSOR_CORE_TYPES = (F16, BF16)     # q, k, v types of the tensor-core kernel (win_attn_tc_k)
+TC_WARPS = 4            # warps per block of win_attn_tc_k, 16 queries each (the C macro of the same name)
 
 SOURCE = r"""
 struct AttnArgs {
@@ -143,6 +146,147 @@ template <int HD, typename M, typename T, typename D> __device__ void win_attn_k
         if (d / (HD / SPLIT) == part)
             store4<D>(out + d * sizeof(D), make_float4(acc[d] * inv, acc[d + 1] * inv, acc[d + 2] * inv, acc[d + 3] * inv));
 }
+// Tensor-core window attention for F16 / BF16 q, k, v (mma.sync m16n8k16, F32 accumulation). One warp per 16
+// queries of one (window, head), TC_WARPS warps per block; keys in chunks of 64 staged in shared memory (K as
+// rows, V transposed); scores and the online softmax stay in registers, where the accumulators of two 8-key
+// blocks are the A operand of P.V (FlashAttention-2's layout); P is rounded to T for that product.
+__device__ __forceinline__ unsigned short bits(half_t h) { return h; }
+__device__ __forceinline__ unsigned short bits(bf16_t b) { return b.x; }
+template <typename T> __device__ __forceinline__ unsigned pack2(float lo, float hi) {
+    return (unsigned)bits(from_f<T>(lo)) | ((unsigned)bits(from_f<T>(hi)) << 16);
+}
+template <typename T> __device__ __forceinline__ void mma16816(float* d, const unsigned* a, const unsigned* b);
+template <> __device__ __forceinline__ void mma16816<half_t>(float* d, const unsigned* a, const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <> __device__ __forceinline__ void mma16816<bf16_t>(float* d, const unsigned* a, const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+#define TC_WARPS 4
+template <int HD, typename M, typename T, typename D> __device__ void win_attn_tc_k(const AttnArgs& a) {
+    constexpr int KC = 64, KP = HD + 8, VP = KC + 8;         // row paddings (halves) against bank conflicts
+    __shared__ __align__(16) unsigned short Ks[KC][KP];
+    __shared__ __align__(16) unsigned short Vt[HD][VP];
+    const float NEG = __int_as_float(0xff800000);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int h = blockIdx.y, w = blockIdx.z, N = a.n;
+    const int q0 = (blockIdx.x * TC_WARPS + warp) * 16;
+    const char* qb = a.q + h * a.qs[1] + w * a.qs[2];
+    const char* kb = a.k + h * a.ks[1] + w * a.ks[2];
+    const char* vb = a.v + h * a.vs[1] + w * a.vs[2];
+    unsigned qa[HD / 16][4];                                  // A fragments of Q (16 x HD, row-major)
+    #pragma unroll
+    for (int ks = 0; ks < HD / 16; ++ks)
+        #pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int row = q0 + g + (r & 1) * 8, col = ks * 16 + t4 * 2 + (r >> 1) * 8;
+            qa[ks][r] = row < N ? *(const unsigned*)(qb + row * a.qs[0] + col * 2) : 0u;
+        }
+    const char* mrow[2];
+    #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int row = q0 + g + i * 8;
+        mrow[i] = a.mask && row < N ? a.mask + row * a.ms[0] + (h % a.mh) * a.ms[1] + (w % a.mw) * a.ms[2] : 0;
+    }
+    float o[HD / 8][4], m[2] = {NEG, NEG}, l[2] = {0.f, 0.f};
+    #pragma unroll
+    for (int nd = 0; nd < HD / 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
+    for (int j0 = 0; j0 < N; j0 += KC) {
+        const int kc = min(KC, N - j0);
+        __syncthreads();                                      // the previous chunk is read by everyone
+        for (int i = threadIdx.x; i < KC * HD / 2; i += blockDim.x) {
+            const int j = i / (HD / 2), d = (i % (HD / 2)) * 2;
+            unsigned kv = 0u, vv = 0u;
+            if (j < kc) {
+                kv = *(const unsigned*)(kb + (i64)(j0 + j) * a.ks[0] + d * 2);
+                vv = *(const unsigned*)(vb + (i64)(j0 + j) * a.vs[0] + d * 2);
+            }
+            *(unsigned*)&Ks[j][d] = kv;
+            Vt[d][j] = (unsigned short)(vv & 0xffffu);
+            Vt[d + 1][j] = (unsigned short)(vv >> 16);
+        }
+        __syncthreads();
+        if (q0 >= N) continue;                                // no query of this warp (barriers still met)
+        float s[KC / 8][4];
+        #pragma unroll
+        for (int nb = 0; nb < KC / 8; ++nb) {
+            s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
+            #pragma unroll
+            for (int ks = 0; ks < HD / 16; ++ks) {
+                const unsigned b[2] = {*(const unsigned*)&Ks[nb * 8 + g][ks * 16 + t4 * 2],
+                                       *(const unsigned*)&Ks[nb * 8 + g][ks * 16 + t4 * 2 + 8]};
+                mma16816<T>(s[nb], qa[ks], b);
+            }
+        }
+        float cmax[2] = {NEG, NEG};
+        #pragma unroll
+        for (int nb = 0; nb < KC / 8; ++nb)
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int j = j0 + nb * 8 + t4 * 2 + (r & 1), i = r >> 1;
+                float v = NEG;
+                if (j < N) {
+                    v = s[nb][r] * a.scale;
+                    if (mrow[i]) v += to_f(*(const M*)(mrow[i] + (i64)j * sizeof(M)));
+                }
+                s[nb][r] = v;
+                cmax[i] = fmaxf(cmax[i], v);
+            }
+        #pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            cmax[i] = fmaxf(cmax[i], __shfl_xor_sync(0xffffffffu, cmax[i], 1));
+            cmax[i] = fmaxf(cmax[i], __shfl_xor_sync(0xffffffffu, cmax[i], 2));
+            if (cmax[i] > m[i]) {                             // a new running max: rescale what was summed so far
+                const float c = m[i] == NEG ? 0.f : expf(m[i] - cmax[i]);
+                l[i] *= c;
+                #pragma unroll
+                for (int nd = 0; nd < HD / 8; ++nd) { o[nd][2 * i] *= c; o[nd][2 * i + 1] *= c; }
+                m[i] = cmax[i];
+            }
+        }
+        #pragma unroll
+        for (int nb = 0; nb < KC / 8; ++nb)
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int i = r >> 1;
+                const float p = s[nb][r] == NEG ? 0.f : expf(s[nb][r] - m[i]);
+                l[i] += p;
+                s[nb][r] = p;
+            }
+        #pragma unroll
+        for (int kk = 0; kk < KC / 16; ++kk) {
+            const unsigned pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                                    pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                    pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            #pragma unroll
+            for (int nd = 0; nd < HD / 8; ++nd) {
+                const unsigned b[2] = {*(const unsigned*)&Vt[nd * 8 + g][kk * 16 + t4 * 2],
+                                       *(const unsigned*)&Vt[nd * 8 + g][kk * 16 + t4 * 2 + 8]};
+                mma16816<T>(o[nd], pa, b);
+            }
+        }
+    }
+    if (q0 >= N) return;
+    #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    }
+    #pragma unroll
+    for (int nd = 0; nd < HD / 8; ++nd)
+        #pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int i = r >> 1, row = q0 + g + i * 8;
+            if (row < N)
+                *(D*)(a.dst + row * a.ds[0] + h * a.ds[1] + w * a.ds[2] + (nd * 8 + t4 * 2 + (r & 1)) * sizeof(D)) =
+                    from_f<D>(o[nd][r] / l[i]);
+        }
+}
 """
 
 _FIELDS = [("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("mask", ctypes.c_void_p),
@@ -157,7 +301,9 @@ class AttnArgs(ctypes.Structure):
 
 
 def kernel_name(hd: int, mask_type, qkv_type=F32, out_type=F32) -> str:
-    return f"win_attn_hd{hd}_{SUFFIX[mask_type or F32]}_{SUFFIX[qkv_type]}_{SUFFIX[out_type]}"
+    """win_attn_... (CUDA cores, F32 math), or win_attn_tc_... (tensor cores) for F16 / BF16 q, k, v."""
+    tc = "tc_" if qkv_type in TENSOR_CORE_TYPES else ""
+    return f"win_attn_{tc}hd{hd}_{SUFFIX[mask_type or F32]}_{SUFFIX[qkv_type]}_{SUFFIX[out_type]}"
 
 
 def source() -> str:
@@ -166,8 +312,9 @@ def source() -> str:
         for m in (F32, F16):
             for t in FLOATS:
                 for d in dict.fromkeys((F32, t)):          # F32 (a cont), or a cast back to the inputs' type
+                    body = "win_attn_tc_k" if t in TENSOR_CORE_TYPES else "win_attn_k"
                     parts.append(f'extern "C" __global__ void {kernel_name(hd, m, t, d)}(const AttnArgs a) '
-                                 f'{{ win_attn_k<{hd}, {C_TYPES[m]}, {C_TYPES[t]}, {C_TYPES[d]}>(a); }}\n')
+                                 f'{{ {body}<{hd}, {C_TYPES[m]}, {C_TYPES[t]}, {C_TYPES[d]}>(a); }}\n')
     return "".join(parts)
 
 
@@ -214,5 +361,6 @@ def steps(backend, f) -> list:
     else:
         a.mh = a.mw = 1
     name = kernel_name(hd, mask.type if mask is not None else None, q.type, f.cont.type)
-    grid = (-(-n // QUERIES), heads, nw)
-    return [backend.launch_struct(f.head, name, grid, (QUERIES * 4, 1, 1), a)]
+    if q.type in TENSOR_CORE_TYPES:
+        return [backend.launch_struct(f.head, name, (-(-n // (16 * TC_WARPS)), heads, nw), (32 * TC_WARPS, 1, 1), a)]
+    return [backend.launch_struct(f.head, name, (-(-n // QUERIES), heads, nw), (QUERIES * 4, 1, 1), a)]

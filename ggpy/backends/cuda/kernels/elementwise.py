@@ -7,7 +7,6 @@ replace the per-element unravel (b's index is (i / inner) % b's elements). The o
 where the tensors fit (iparam32)."""
 from __future__ import annotations
 
-from ....types import F32
 from ..registry import register
 from .common import BLOCK, C_TYPES, FLOATS, MAX_BLOCKS, SUFFIX, iparam32
 
@@ -55,11 +54,22 @@ template <typename TA, typename TB> __device__ void binary_c_%(op)s(const Args& 
     }
 }
 """
-# a.iop == 4: F32, n %% 4 == 0 and 16-byte aligned (iparam): float4 loads and stores
+# a.iop == 4: F32, n %% 4 == 0 and 16-byte aligned (iparam): float4 loads and stores; a.iop == 8: F16 / BF16,
+# n %% 8 == 0 and 16-byte aligned: 8 elements per 16-byte load and store
 _UNARY_FLAT_TEMPLATE = r"""
 template <typename T> __device__ void unary_c_%(op)s(const Args& a) {
     const unsigned n = (unsigned)a.n;
     const T* x0 = (const T*)a.src0; T* d = (T*)a.dst;
+    if (sizeof(T) == 2 && a.iop == 8) {
+        for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n / 8; i += gridDim.x * blockDim.x) {
+            uint4 v = ((const uint4*)x0)[i];
+            T* e = (T*)&v;
+            #pragma unroll
+            for (int j = 0; j < 8; ++j) { const float x = to_f(e[j]); e[j] = from_f<T>(%(expr)s); }
+            ((uint4*)d)[i] = v;
+        }
+        return;
+    }
     if (sizeof(T) == 4 && a.iop == 4) {
         for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += gridDim.x * blockDim.x) {
             float4 v = ((const float4*)x0)[i];
@@ -118,27 +128,29 @@ def flat(node) -> bool:
     return node.op not in BINARY or _inner(node) is not None
 
 
-def _vec4(node) -> bool:
-    """A flat unary F32 node whose elements come in 16-byte aligned groups of 4 (needs its memory planned)."""
-    if node.op in BINARY or node.type != F32 or node.nelements % 4 or not flat(node):
-        return False
+def _vec(node) -> int:
+    """Elements per 16-byte access of a flat unary node whose elements come in 16-byte aligned groups (4 F32 or
+    8 F16/BF16; needs its memory planned), else 1."""
+    w = 16 // node.type.size
+    if node.op in BINARY or node.nelements % w or not flat(node):
+        return 1
     ts = [node, node.src[0]]
     if any(getattr(t.buffer, "tensor_ptr", None) is None for t in ts):
-        return False
-    return all(t.buffer.tensor_ptr(t) % 16 == 0 for t in ts)
+        return 1
+    return w if all(t.buffer.tensor_ptr(t) % 16 == 0 for t in ts) else 1
 
 
 def iparam(node) -> int:
-    """Flat binary kernels: b's `inner` (see _inner); flat unary: 4 for float4 (_vec4); the others: 32-bit index
-    math where the tensors fit."""
+    """Flat binary kernels: b's `inner` (see _inner); flat unary: the elements per 16-byte access (_vec; 0 for
+    scalar access); the others: 32-bit index math where the tensors fit."""
     if flat(node):
-        return _inner(node) if node.op in BINARY else 4 if _vec4(node) else 0
+        return _inner(node) if node.op in BINARY else (0 if _vec(node) == 1 else _vec(node))
     return iparam32(node)
 
 
 def launch_config(node):
-    """The default grid-stride launch, over groups of 4 elements for float4 unary kernels."""
-    n = node.nelements // 4 if _vec4(node) else node.nelements
+    """The default grid-stride launch, over groups of 4 or 8 elements for vector unary kernels."""
+    n = node.nelements // _vec(node)
     return min(MAX_BLOCKS, max(1, (n + BLOCK - 1) // BLOCK)), BLOCK
 
 

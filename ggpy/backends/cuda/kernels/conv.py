@@ -216,9 +216,16 @@ template <typename S, typename D> __device__ void im2col_rows(const Args& a) {
     CONV_PARAMS(a);
     const int KW = (int)a.ne0[0], KH = (int)a.ne0[1], K = (int)a.ne[0], OW = (int)a.ne[1], oh0 = (int)a.ne[3];
     const int IW = (int)a.ne1[0], IH = (int)a.ne1[1];
+    const bool idx32 = a.n < (1ll << 31);                       // a band's usual case: 32-bit divisions
     FOR_EACH_ELEMENT(a, i) {
-        const int k = (int)(i % K); const i64 r = i / K;
-        const int ow = (int)(r % OW), oh = oh0 + (int)(r / OW);
+        int k, ow, oh;
+        if (idx32) {
+            const unsigned u = (unsigned)i, r = u / (unsigned)K;
+            k = (int)(u - r * (unsigned)K); ow = (int)(r % (unsigned)OW); oh = oh0 + (int)(r / (unsigned)OW);
+        } else {
+            const i64 r = i / K;
+            k = (int)(i % K); ow = (int)(r % OW); oh = oh0 + (int)(r / OW);
+        }
         const int kw = k % KW, kh = (k / KW) % KH, ci = k / (KW * KH);
         const int x = ow * s0 + kw * d0 - q0, y = oh * s1 + kh * d1 - q1;
         float v = 0.f;

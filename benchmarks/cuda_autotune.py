@@ -4,12 +4,17 @@ captured graph), and the seconds the tuning took (its candidates timed once per 
 Usage: python3 benchmarks/cuda_autotune.py"""
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 import ggpy
 from ggpy.backends.cuda import CUDABackend, autotune
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cuda_mul_mat import planned_mul_mat  # noqa: E402 - a script beside this one
 
 SHAPES = [(160, 65536, 64), (256, 65536, 64), (640, 4096, 160), (160, 4096, 640), (480, 4096, 160),
           (320, 16384, 640), (1280, 1024, 320)]
@@ -18,15 +23,7 @@ SHAPES = [(160, 65536, 64), (256, 65536, 64), (640, 4096, 160), (160, 4096, 640)
 def timed(backend, type_, M: int, N: int, K: int, runs: int = 30) -> tuple[float, float]:
     """(the GEMM's median GPU microseconds over `runs` profiles, seconds to build the program: the tuning when it
     measures)."""
-    ctx = ggpy.Context()
-    a = ctx.new_tensor(type_, (K, M)).set_input()
-    b = ctx.new_tensor(type_, (K, N)).set_input()
-    graph = ggpy.Graph()
-    graph.build_forward_expand(ggpy.mul_mat(a, b))
-    ggpy.GraphAllocator(backend).alloc_graph(graph)
-    rng = np.random.default_rng(0)
-    for t in (a, b):
-        t.set(rng.standard_normal(t.shape).astype(np.float32))
+    graph = planned_mul_mat(backend, type_, M, N, K)
     t0 = time.perf_counter()
     backend.program(graph)
     setup = time.perf_counter() - t0

@@ -11,16 +11,22 @@ from ggpy.backends.cuda import CUDABackend
 from ggpy.backends.cuda.device import Event
 
 
-def gflops(backend, type_, n: int, runs: int = 20) -> float:
+def planned_mul_mat(backend, type_, M: int, N: int, K: int):
+    """A planned graph of one mul_mat (a ne = (K, M), b ne = (K, N) of type_) with random inputs."""
     ctx = ggpy.Context()
-    a = ctx.new_tensor(type_, (n, n)).set_input()
-    b = ctx.new_tensor(type_, (n, n)).set_input()
+    a = ctx.new_tensor(type_, (K, M)).set_input()
+    b = ctx.new_tensor(type_, (K, N)).set_input()
     graph = ggpy.Graph()
     graph.build_forward_expand(ggpy.mul_mat(a, b))
     ggpy.GraphAllocator(backend).alloc_graph(graph)
     rng = np.random.default_rng(0)
     for t in (a, b):
         t.set(rng.standard_normal(t.shape).astype(np.float32))
+    return graph
+
+
+def gflops(backend, type_, n: int, runs: int = 20) -> float:
+    graph = planned_mul_mat(backend, type_, n, n, n)
     backend.compute(graph)                      # plan and warm up
     start, end = Event(), Event()
     start.record(backend.stream)

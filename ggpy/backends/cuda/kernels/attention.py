@@ -10,8 +10,9 @@ head); each query is split over 4 adjacent lanes that take every fourth key of 6
 memory: 8 of a lane's scores at a time, one rescale by their max, then their P.V (an online softmax:
 running max, sum and accumulator in registers); the 4 lanes combine by shuffles.
 Math in F32 (TF32, F16-weight and half-activation plans too). F16 / BF16 q, k, v run on tensor cores instead
-(win_attn_tc_k: mma.sync with F32 accumulation, one warp per 16 queries, P rounded to the inputs' type for P.V). The kernel of the fusion pass's attention pattern
-(ggpy/graph/fusion.py), not of an op: the backend accepts a pattern (`accepts`) and calls `steps`.
+(win_attn_tc_k: mma.sync with F32 accumulation, one warp per 16 queries, P rounded to the inputs' type for
+P.V). The kernel of the fusion pass's attention pattern (ggpy/graph/fusion.py), not of an op: the backend
+accepts a pattern (`accepts`) and calls `steps`.
 """
 from __future__ import annotations
 

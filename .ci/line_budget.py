@@ -7,7 +7,7 @@ import sys
 import tokenize
 from pathlib import Path
 
-BUDGET = 9000
+BUDGET = 9150
 
 
 def code_lines(path: Path) -> int:

@@ -63,3 +63,22 @@ def test_gguf_bf16_tensor_loads_bit_for_bit(tmp_path):
     assert t.type == ggpy.BF16 and t.ne == (7, 5, 3, 1)
     assert np.array_equal(t.numpy().view(np.uint16), values.view(np.uint16))
     assert np.array_equal(model.get("f").numpy(), values.astype(np.float32))
+
+
+def test_load_gguf_converts_on_request(tmp_path):
+    """load_gguf(convert=): the named tensors kept in another float type (rounded to nearest even), the others as
+    the file stores them."""
+    gguf = pytest.importorskip("gguf")
+    values = np.random.default_rng(5).standard_normal((4, 6)).astype(np.float32)
+    path = tmp_path / "f32.gguf"
+    w = gguf.GGUFWriter(str(path), "test")
+    w.add_tensor("a", values)
+    w.add_tensor("b", values)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    model = load_gguf(path, ggpy.CPUBackend(), convert=lambda name, t: ggpy.BF16 if name == "a" else None)
+    assert model.get("a").type == ggpy.BF16 and model.get("b").type == ggpy.F32
+    assert np.array_equal(model.get("a").numpy().view(np.uint16), values.astype(ml_dtypes.bfloat16).view(np.uint16))
+    assert np.array_equal(model.get("b").numpy(), values)

@@ -126,6 +126,9 @@ BAD = [
      ["soft_max_ext", "max_bias", "mask"]),
     ("diag_mask_inf_i32", lambda: ggpy.diag_mask_inf(T((4, 4), I32), 0), ggpy.TypeMismatchError,
      ["diag_mask_inf", "i32"]),
+    ("cast_to_i32", lambda: ggpy.cast(T((4, 3)), I32), ggpy.TypeMismatchError, ["cast", "i32", "F32, F16 or BF16"]),
+    ("cast_from_i32", lambda: ggpy.cast(T((4, 3), I32), F16), ggpy.TypeMismatchError, ["cast", "i32"]),
+    ("cast_unknown_type", lambda: ggpy.cast(T((4, 3)), "f8"), ggpy.TypeMismatchError, ["'f8'"]),
 ]
 
 
@@ -183,6 +186,8 @@ GOOD = [
     ("group_norm", lambda: ggpy.group_norm(T((4, 4, 6)), 4), (4, 4, 6, 1), F32),
     ("soft_max_ext", lambda: ggpy.soft_max_ext(T((8, 4, 6)), T((8, 5, 3), F16), 0.5, 8.0), (8, 4, 6, 1), F32),
     ("diag_mask_inf", lambda: ggpy.diag_mask_inf(T((4, 4)), 1), (4, 4, 1, 1), F32),
+    ("cast", lambda: ggpy.cast(ggpy.permute(T((4, 3, 2)), 2, 0, 1, 3), ggpy.BF16), (3, 2, 4, 1), ggpy.BF16),
+    ("cast_by_name", lambda: ggpy.cast(T((4, 3), F16), "f32"), (4, 3, 1, 1), F32),
 ]
 
 

@@ -12,12 +12,12 @@ from itertools import product
 from types import SimpleNamespace
 
 from ....ops.registry import ACTIVATIONS
-from ....types import F16, F32
+from ....types import F32
 from ..cublas import MISSING, WORKSPACE, Gemm
 from ..registry import register
 from .common import C_TYPES, FLOATS, SUFFIX, tensor_ptr
 from .elementwise import UNARY
-from .matmul import contiguous
+from .matmul import contiguous, gemm_type
 
 DW3_STRIDES = (1, 2)            # the strides of the fast 3x3 CWHN depthwise kernel (conv_dw3_cwhn)
 DW3_BLOCK = 128
@@ -451,10 +451,6 @@ COLS_BUDGET = 32 << 20
 IM2COL_MIN_K = 64
 
 
-def _gemm_type(node):
-    return F16 if node.src[0].type == F16 and node.src[1].type == F16 else F32
-
-
 def im2col_possible(node) -> bool:
     """Whether conv_2d can run as im2col + cuBLASLt: cuBLASLt present, dst's rows contiguous, 32-bit offsets."""
     OW = node.ne[0]
@@ -477,7 +473,7 @@ def _bands(node) -> list:
     """[(n, oh0, rows)] of the im2col bands."""
     a = node.src[0]
     K, OW, OH = a.ne[0] * a.ne[1] * a.ne[2], node.ne[0], node.ne[1]
-    per_row = K * OW * _gemm_type(node).size
+    per_row = K * OW * gemm_type(node).size
     rows = max(1, min(OH, COLS_BUDGET // per_row))
     count = -(-OH // rows)
     rows = -(-OH // count)
@@ -490,7 +486,7 @@ def _align(n: int) -> int:
 
 def _kernel_copy(node):
     """The contiguous copy (in the GEMM type) of the kernel the GEMM needs, or None when it reads it in place."""
-    a, gtype = node.src[0], _gemm_type(node)
+    a, gtype = node.src[0], gemm_type(node)
     return None if a.type == gtype and a.is_contiguous() else contiguous(a, gtype)
 
 
@@ -500,7 +496,7 @@ def temp_size(node, impl: str) -> int:
         return 0
     a = node.src[0]
     K = a.ne[0] * a.ne[1] * a.ne[2]
-    cols = K * node.ne[0] * max(r for _, _, r in _bands(node)) * _gemm_type(node).size
+    cols = K * node.ne[0] * max(r for _, _, r in _bands(node)) * gemm_type(node).size
     c = _kernel_copy(node)
     return WORKSPACE + _align(cols) + (_align(c.nbytes) if c is not None else 0)
 
@@ -510,7 +506,7 @@ def conv_2d_steps(backend, node, impl: str) -> list:
     if not uses_im2col(node, impl):
         return [backend.launch_node(node)]
     a, b = node.src[:2]
-    gtype = _gemm_type(node)
+    gtype = gemm_type(node)
     KW, KH, CI, CO = a.ne
     K, OW = KW * KH * CI, node.ne[0]
     temp = backend.temp_ptr(node)

@@ -3,8 +3,9 @@
 The chain's value stays in a register from its first node to its last: each unary node applies its C expression
 (elementwise.UNARY), each binary node combines it with its other operand (broadcast as ggml's b), each node
 rounds it to its own type (so the result is the unfused graph's), and only the last node's memory is written.
-Operands that are contiguous with the result's shape are read at the flat index, the others through their
-strides (the coordinates modulo their ne). The kernels of a graph are compiled by NVRTC as one module, cached
+Operands that are contiguous with the result's shape are read at the flat index, row vectors (biases) at the
+index modulo ne[0], the others through their strides (the coordinates modulo their ne); index math in 32 bits
+where the result has fewer than 2^31 elements. The kernels of a graph are compiled by NVRTC as one module, cached
 on disk by source hash like the hand-written ones (compiler.compile_cubin).
 """
 from __future__ import annotations
@@ -58,18 +59,26 @@ def _flat(t, last) -> bool:
     return t.ne == last.ne and t.is_contiguous()
 
 
-def _load(j: int, t, last) -> str:
+def _row(t, last) -> bool:
+    """A contiguous vector over ne[0] broadcast over every row (a bias)."""
+    return t.ne == (last.ne[0], 1, 1, 1) and t.is_contiguous()
+
+
+def _load(j: int, t, last, index: str) -> str:
     c = C_TYPES[t.type]
     if _flat(t, last):
         return f"to_f(((const {c}*)a.src[{j}])[i])"
-    off = " + ".join(f"(c[{k}] % a.sne[{j}][{k}]) * a.snb[{j}][{k}]" for k in range(4))
+    if _row(t, last):
+        return f"to_f(((const {c}*)a.src[{j}])[i % ({index})a.ne[0]])"
+    off = " + ".join(f"(c[{k}] % ({index})a.sne[{j}][{k}]) * a.snb[{j}][{k}]" for k in range(4))
     return f"to_f(*(const {c}*)(a.src[{j}] + {off}))"
 
 
 def source(chain) -> tuple[str, str]:
     """(kernel name, CUDA C of the chain's kernel); the name is a hash of the code."""
     last, srcs = chain.last, operands(chain)
-    loads = [_load(j, t, last) for j, t in enumerate(srcs)]
+    index = "unsigned" if last.nelements < 1 << 31 else "i64"         # 32-bit index math where it fits
+    loads = [_load(j, t, last, index) for j, t in enumerate(srcs)]
     lines, j, k = [f"float x = {loads[0]};"], 1, 0
     for n in chain.nodes:
         if n.op in BINARY:
@@ -81,10 +90,11 @@ def source(chain) -> tuple[str, str]:
             lines.append(f"x = {expr};")
         if n.type.size < 4:
             lines.append(f"x = to_f(from_f<{C_TYPES[n.type]}>(x));")      # the node's own rounding
-    unravel = "" if all(_flat(t, last) for t in srcs) else "i64 c[4]; unravel(i, a.ne, c);\n        "
+    strided = not all(_flat(t, last) or _row(t, last) for t in srcs)
+    unravel = f"{index} c[4]; unravel(i, a.ne, c);\n        " if strided else ""
     body = "\n        ".join(lines)
-    code = (f"(const EwArgs a) {{\n    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; "
-            f"i += (i64)gridDim.x * blockDim.x) {{\n        {unravel}{body}\n"
+    code = (f"(const EwArgs a) {{\n    for ({index} i = blockIdx.x * blockDim.x + threadIdx.x; i < ({index})a.n; "
+            f"i += gridDim.x * blockDim.x) {{\n        {unravel}{body}\n"
             f"        (({C_TYPES[last.type]}*)a.dst)[i] = from_f<{C_TYPES[last.type]}>(x);\n    }}\n}}\n")
     name = "ew_" + hashlib.sha1(code.encode()).hexdigest()[:16]
     return name, f'extern "C" __global__ void {name}{code}'

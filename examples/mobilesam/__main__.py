@@ -124,7 +124,15 @@ def encode_all(enc, paths) -> np.ndarray:
     return np.concatenate(out)
 
 
+def note_cpu_half(args):
+    """Say that half-precision activations are a memory saving on the CPU, not a speed-up."""
+    if args.backend == "cpu" and args.dtype in ("f16", "bf16"):
+        print(f"note: the CPU has no {args.dtype} arithmetic: activations are stored in {args.dtype} (less memory) "
+              "but converted for every op, so this runs slower than --dtype f32 there")
+
+
 def cmd_encode(args):
+    note_cpu_half(args)
     paths = image_paths(args.image)
     model = model_or_random(args.model, "the embedding is meaningless")
     t0 = time.perf_counter()
@@ -210,6 +218,7 @@ def cmd_segment(args):
     """Check the prompt, encode the image, predict twice (the second call times a prompt once everything is
     built and compiled), report and write the best mask."""
     coords, labels, box = prompt_arrays(args.point, args.label, args.box)
+    note_cpu_half(args)
     image = load_image(args.image)
     kinds = sparse_prompt(coords, labels, box, image.shape[:2], image.shape[:2])[1]  # checked before loading
     model = model_or_random(args.model, "the masks are meaningless")

@@ -334,3 +334,25 @@ def test_preprocess_matches_sam_predictor(torch_env):
         x = torch_env.as_tensor(resized).permute(2, 0, 1).contiguous()[None]
         want = sam.preprocess(x)[0].numpy()
         np.testing.assert_allclose(preprocess(img), want, rtol=0, atol=1e-6)
+
+
+def test_bf16_file_stores_weights_rounded_to_nearest_even(mobilesam_checkpoint, f32, tmp_path, backend):
+    """`convert --type bf16`: the same tensors as F16 would take, stored BF16 bit for bit as ml_dtypes rounds the
+    F32 values; everything else F32. (The encoder on it, F32 activations: 2.9e-3 from PyTorch's F32.)"""
+    import ml_dtypes
+
+    from examples.mobilesam.convert import convert
+    path = tmp_path / "bf16.gguf"
+    convert(mobilesam_checkpoint, path, type="bf16", progress=False)
+    mf = load_gguf(path, backend, architecture="mobilesam")
+    assert mf.metadata["mobilesam.file_type"] == "bf16"
+    n = 0
+    for name, t in mf.tensors.items():
+        ref = f32.get(name).numpy()
+        if t.type == ggpy.BF16:
+            n += 1
+            assert name.endswith(".weight"), name
+            assert np.array_equal(t.numpy().view(np.uint16), ref.astype(ml_dtypes.bfloat16).view(np.uint16)), name
+        else:
+            assert t.type == ggpy.F32 and np.array_equal(t.numpy(), ref), name
+    assert n > 100 and mf.get("image_encoder.layers.2.blocks.0.attn.ab").type == ggpy.F32

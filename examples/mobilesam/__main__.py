@@ -1,6 +1,6 @@
 """MobileSAM on ggpy, from the repository root:
 
-    python -m examples.mobilesam convert CHECKPOINT.pt -o model.gguf [--type f32|f16]
+    python -m examples.mobilesam convert CHECKPOINT.pt -o model.gguf [--type f32|f16|bf16]
     python -m examples.mobilesam encode [-m model.gguf] [-i image.jpg|DIR ...] [-o embedding.npy|DIR] [-b cpu|cuda]
                                 [-t THREADS] [--dtype f32|tf32|f16|bf16] [--batch N] [--bench N] [--tf32]
                                 [--no-cuda-graphs]
@@ -37,6 +37,7 @@ import numpy as np
 import ggpy
 
 from . import render
+from .convert import FILE_TYPES
 from .predictor import Predictor, PromptError, best_mask_index, sparse_prompt
 from .preprocess import load_image
 from .runner import DTYPES, ImageEncoder, flops_per_image
@@ -269,7 +270,7 @@ def main(argv=None):
     p = sub.add_parser("convert", help="convert the official mobile_sam.pt into a GGUF")
     p.add_argument("checkpoint")
     p.add_argument("-o", "--output", required=True)
-    p.add_argument("--type", choices=("f32", "f16"), default="f32")
+    p.add_argument("--type", choices=FILE_TYPES, default="f32")
     p.set_defaults(func=cmd_convert)
     p = sub.add_parser("encode", help="compute the image embedding")
     p.add_argument("-m", "--model", help="GGUF made by `convert` (default: seeded random weights)")

@@ -5,7 +5,7 @@ The file (written with the `gguf` package) holds:
   window_sizes, mlp_ratio, mbconv_expand_ratio, local_conv_size, neck_dim (image encoder), prompt_embed_dim,
   mask_in_chans (prompt encoder), decoder_depth, decoder_num_heads, decoder_mlp_dim,
   decoder_attention_downsample_rate, num_multimask_outputs, iou_head_hidden_dim (mask decoder), pixel_mean,
-  pixel_std, file_type ("f32"/"f16") and layout = "ggml-ne": every array is written as the C-order numpy array
+  pixel_std, file_type ("f32"/"f16"/"bf16") and layout = "ggml-ne": every array is written as the C-order numpy array
   of its torch shape, so the ggml `ne` a loader sees is the torch shape reversed (a Linear weight (out, in) has
   ne (in, out), a conv weight (Cout, Cin/groups, KH, KW) has ne (KW, KH, Cin/groups, Cout)).
 - `<P>.weight`, `<P>.bias` for every TinyViT Conv2d_BN `<P>`: the BatchNorm (eps 1e-5) folded into the
@@ -15,8 +15,8 @@ The file (written with the `gguf` package) holds:
 - every other image-encoder tensor (LayerNorms, Linears, the neck), and every prompt_encoder.* and
   mask_decoder.* tensor, under its state-dict name and shape. The unused classifier head
   (image_encoder.head.*, image_encoder.norm_head.*) and BatchNorm `num_batches_tracked` are left out.
-With type "f16", weights of two or more dimensions whose name ends in `.weight` are stored F16; biases,
-norms, `.ab` tables and positional encodings stay F32.
+With type "f16" ("bf16"), weights of two or more dimensions whose name ends in `.weight` are stored F16 (BF16,
+rounded to nearest even); biases, norms, `.ab` tables and positional encodings stay F32.
 
 `convert` reads a checkpoint file and needs torch and mobile_sam (it checks the shapes against a freshly
 built `build_sam_vit_t()`); `convert_state_dict` converts a state dict of numpy arrays and needs neither.
@@ -31,6 +31,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ggpy import ModelFileError
+from ggpy.types import BF16
 
 from .architecture import DECODER, TINYVIT_5M, attention_bias_index, official_shapes
 
@@ -39,7 +40,7 @@ PIXEL_MEAN = [123.675, 116.28, 103.53]
 PIXEL_STD = [58.395, 57.12, 57.375]
 BN_EPS = 1e-5
 SKIPPED_PREFIXES = ("image_encoder.head.", "image_encoder.norm_head.")
-FILE_TYPES = ("f32", "f16")
+FILE_TYPES = ("f32", "f16", "bf16")
 _BN_PARTS = ("bn.weight", "bn.bias", "bn.running_mean", "bn.running_var")
 
 
@@ -191,9 +192,9 @@ def convert_tensors(state: dict, hparams: dict):
 
 
 def storage_dtype(name: str, array: np.ndarray, file_type: str):
-    """F16 for weights of two or more dimensions in an "f16" file; F32 for everything else."""
-    if file_type == "f16" and array.ndim >= 2 and name.endswith(".weight"):
-        return np.float16
+    """F16 (BF16) for weights of two or more dimensions in an "f16" ("bf16") file; F32 for everything else."""
+    if file_type != "f32" and array.ndim >= 2 and name.endswith(".weight"):
+        return {"f16": np.float16, "bf16": BF16.dtype}[file_type]
     return np.float32
 
 
@@ -216,7 +217,12 @@ def _write(out_path: str, tensors: dict, hparams: dict, file_type: str, progress
     writer.add_string(f"{ARCH}.layout", "ggml-ne")
     writer.add_string(f"{ARCH}.file_type", file_type)
     for name, array in tensors.items():
-        writer.add_tensor(name, np.ascontiguousarray(array, dtype=storage_dtype(name, array, file_type)))
+        stored = np.ascontiguousarray(array, dtype=storage_dtype(name, array, file_type))
+        if stored.dtype == BF16.dtype:      # the gguf writer takes BF16 as raw 16-bit words with its type
+            writer.add_tensor(name, stored.view(np.uint16), raw_shape=stored.shape,
+                              raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:
+            writer.add_tensor(name, stored)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file(progress=progress)

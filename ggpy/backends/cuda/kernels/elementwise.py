@@ -143,9 +143,12 @@ def _vec(node) -> int:
 def iparam(node) -> int:
     """Flat binary kernels: b's `inner` (see _inner); flat unary: the elements per 16-byte access (_vec; 0 for
     scalar access); the others: 32-bit index math where the tensors fit."""
-    if flat(node):
-        return _inner(node) if node.op in BINARY else (0 if _vec(node) == 1 else _vec(node))
-    return iparam32(node)
+    if not flat(node):
+        return iparam32(node)
+    if node.op in BINARY:
+        return _inner(node)
+    w = _vec(node)
+    return w if w > 1 else 0
 
 
 def launch_config(node):

@@ -7,7 +7,7 @@ import sys
 import tokenize
 from pathlib import Path
 
-BUDGET = 9150
+BUDGET = 11500
 
 
 def code_lines(path: Path) -> int:

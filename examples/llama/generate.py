@@ -1,0 +1,51 @@
+"""The generation loop, independent of what computes the logits.
+
+A model is any object with `eval(tokens) -> logits`: it reads `tokens` (a list of ids) after those it has already
+read (its KV cache) and returns their logits, shape (len(tokens), n_vocab), row i the prediction after token i;
+and `n_ctx`, the most tokens it can hold.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Generation:
+    """What `generate` made: the new token ids, the logits of every position (when kept) and the times."""
+
+    tokens: list
+    logits: np.ndarray | None     # float32 (n_prompt + len(tokens) - 1, n_vocab)
+    prompt_s: float               # evaluating the prompt
+    gen_s: float                  # sampling every new token and evaluating all but the last
+
+    def rates(self, n_prompt: int) -> tuple:
+        """(prompt tokens/s, generated tokens/s)."""
+        return (n_prompt / self.prompt_s if self.prompt_s else 0.0,
+                len(self.tokens) / self.gen_s if self.gen_s else 0.0)
+
+
+def generate(model, prompt: list, n_predict: int, sampler, stop_ids=frozenset(), on_token=None,
+             keep_logits: bool = False) -> Generation:
+    """Read `prompt`, then sample up to `n_predict` tokens, each fed back, stopping after a token in `stop_ids`.
+    `on_token(id)` is called as each one is chosen. The last token chosen is not evaluated (nothing needs its
+    logits), so the kept logits have one row per token read."""
+    t0 = time.perf_counter()
+    logits = model.eval(list(prompt))
+    t1 = time.perf_counter()
+    kept = [np.asarray(logits, dtype=np.float32)] if keep_logits else []
+    tokens = []
+    for i in range(n_predict):
+        token = sampler(logits[-1])
+        tokens.append(token)
+        if on_token is not None:
+            on_token(token)
+        if token in stop_ids or i == n_predict - 1:
+            break
+        logits = model.eval([token])
+        if keep_logits:
+            kept.append(np.asarray(logits, dtype=np.float32))
+    t2 = time.perf_counter()
+    return Generation(tokens, np.concatenate(kept) if keep_logits else None, t1 - t0, t2 - t1)

@@ -1,0 +1,150 @@
+"""Opening a llama-family GGUF and checking all of it before anything is loaded.
+
+The file is read with gguf.GGUFReader (memory-mapped), every read bounded by the file's end; then the
+hyper-parameters (hparams.py) and every tensor the architecture needs: its name, shape (ggml ne order), type,
+and place (ggml's rule: each tensor starts where the previous one ends, padded to the alignment). Any failure is
+a ggpy.ModelFileError naming the file and what is wrong, never an exception of the reader or numpy.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import gguf
+import numpy as np
+
+from ggpy import ModelFileError
+
+from .hparams import HParams, hparams_from_metadata
+
+# The tensor types the runner takes (ggpy's CPU and CUDA backends run products on all of them).
+SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+
+
+_TYPE_IDS = frozenset(int(t) for t in gguf.GGMLQuantizationType)
+
+
+class UnknownTypeError(ValueError):
+    """A tensor's type id is no GGML type."""
+
+
+class _BoundedReader(gguf.GGUFReader):
+    """gguf.GGUFReader whose every read lies inside the file. The stock reader returns short arrays past the end,
+    so a corrupt array length makes it loop over up to 2**64 empty elements instead of failing."""
+
+    def _get(self, offset, dtype, count=1, override_order=None):
+        end = int(offset) + np.dtype(dtype).itemsize * int(count)
+        if end > len(self.data):
+            raise EOFError(f"a read of {int(count)} x {np.dtype(dtype)} at byte {int(offset)} runs past the end")
+        return super()._get(offset, dtype, count, override_order)
+
+    def _build_tensors(self, start_offs, fields):
+        for field in fields:   # parts: name length, name, n_dims, dims, type, offset
+            if int(field.parts[4][0]) not in _TYPE_IDS:
+                raise UnknownTypeError(f"tensor '{bytes(field.parts[1]).decode(errors='replace')}' has GGML type id "
+                                       f"{int(field.parts[4][0])}, which is no type the gguf package knows")
+        super()._build_tensors(start_offs, fields)
+
+
+@dataclass
+class LlamaGGUF:
+    """A checked llama-family GGUF: metadata (key -> value), hyper-parameters, and its tensors by name
+    (gguf ReaderTensors: `.data` is the memory-mapped array, `.tensor_type` the GGML type)."""
+
+    path: str
+    metadata: dict
+    hparams: HParams
+    tensors: dict
+
+
+def read_gguf(path) -> tuple:
+    """(reader, metadata) of the GGUF at `path`; ModelFileError when it is missing, not a GGUF, or cut off or
+    corrupt anywhere in its header, metadata or tensor table."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ModelFileError(f"model file {path} does not exist")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise ModelFileError(f"{path} is not a GGUF file: it starts with {magic!r}, expected the magic b'GGUF'")
+    try:
+        reader = _BoundedReader(path)
+        metadata = {name: f.contents() for name, f in reader.fields.items() if not name.startswith("GGUF.")}
+    except UnknownTypeError as e:
+        raise ModelFileError(f"{path}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - the reader fails with EOFError/ValueError/KeyError/... on bad bytes
+        raise ModelFileError(f"{path} is a truncated or corrupt GGUF file ({os.path.getsize(path)} bytes; "
+                             f"reading it failed with {type(e).__name__}: {e})") from None
+    return reader, metadata
+
+
+def expected_tensors(hp: HParams) -> dict:
+    """Every tensor name of the architecture -> (ne, required). `output` may be absent (tied to token_embd)."""
+    d, q, kv, v = hp.n_embd, hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim, hp.n_head_kv * hp.head_dim_v
+    shapes = {"token_embd.weight": ((d, hp.n_vocab), True), "output_norm.weight": ((d,), True),
+              "output.weight": ((d, hp.n_vocab), False), "rope_freqs.weight": ((hp.n_rot // 2,), False)}
+    block = {"attn_norm.weight": (d,), "attn_q.weight": (d, q), "attn_k.weight": (d, kv), "attn_v.weight": (d, v),
+             "attn_output.weight": (hp.n_head * hp.head_dim_v, d), "ffn_norm.weight": (d,),
+             "ffn_gate.weight": (d, hp.n_ff), "ffn_up.weight": (d, hp.n_ff), "ffn_down.weight": (hp.n_ff, d)}
+    biases = {"attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (v,)}
+    for i in range(hp.n_layer):
+        shapes.update({f"blk.{i}.{name}": (ne, True) for name, ne in block.items()})
+        shapes.update({f"blk.{i}.{name}": (ne, hp.qkv_bias) for name, ne in biases.items()})
+    return shapes
+
+
+def _check_tensor(path: str, rt, ne: tuple):
+    found = tuple(int(n) for n in rt.shape)
+    if found != ne:
+        raise ModelFileError(f"{path}: tensor '{rt.name}' has shape {found} (ggml ne order); expected {ne}")
+    type_name = rt.tensor_type.name
+    if type_name not in SUPPORTED_TYPES:
+        raise ModelFileError(f"{path}: tensor '{rt.name}' has type {type_name}; ggpy's llama runner reads "
+                             f"{', '.join(SUPPORTED_TYPES)}")
+    if len(ne) == 1 and type_name != "F32":
+        raise ModelFileError(f"{path}: tensor '{rt.name}' (a norm, bias or rope factor) has type {type_name}; "
+                             "expected F32")
+    block = gguf.GGML_QUANT_SIZES[rt.tensor_type][0]
+    if ne[0] % block:
+        raise ModelFileError(f"{path}: tensor '{rt.name}' has rows of {ne[0]} values, not a multiple of the "
+                             f"{block}-value blocks of {type_name}")
+
+
+def _check_layout(path: str, reader, file_size: int):
+    """ggml's rule: tensor i starts at the padded end of tensor i-1 (catches a corrupt type, shape or offset)."""
+    expected = reader.data_offset
+    for rt in reader.tensors:
+        if rt.data_offset != expected:
+            raise ModelFileError(f"{path}: tensor '{rt.name}' starts at byte {rt.data_offset}; expected "
+                                 f"{expected} (the end of the tensor before it, padded to {reader.alignment})")
+        expected += -(-int(rt.n_bytes) // reader.alignment) * reader.alignment
+        if rt.data_offset + int(rt.n_bytes) > file_size:
+            raise ModelFileError(f"{path} is truncated: tensor '{rt.name}' needs bytes up to "
+                                 f"{rt.data_offset + int(rt.n_bytes)}, the file has {file_size}")
+
+
+def check_tensors(path: str, reader, hp: HParams):
+    """Every required tensor present with its shape and a supported type, nothing unexpected, laid out in order."""
+    if hp.n_layer > len(reader.tensors):
+        raise ModelFileError(f"{path}: {hp.arch}.block_count={hp.n_layer}, but the file holds only "
+                             f"{len(reader.tensors)} tensors")
+    expected = expected_tensors(hp)
+    tensors = {rt.name: rt for rt in reader.tensors}
+    for name in tensors:
+        if name not in expected:
+            raise ModelFileError(f"{path}: unexpected tensor '{name}' for a {hp.arch} model of {hp.n_layer} blocks")
+    for name, (ne, required) in expected.items():
+        if name in tensors:
+            _check_tensor(path, tensors[name], ne)
+        elif required:
+            raise ModelFileError(f"{path} has no tensor '{name}' (a {hp.arch} model of {hp.n_layer} blocks needs it)")
+    _check_layout(path, reader, os.path.getsize(path))
+    return tensors
+
+
+def open_llama(path) -> LlamaGGUF:
+    """Read and check the llama-family GGUF at `path` (nothing is loaded: tensors stay memory-mapped)."""
+    path = os.fspath(path)
+    reader, metadata = read_gguf(path)
+    hp = hparams_from_metadata(metadata, path)
+    return LlamaGGUF(path, metadata, hp, check_tensors(path, reader, hp))

@@ -1,0 +1,135 @@
+"""The hyper-parameters of a llama-family model, read from GGUF metadata (keys `{arch}.*`, as llama.cpp names them).
+
+A missing key, a value of the wrong kind or out of range, or an architecture outside ARCHITECTURES is refused
+with ggpy.ModelFileError naming it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ggpy import ModelFileError
+
+
+@dataclass(frozen=True)
+class Arch:
+    """What differs between the supported architectures: the rope pairing and biases on q, k and v."""
+
+    rope_type: str      # "norm": pairs (2i, 2i+1) of each head; "neox": pairs (i, i + n_rot/2)
+    qkv_bias: bool
+
+
+# llama.cpp: LLM_ARCH_LLAMA uses LLAMA_ROPE_TYPE_NORM, LLM_ARCH_QWEN2 LLAMA_ROPE_TYPE_NEOX (and bq, bk, bv).
+ARCHITECTURES = {"llama": Arch("norm", qkv_bias=False), "qwen2": Arch("neox", qkv_bias=True)}
+ROPE_SCALINGS = ("none", "linear", "yarn")
+
+
+@dataclass(frozen=True)
+class HParams:
+    """Sizes (ne order in ggpy: a head's dims innermost) and rope/norm constants of one model."""
+
+    arch: str
+    n_vocab: int
+    n_ctx_train: int
+    n_embd: int
+    n_layer: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int          # query/key length per head
+    head_dim_v: int        # value length per head
+    n_rot: int             # leading dims of each head that rope rotates
+    rms_eps: float
+    rope_type: str
+    rope_base: float
+    rope_freq_scale: float     # 1 / rope.scaling.factor (1 without scaling)
+    rope_ext_factor: float     # YaRN's extrapolation mix: 1 with yarn scaling, else 0
+    rope_attn_factor: float
+    n_ctx_orig: int            # rope.scaling.original_context_length, else the training context
+    qkv_bias: bool
+    rope_beta_fast: float = 32.0   # llama.cpp's YaRN defaults
+    rope_beta_slow: float = 1.0
+
+    @property
+    def n_gqa(self) -> int:
+        """Query heads per KV head."""
+        return self.n_head // self.n_head_kv
+
+
+class _Keys:
+    """Typed look-ups in the metadata of the file at `path`, each failure naming the key."""
+
+    def __init__(self, metadata: dict, path: str):
+        self.md, self.path = metadata, path
+
+    def _get(self, key, default):
+        if key in self.md:
+            return self.md[key]
+        if default is None:
+            raise ModelFileError(f"{self.path} has no metadata key '{key}' (needed for a "
+                                 f"{self.md.get('general.architecture')} model)")
+        return default
+
+    def integer(self, key: str, default=None, minimum: int = 1) -> int:
+        v = self._get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise ModelFileError(f"{self.path}: metadata '{key}' = {v!r}; expected an integer >= {minimum}")
+        return v
+
+    def number(self, key: str, default=None) -> float:
+        v = self._get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise ModelFileError(f"{self.path}: metadata '{key}' = {v!r}; expected a finite number > 0")
+        return float(v)
+
+    def string(self, key: str, default=None) -> str:
+        v = self._get(key, default)
+        if not isinstance(v, str):
+            raise ModelFileError(f"{self.path}: metadata '{key}' = {v!r}; expected a string")
+        return v
+
+
+def _n_vocab(keys: _Keys, arch: str) -> int:
+    tokens = keys.md.get("tokenizer.ggml.tokens")
+    if f"{arch}.vocab_size" not in keys.md and isinstance(tokens, list):
+        return len(tokens)
+    return keys.integer(f"{arch}.vocab_size")
+
+
+def hparams_from_metadata(metadata: dict, path: str = "model") -> HParams:
+    """The HParams of a GGUF's metadata (key -> value, as gguf.GGUFReader's fields give them)."""
+    k = _Keys(metadata, path)
+    arch = k.string("general.architecture")
+    if arch not in ARCHITECTURES:
+        raise ModelFileError(f"{path} has general.architecture={arch!r}; ggpy's llama runner reads "
+                             f"{', '.join(ARCHITECTURES)}")
+    if k.integer(f"{arch}.expert_count", 0, minimum=0):
+        raise ModelFileError(f"{path} is a mixture-of-experts model ({arch}.expert_count="
+                             f"{metadata[f'{arch}.expert_count']}); ggpy's llama runner reads dense models")
+    n_embd, n_head = k.integer(f"{arch}.embedding_length"), k.integer(f"{arch}.attention.head_count")
+    n_head_kv = k.integer(f"{arch}.attention.head_count_kv", n_head)
+    if n_head % n_head_kv:
+        raise ModelFileError(f"{path}: {n_head} query heads do not split into {n_head_kv} KV head groups")
+    head_dim = k.integer(f"{arch}.attention.key_length", n_embd // n_head)
+    n_rot = k.integer(f"{arch}.rope.dimension_count", head_dim)
+    if n_rot % 2 or n_rot > head_dim:
+        raise ModelFileError(f"{path}: {arch}.rope.dimension_count={n_rot}; expected an even number <= the head "
+                             f"dimension {head_dim}")
+    scaling = k.string(f"{arch}.rope.scaling.type", "none")
+    if scaling not in ROPE_SCALINGS:
+        raise ModelFileError(f"{path}: rope scaling {scaling!r} is not supported (expected one of {ROPE_SCALINGS})")
+    factor = metadata.get(f"{arch}.rope.scaling.factor", 0.0)
+    n_ctx_train = k.integer(f"{arch}.context_length")
+    return HParams(
+        arch=arch, n_vocab=_n_vocab(k, arch), n_ctx_train=n_ctx_train, n_embd=n_embd,
+        n_layer=k.integer(f"{arch}.block_count"), n_ff=k.integer(f"{arch}.feed_forward_length"),
+        n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
+        head_dim_v=k.integer(f"{arch}.attention.value_length", head_dim), n_rot=n_rot,
+        rms_eps=k.number(f"{arch}.attention.layer_norm_rms_epsilon"),
+        rope_type=ARCHITECTURES[arch].rope_type, rope_base=k.number(f"{arch}.rope.freq_base", 10000.0),
+        rope_freq_scale=1.0 / k.number(f"{arch}.rope.scaling.factor") if factor else 1.0,
+        rope_ext_factor=1.0 if scaling == "yarn" else 0.0,
+        rope_attn_factor=k.number(f"{arch}.rope.scaling.attn_factor", 1.0),
+        n_ctx_orig=k.integer(f"{arch}.rope.scaling.original_context_length", n_ctx_train),
+        qkv_bias=ARCHITECTURES[arch].qkv_bias,
+    )

@@ -1,0 +1,40 @@
+"""Choosing the next token from logits, in the order of llama.cpp's common sampler chain:
+top-k -> top-p -> temperature -> a draw from the softmax (`--temp 0` is greedy: the largest logit).
+
+top-k keeps the k largest logits (k <= 0: all); top-p then keeps the fewest of those, largest first, whose
+probabilities (softmax of the kept logits, before the temperature) add up to at least p (p >= 1: all); the
+temperature divides the survivors' logits. Draws come from a numpy Generator seeded with `seed`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+class Sampler:
+    """`sampler(logits)` -> the next token id; `temp <= 0` is greedy."""
+
+    def __init__(self, temp: float = 0.8, top_k: int = 40, top_p: float = 0.95, seed: int | None = None):
+        self.temp, self.top_k, self.top_p = temp, top_k, top_p
+        self.rng = np.random.default_rng(seed)
+
+    def candidates(self, logits) -> tuple:
+        """(ids, probabilities) left after top-k, top-p and the temperature, largest first."""
+        logits = np.asarray(logits, dtype=np.float64)
+        ids = np.argsort(-logits, kind="stable")
+        if 0 < self.top_k < len(ids):
+            ids = ids[:self.top_k]
+        if self.top_p < 1:
+            cum = np.cumsum(softmax(logits[ids]))
+            ids = ids[:int(np.searchsorted(cum, self.top_p)) + 1]    # the first prefix reaching top_p
+        return ids, softmax(logits[ids] / self.temp)
+
+    def __call__(self, logits) -> int:
+        if self.temp <= 0:
+            return int(np.argmax(logits))
+        ids, p = self.candidates(logits)
+        return int(ids[self.rng.choice(len(ids), p=p)])

@@ -1,0 +1,201 @@
+"""The tokenizer of a GGUF file (tokenizer.ggml.*), built with Hugging Face `tokenizers` to match llama.cpp.
+
+llama.cpp's BPE ("gpt2") tokenizer: special tokens (CONTROL, USER_DEFINED, UNKNOWN types) are cut out of the text
+as whole tokens first; the rest is split by the regular expressions of the file's pre-tokenizer
+(tokenizer.ggml.pre, applied one after the other as llama.cpp's llm_tokenizer_bpe does), mapped to GPT-2's
+byte-level alphabet and merged by rank. Here: an AddedVocabulary, Split pre-tokenizers with the same regular
+expressions, ByteLevel without its own regex, and a BPE model of the file's vocabulary and merges.
+"""
+from __future__ import annotations
+
+import codecs
+from dataclasses import dataclass
+
+from gguf.vocab import bytes_to_unicode
+
+from ggpy import ModelFileError
+
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6     # llama_token_type
+
+GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+          r"|\s+(?!\S)|\s+")
+QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+         r"|\s+(?!\S)|\s+")
+
+
+@dataclass(frozen=True)
+class PreTokenizer:
+    """How llama.cpp splits text before merging: regular expressions in order, and whether a word found whole in
+    the vocabulary skips the merges (ignore_merges), and whether BOS is added when the file does not say."""
+
+    regexes: tuple
+    ignore_merges: bool = False
+    add_bos: bool = False
+
+
+_GROUPS = (   # llama-vocab.cpp: tokenizer.ggml.pre names -> LLAMA_VOCAB_PRE_TYPE_* -> regex_exprs
+    (("default",), PreTokenizer((r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"))),
+    (("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"),
+     PreTokenizer((LLAMA3,), ignore_merges=True, add_bos=True)),
+    (("dbrx", "smaug-bpe"), PreTokenizer((LLAMA3,))),
+    (("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"),
+     PreTokenizer((r"\p{N}", GPT2))),
+    (("gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum",
+      "mpt", "olmo", "jais", "trillion", "granite-docling", "exaone4"), PreTokenizer((GPT2,))),
+    (("qwen2", "deepseek-r1-qwen", "stablelm2", "megrez"), PreTokenizer((QWEN2,))),
+)
+PRE_TOKENIZERS = {name: pre for names, pre in _GROUPS for name in names}
+
+# Tokens llama.cpp ends generation on (besides EOS) when the vocabulary has them, and treats as CONTROL.
+EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
+             "<|end_of_text|>", "<end_of_utterance>")
+_BYTE_OF_CHAR = {c: b for b, c in bytes_to_unicode().items()}
+
+
+class _Metadata:
+    """Checked look-ups of tokenizer.ggml.* keys; a failure is a ModelFileError naming the key."""
+
+    def __init__(self, metadata: dict, path: str):
+        self.md, self.path = metadata, path
+
+    def fail(self, what: str):
+        raise ModelFileError(f"{self.path}: {what}")
+
+    def list_of(self, key: str, kind: type, required: bool = True) -> list | None:
+        v = self.md.get(key)
+        if v is None and not required:
+            return None
+        if not isinstance(v, list) or not all(isinstance(x, kind) and not isinstance(x, bool) for x in v):
+            self.fail(f"metadata '{key}' is {'missing' if v is None else 'not a list of ' + kind.__name__}")
+        return v
+
+    def token_id(self, key: str, n_tokens: int, default: int | None) -> int | None:
+        v = self.md.get(key, default)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < n_tokens):
+            self.fail(f"metadata '{key}' = {v!r}; expected a token id below {n_tokens}")
+        return v
+
+    def flag(self, key: str, default: bool) -> bool:
+        v = self.md.get(key, default)
+        if not isinstance(v, bool):
+            self.fail(f"metadata '{key}' = {v!r}; expected true or false")
+        return v
+
+
+def _merges(merges: list) -> list:
+    """'a b' strings -> (a, b) pairs, split at the first space after the first character (as llama.cpp does)."""
+    pairs = []
+    for m in merges:
+        pos = m.find(" ", 1)
+        if pos > 0:
+            pairs.append((m[:pos], m[pos + 1:]))
+    return pairs
+
+
+def _build_hf(tokens: list, merges: list, pre: PreTokenizer, special: list, user_defined: list):
+    from tokenizers import AddedToken, Regex, models, pre_tokenizers
+    from tokenizers import Tokenizer as HFTokenizer
+
+    hf = HFTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=_merges(merges),
+                                ignore_merges=pre.ignore_merges))
+    hf.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in pre.regexes]
+        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    hf.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in special])
+    hf.add_tokens([AddedToken(t, normalized=False, special=False) for t in user_defined])
+    return hf
+
+
+class Tokenizer:
+    """Text <-> token ids as llama.cpp computes them for the GGUF whose metadata is given."""
+
+    def __init__(self, metadata: dict, path: str = "model", n_vocab: int | None = None):
+        md = _Metadata(metadata, path)
+        model = metadata.get("tokenizer.ggml.model")
+        if model != "gpt2":
+            md.fail(f"tokenizer.ggml.model is {model!r}; ggpy's llama runner reads 'gpt2' (byte-level BPE) "
+                    "vocabularies")
+        tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(md.list_of("tokenizer.ggml.tokens", str))]
+        if n_vocab is not None and len(tokens) != n_vocab:
+            md.fail(f"the vocabulary has {len(tokens)} tokens but the model's embedding has {n_vocab} rows")
+        if len(set(tokens)) != len(tokens):
+            md.fail("tokenizer.ggml.tokens holds the same token twice")
+        types = md.list_of("tokenizer.ggml.token_type", int, required=False) or [NORMAL] * len(tokens)
+        if len(types) != len(tokens):
+            md.fail(f"tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
+        pre_name = metadata.get("tokenizer.ggml.pre", "default")
+        if pre_name not in PRE_TOKENIZERS:
+            md.fail(f"pre-tokenizer tokenizer.ggml.pre={pre_name!r} is not supported (known: "
+                    f"{', '.join(sorted(PRE_TOKENIZERS))})")
+        pre = PRE_TOKENIZERS[pre_name]
+        self.types = [CONTROL if t in EOG_TEXTS else k for t, k in zip(tokens, types)]
+        self.tokens = tokens
+        n = len(tokens)
+        self.bos_id = md.token_id("tokenizer.ggml.bos_token_id", n, 11 if n > 11 else None)  # llama.cpp's default
+        self.eos_id = md.token_id("tokenizer.ggml.eos_token_id", n, 11 if n > 11 else None)
+        self.add_bos = md.flag("tokenizer.ggml.add_bos_token", pre.add_bos)
+        self.add_eos = md.flag("tokenizer.ggml.add_eos_token", False)
+        for flag, tid, name in ((self.add_bos, self.bos_id, "bos"), (self.add_eos, self.eos_id, "eos")):
+            if flag and tid is None:
+                md.fail(f"tokenizer.ggml.add_{name}_token is true, but tokenizer.ggml.{name}_token_id is not set")
+        self.eog_ids = frozenset([i for i, t in enumerate(tokens) if t in EOG_TEXTS]
+                                 + ([self.eos_id] if self.eos_id is not None else []))
+        self.chat_template = metadata.get("tokenizer.chat_template")
+        special = [t for t, k in zip(tokens, self.types) if k in (CONTROL, UNKNOWN)]
+        user_defined = [t for t, k in zip(tokens, self.types) if k == USER_DEFINED]
+        try:
+            self._hf = _build_hf(tokens, md.list_of("tokenizer.ggml.merges", str), pre, special, user_defined)
+        except ModelFileError:
+            raise
+        except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types on bad vocabularies
+            md.fail(f"its tokenizer could not be built ({type(e).__name__}: {e})")
+
+    @property
+    def n_vocab(self) -> int:
+        return len(self.tokens)
+
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> list:
+        """Token ids of `text` (llama_tokenize): BOS/EOS added when `add_special` and the file says so; special
+        tokens' texts become those tokens when `parse_special` (user-defined tokens always do)."""
+        self._hf.encode_special_tokens = not parse_special
+        ids = self._hf.encode(text, add_special_tokens=False).ids
+        if add_special and self.add_bos:
+            ids = [self.bos_id] + ids
+        if add_special and self.add_eos:
+            ids = ids + [self.eos_id]
+        return ids
+
+    def token_bytes(self, token_id: int, special: bool = False) -> bytes:
+        """The bytes a token stands for (llama_token_to_piece): byte-level decoded for normal tokens, the text of
+        user-defined ones, and of control tokens only when `special`."""
+        text, kind = self.tokens[token_id], self.types[token_id]
+        if kind in (NORMAL, BYTE, UNUSED):
+            return b"".join(bytes([_BYTE_OF_CHAR[c]]) if c in _BYTE_OF_CHAR else c.encode() for c in text)
+        if kind == USER_DEFINED or special:
+            return text.encode()
+        return b""
+
+    def decode(self, ids, special: bool = False) -> str:
+        """The text of `ids` (bytes that are no valid UTF-8 become U+FFFD)."""
+        return b"".join(self.token_bytes(i, special) for i in ids).decode("utf-8", errors="replace")
+
+    def stream(self) -> TextStream:
+        """A decoder for tokens that arrive one at a time."""
+        return TextStream(self)
+
+
+class TextStream:
+    """Text of tokens as they come: a character split across tokens is held back until its last byte arrives."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, token_id: int) -> str:
+        """The text completed by this token (possibly empty)."""
+        return self._utf8.decode(self.tokenizer.token_bytes(token_id))
+
+    def flush(self) -> str:
+        """What is held back at the end (an incomplete character, as U+FFFD)."""
+        return self._utf8.decode(b"", final=True)

@@ -34,11 +34,19 @@ def normalize_ne(ne, what: str = "ne") -> tuple:
 
 
 def contiguous_strides(type_: GGType, ne: tuple) -> tuple:
-    """Byte strides `nb` of a contiguous tensor of shape `ne`."""
-    nb = [type_.size]
-    for i in range(1, MAX_DIMS):
+    """Byte strides `nb` of a contiguous tensor of shape `ne` (as ggml: nb[0] is the bytes of one block, nb[1] those
+    of a row, ne[0] / block blocks)."""
+    nb = [type_.size, type_.size * (ne[0] // type_.block)]
+    for i in range(2, MAX_DIMS):
         nb.append(nb[i - 1] * ne[i - 1])
     return tuple(nb)
+
+
+def check_blocks(type_: GGType, ne: tuple, what: str = "tensor"):
+    """A ShapeError unless ne[0] is a whole number of `type_`'s blocks."""
+    if ne[0] % type_.block:
+        raise ShapeError(f"{what}: a {type_.name} tensor needs ne[0] to be a multiple of its block of {type_.block} "
+                         f"elements, got ne={ne}")
 
 
 class Tensor:
@@ -123,7 +131,23 @@ class Tensor:
         """Bytes spanned by the tensor's elements given its strides (as ggml_nbytes)."""
         if any(n == 0 for n in self.ne):
             return 0
-        return self.type.size + sum((n - 1) * b for n, b in zip(self.ne, self.nb))
+        return self.type.size + sum((n - 1) * b for n, b in zip(self.storage_ne, self.nb))
+
+    @property
+    def storage_ne(self) -> tuple:
+        """ne with ne[0] counted in blocks (ne itself for the plain types)."""
+        return (self.ne[0] // self.type.block,) + self.ne[1:]
+
+    @property
+    def storage_shape(self) -> tuple:
+        """The 4-d numpy shape of the tensor's stored values: reversed(ne), and for a quantized type each row as its
+        bytes (ne[0] / block * size uint8)."""
+        return tuple(reversed(self.ne[1:])) + (self.type.row_bytes(self.ne[0]) if self.type.quantized else self.ne[0],)
+
+    @property
+    def storage_strides(self) -> tuple:
+        """numpy strides of `storage_shape` (reversed nb; 1 along a quantized row's bytes)."""
+        return tuple(reversed(self.nb[1:])) + (1 if self.type.quantized else self.nb[0],)
 
     @property
     def shape(self) -> tuple:
@@ -133,7 +157,7 @@ class Tensor:
     def is_contiguous(self) -> bool:
         """True when elements are packed in ne order with no gaps (size-1 dimensions are ignored)."""
         expected = self.type.size
-        for n, b in zip(self.ne, self.nb):
+        for n, b in zip(self.storage_ne, self.nb):
             if n != 1 and b != expected:
                 return False
             expected *= n
@@ -159,9 +183,17 @@ class Tensor:
                 "it to graph.build_forward_expand) before planning to keep it")
 
     def set(self, array) -> Tensor:
-        """Write a numpy array into the tensor; its shape must be `self.shape` or the full 4-d reversed(ne)."""
+        """Write a numpy array into the tensor; its shape must be `self.shape` or the full 4-d reversed(ne). A
+        quantized tensor takes its blocks as bytes: a uint8 array of `storage_shape`'s size (as gguf.quants.quantize gives)."""
         self._check_readable("set")
         arr = np.asarray(array)
+        if self.type.quantized:
+            if arr.dtype != np.uint8 or arr.size != int(np.prod(self.storage_shape)):
+                raise TypeMismatchError(f"tensor '{self.name}' is {self.type.name} ne={self.ne}: set() expects its "
+                                        f"blocks as a uint8 array of shape {self.storage_shape}, got {arr.dtype} "
+                                        f"{arr.shape}")
+            self.buffer.set_tensor(self, arr.reshape(self.storage_shape))
+            return self
         full = tuple(reversed(self.ne))
         if arr.shape != self.shape and arr.shape != full:
             raise ShapeError(f"tensor '{self.name}' has ne={self.ne}: set() expects an array of shape "
@@ -176,8 +208,11 @@ class Tensor:
         return self
 
     def numpy(self) -> np.ndarray:
-        """A copy of the tensor's values, shape `self.shape`."""
+        """A copy of the tensor's values, shape `self.shape` (a quantized tensor's blocks as uint8 bytes, shape
+        `storage_shape`: gguf.quants.dequantize gives their values)."""
         self._check_readable("read")
+        if self.type.quantized:
+            return self.buffer.get_tensor(self).reshape(self.storage_shape[MAX_DIMS - self.n_dims:])
         return self.buffer.get_tensor(self).reshape(self.shape)
 
     def __repr__(self) -> str:
@@ -207,7 +242,9 @@ class Context:
 
     def new_tensor(self, type_, ne) -> Tensor:
         """A new leaf tensor of `type_` (ggpy.F32/F16/I32) and shape `ne` (1 to 4 ints, ggml order)."""
-        t = Tensor(self, type_of(type_), normalize_ne(ne))
+        type_, ne = type_of(type_), normalize_ne(ne)
+        check_blocks(type_, ne, "new_tensor")
+        t = Tensor(self, type_, ne)
         self.tensors.append(t)
         return t
 

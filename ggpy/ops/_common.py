@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..errors import ShapeError, TypeMismatchError
 from ..graph.tensor import Tensor, normalize_ne
 from ..types import FLOAT_TYPES, GGType
+from .registry import OPS
 
 
 def check_tensor(op: str, t, what: str = "a") -> Tensor:
@@ -45,8 +46,20 @@ def check_contiguous(op: str, t: Tensor, what: str = "a"):
         raise ShapeError(f"{op}: '{what}' must be contiguous (ne={t.ne}, nb={t.nb}); use ggpy.cont() first")
 
 
+def check_quantized(op: str, src):
+    """A TypeMismatchError when a source of `op` has a quantized type at a position the op table does not allow."""
+    allowed = OPS[op].quantized if op in OPS else ()
+    for i, s in enumerate(src):
+        if s is not None and s.type.quantized and i not in allowed:
+            raise TypeMismatchError(
+                f"{op}: source {i} '{s.name}' has the quantized type {s.type.name} (ne={s.ne}); {op} takes it "
+                + (f"only as source {', '.join(map(str, allowed))}" if allowed else "in no quantized type")
+                + "; quantized tensors go into get_rows (a), mul_mat (a), cpy (as its destination) and views")
+
+
 def new_node(op: str, type_: GGType, ne, src, params=None) -> Tensor:
     """A new contiguous node tensor made by `op` from `src` (the first source gives the context)."""
+    check_quantized(op, src)
     first = next(s for s in src if s is not None)
     t = Tensor(first.ctx, type_, normalize_ne(ne, f"{op}: ne"), op=op, src=src, op_params=params)
     if first.ctx is not None:
@@ -56,10 +69,14 @@ def new_node(op: str, type_: GGType, ne, src, params=None) -> Tensor:
 
 def new_view(op: str, a: Tensor, ne, nb, offset: int, src=None, params=None) -> Tensor:
     """A view of `a`'s bytes (no memory of its own): shape `ne`, byte strides `nb`, `offset` bytes in."""
+    check_quantized(op, src if src is not None else [a])
     base = a.view_src if a.view_src is not None else a
     offs = (a.view_offs if a.view_src is not None else 0) + int(offset)
     ne = normalize_ne(ne, f"{op}: ne")
     nb = tuple(int(b) for b in nb)
+    if a.type.quantized and (ne[0] % a.type.block or nb[0] != a.type.size):
+        raise ShapeError(f"{op}: a view of {a.type.name} a ne={a.ne} must keep whole blocks of {a.type.block} "
+                         f"elements in dimension 0 (ne[0] a multiple, nb[0] = {a.type.size}); got ne={ne} nb={nb}")
     t = Tensor(a.ctx, a.type, ne, nb=nb, op=op, src=src if src is not None else [a], op_params=params,
                view_src=base, view_offs=offs)
     if offs < 0 or (t.nelements and offs + t.nbytes > base.nbytes) or any(b < 0 for b in nb):

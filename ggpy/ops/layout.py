@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import ShapeError, TypeMismatchError
-from ..types import F32, FLOAT_TYPES, I32, type_of
+from ..types import F32, FLOAT_TYPES, I32, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, type_of
 from ._common import (can_repeat, check_float, check_tensor, check_type, new_node, new_view)
 
 
@@ -44,23 +44,40 @@ def cont_4d(a, ne0, ne1, ne2, ne3):
     return _cont_nd(a, (ne0, ne1, ne2, ne3))
 
 
+QUANTIZE_TO = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
+"""The quantized types cpy and cast write (from F32, each block rounded as ggml's quantize_row_*_ref)."""
+
+
+def _check_quantize(op: str, a, t, ne):
+    if t.quantized and (t not in QUANTIZE_TO or a.type != F32 or ne[0] % t.block):
+        raise TypeMismatchError(f"{op}: cannot quantize {a.type.name} a ne={a.ne} into {t.name} ne={tuple(ne)}; "
+                                f"expected F32 into {', '.join(q.name for q in QUANTIZE_TO)} with ne[0] a multiple "
+                                f"of {t.block}")
+
+
 def cast(a, type_):
     """`a`'s values converted to the float type `type_` (F32, F16, BF16; rounding to nearest even), contiguous,
-    ne = a.ne (ggml_cast). Where a graph changes precision."""
+    ne = a.ne (ggml_cast). Where a graph changes precision. F32 a may also be quantized (QUANTIZE_TO)."""
     check_float("cast", a)
     t = type_of(type_)
-    if t not in FLOAT_TYPES:
-        raise TypeMismatchError(f"cast: cannot cast {a.type.name} a ne={a.ne} to {t.name}; expected F32, F16 or BF16")
+    if t not in FLOAT_TYPES + QUANTIZE_TO:
+        raise TypeMismatchError(f"cast: cannot cast {a.type.name} a ne={a.ne} to {t.name}; expected F32, F16 or BF16, "
+                                f"or (from F32) {', '.join(q.name for q in QUANTIZE_TO)}")
+    _check_quantize("cast", a, t, a.ne)
     return new_node("cast", t, a.ne, [a])
 
 
 def cpy(a, b):
-    """Copy `a`'s elements into `b` (same element count; float types may differ: F32, F16, BF16).
+    """Copy `a`'s elements into `b` (same element count; float types may differ: F32, F16, BF16; F32 a into a
+    contiguous b of a type in QUANTIZE_TO quantizes it).
 
     Elements are taken and written in ne order (i0 fastest). The result is a view of `b`.
     """
     check_tensor("cpy", a)
     check_tensor("cpy", b, "b")
+    _check_quantize("cpy", a, b.type, b.ne)
+    if b.type.quantized and not b.is_contiguous():
+        raise ShapeError(f"cpy: a {b.type.name} destination must be contiguous, got b ne={b.ne} nb={b.nb}")
     if a.nelements != b.nelements:
         raise ShapeError(f"cpy: a ne={a.ne} has {a.nelements} elements but b ne={b.ne} has {b.nelements}")
     if (a.type == I32) != (b.type == I32):
@@ -112,7 +129,7 @@ def repeat(a, b):
 def get_rows(a, b):
     """Gather rows: a.ne = (K, R, A2, A3), b I32 ne = (n, A2, A3); result[i2, i1, :] = a[i2, b[i2, i1], :].
 
-    Result ne = (K, n, A2, A3), F32 (I32 when a is I32).
+    Result ne = (K, n, A2, A3), F32 (I32 when a is I32; a quantized a's rows dequantized, as ggml).
     """
     check_tensor("get_rows", a)
     check_tensor("get_rows", b, "b")

@@ -15,7 +15,8 @@ class Op:
     """One op. `constructors`: the ggpy functions that record it. `view`: the node only shows its source's bytes
     (nothing to compute; the scheduler keeps it with its source). `inplace`: its result may take over a source's
     block (same type and layout) when the planner allows. `unary`: one of ggml_unary's functions (`ggpy.unary`).
-    `activation`: the id fused epilogues use for it (0: not fusable as an activation)."""
+    `activation`: the id fused epilogues use for it (0: not fusable as an activation). `quantized`: the positions of
+    the sources that may have a block-quantized type (all others refuse one when the node is built)."""
 
     name: str
     family: str
@@ -24,6 +25,7 @@ class Op:
     inplace: bool = False
     unary: bool = False
     activation: int = 0
+    quantized: tuple = ()
 
 
 def _table() -> dict:
@@ -35,15 +37,15 @@ def _table() -> dict:
     for name, ctors in (("view", ("view_1d", "view_2d", "view_3d", "view_4d", "view_tensor")),
                         ("reshape", ("reshape", "reshape_1d", "reshape_2d", "reshape_3d", "reshape_4d")),
                         ("permute", None), ("transpose", None)):
-        add("view", name, ctors, view=True)
+        add("view", name, ctors, view=True, quantized=(0,))
     add("layout", "dup")
     add("layout", "cont", ("cont", "cont_1d", "cont_2d", "cont_3d", "cont_4d"))
-    add("layout", "cpy")                    # a view of its destination (view_src) that the copy kernel writes
+    add("layout", "cpy", quantized=(1,))    # a view of its destination (view_src) that the copy kernel writes
     add("layout", "cast")
     add("layout", "concat")
     add("layout", "pad", ("pad", "pad_ext"))
     add("layout", "repeat")
-    add("layout", "get_rows")
+    add("layout", "get_rows", quantized=(0,))
     for name in ("win_part", "win_unpart", "get_rel_pos"):
         add("sam", name)
     add("sam", "add_rel_pos", inplace=True)
@@ -65,7 +67,7 @@ def _table() -> dict:
         add("norm", name, inplace=True)
     add("softmax", "soft_max", ("soft_max", "soft_max_ext"), inplace=True)
     add("softmax", "diag_mask_inf", inplace=True)
-    add("matmul", "mul_mat")
+    add("matmul", "mul_mat", quantized=(0,))
     for name in ("im2col", "conv_1d", "conv_2d", "conv_2d_dw", "conv_transpose_2d"):
         add("conv", name)
     add("pool", "pool_2d")

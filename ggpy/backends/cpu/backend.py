@@ -119,7 +119,7 @@ class CPUBackend(Backend):
     def _fusable_head(self, node) -> bool:
         if node.op == "conv_2d_dw":
             return fuses_epilogue(node, self.impl_for(node))
-        return node.op in ("mul_mat", "norm") and node.type.size == 4
+        return node.op in ("mul_mat", "norm") and node.type.size == 4 and not node.src[0].type.quantized
 
     def _bind_fused(self, fused):
         """The fused kernel of an Epilogue, or None when its output overlaps the head's sources or scratch

@@ -10,7 +10,7 @@ from ..base import Buffer, BufferType
 def storage_dtype(type_) -> np.dtype:
     """The dtype kernels see: F16 is passed to numba as raw uint16 bits, BF16 as int16 bits (so that load and store
     tell the two apart by the array's type)."""
-    if type_.size == 2:
+    if type_.dtype.itemsize == 2:
         return np.dtype(np.uint16) if type_.dtype == np.float16 else np.dtype(np.int16)
     return type_.dtype
 
@@ -38,10 +38,10 @@ class HostBuffer(Buffer):
         self.data = raw[start:start + size]
 
     def view(self, tensor, dtype=None) -> np.ndarray:
-        """A zero-copy numpy view of `tensor`: shape reversed(ne), strides reversed(nb)."""
+        """A zero-copy numpy view of `tensor`: shape reversed(ne), strides reversed(nb); a quantized tensor's rows as
+        their bytes (Tensor.storage_shape)."""
         dtype = np.dtype(dtype or tensor.type.dtype)
-        shape = tuple(reversed(tensor.ne))
-        strides = tuple(reversed(tensor.nb))
+        shape, strides = tensor.storage_shape, tensor.storage_strides
         if tensor.nelements == 0:
             return np.empty(shape, dtype)
         return np.ndarray(shape, dtype=dtype, buffer=self.data, offset=tensor.offset, strides=strides)

@@ -1,17 +1,21 @@
 """Layout kernels: copies (dup, cont, cpy), concat, pad, repeat, get_rows.
 
-Arrays are numpy views of shape (ne3, ne2, ne1, ne0) with any strides; F16 arrives as uint16 bits.
-Elements go through `convert`, which keeps them bit for bit when source and destination types match
-(I32 stays exact, F16 keeps its bits) and converts through float32 otherwise (F32 <-> F16).
+Arrays are numpy views of shape (ne3, ne2, ne1, ne0) with any strides; F16 arrives as uint16 bits, a quantized
+tensor as the bytes of its rows (ne0 / block * size). Elements go through `convert`, which keeps them bit for bit
+when source and destination types match (I32 stays exact, F16 keeps its bits) and converts through float32
+otherwise (F32 <-> F16). Copies into a quantized type quantize row by row, get_rows of one dequantizes (quants.py).
 """
+from functools import partial
+
 import numpy as np
 from numba import prange
 from numba.extending import overload
 
 from ....errors import RowIndexError
 from ..registry import BoundNode, register
-from .common import block, flat, kernel, launch, parallel_kernel, row_index, scalar
+from .common import block, flat, kernel, launch, parallel_kernel, row_index, scalar, specialize
 from .fp16 import load, store
+from .quants import CODES, DEQUANTIZE, QUANTIZE, QUANTIZE_CODES
 
 
 def convert(x, dtype):
@@ -110,9 +114,28 @@ def copy_transposed(d, a, ith, nth):
                     drow[i] = convert(arow[i], drow.dtype)
 
 
-@register("dup", "cont", "cpy", "cast")
+@kernel
+def quantize_rows(code, d, x, ith, nth):
+    """d[i3, i2, i1] (the bytes of a row of blocks) = row (i3, i2, i1) of x (float32, same ne) quantized."""
+    f = QUANTIZE[code]
+    ne3, ne2, ne1 = d.shape[:3]
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i3, i2, i1 = row_index(r, ne2, ne1)
+        f(d[i3, i2, i1], x[i3, i2, i1])
+
+
+def _copy_supported(node) -> bool:
+    """A copy into a quantized type reads its F32 source row by row: one of the destination's shape, or contiguous."""
+    return not node.type.quantized or node.src[0].ne == node.ne or node.src[0].is_contiguous()
+
+
+@register("dup", "cont", "cpy", "cast", supports=_copy_supported)
 def bind_copy(b: BoundNode):
     d, x = b.dst, b.srcs[0]
+    if b.node.type.quantized:
+        x = x.reshape(tuple(reversed(b.node.ne)))
+        return launch(quantize_rows, (QUANTIZE_CODES[b.node.type], d, x), b.threads_for(x.size), constants=(0,))
     nth = b.threads_for(d.size)
     if flat(d) is not None and flat(x) is not None:
         return launch(copy_flat, (flat(d), flat(x)), nth)
@@ -256,17 +279,51 @@ def get_rows_rows_par(d, a, idx, nth):
     return bad
 
 
+@kernel
+def get_rows_dequantize(code, d, a, idx, ith, nth):
+    """get_rows_rows of a quantized a (rows of block bytes), each row dequantized into d (float32)."""
+    f = DEQUANTIZE[code]
+    ne3, ne2, ne1, ne0 = d.shape
+    nrows = a.shape[2]
+    bad = 0
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i3, i2, i1 = row_index(r, ne2, ne1)
+        j = idx[0, i3, i2, i1]
+        if j < 0 or j >= nrows:
+            bad += 1
+            d[i3, i2, i1] = 0.0
+        else:
+            f(d[i3, i2, i1], a[i3, i2, j])
+    return bad
+
+
+@parallel_kernel
+def get_rows_dequantize_par(code, d, a, idx, nth):
+    bad = 0
+    for ith in prange(nth):
+        bad += get_rows_dequantize(code, d, a, idx, ith, nth)
+    return bad
+
+
 @register("get_rows")
 def bind_get_rows(b: BoundNode):
     d, a, idx = b.dst, b.srcs[0], b.srcs[1]
     nth = b.threads_for(d.size)
     name = b.node.name or "get_rows"
+    ne, rows = b.node.src[0].ne, b.node.src[0].ne[1]
+    code = CODES.get(b.node.src[0].type)
+    if code is None:
+        gather = (lambda: get_rows_rows(d, a, idx, 0, 1)) if nth == 1 else lambda: get_rows_rows_par(d, a, idx, nth)
+    elif nth == 1:
+        gather = partial(specialize(get_rows_dequantize, code, d, a, idx, 0, 1, constants=(0,)), code, d, a, idx, 0, 1)
+    else:
+        gather = partial(specialize(get_rows_dequantize_par, code, d, a, idx, nth, constants=(0,)), code, d, a, idx, nth)
 
     def run():
-        bad = get_rows_rows(d, a, idx, 0, 1) if nth == 1 else get_rows_rows_par(d, a, idx, nth)
+        bad = gather()
         if bad:
-            pos = tuple(np.argwhere((idx < 0) | (idx >= a.shape[2]))[0])
-            raise RowIndexError(f"get_rows '{name}': {bad} row index(es) in b outside [0, {a.shape[2]}), the rows "
-                                f"of a ne={tuple(reversed(a.shape))}; first: {int(idx[pos])} at b[{pos[3]}, {pos[2]}, "
-                                f"{pos[1]}] (ne order)")
+            pos = tuple(np.argwhere((idx < 0) | (idx >= rows))[0])
+            raise RowIndexError(f"get_rows '{name}': {bad} row index(es) in b outside [0, {rows}), the rows "
+                                f"of a ne={ne}; first: {int(idx[pos])} at b[{pos[3]}, {pos[2]}, {pos[1]}] (ne order)")
     return run

@@ -11,9 +11,14 @@ gemm  ggpy's own sgemm (gemm.py): each worker packs a (M x K) once into its pane
 blas  single-threaded BLAS sgemm, reading both operands in place.
 An operand that cannot be read in place (F16, or no unit stride in either of its two inner dimensions) is
 first converted to contiguous F32 in a temp block from the allocator's heap.
+
+A block-quantized a (quants.py) runs as `dot` for products of few rows of x (generation): each worker dequantizes
+its rows of a one at a time into a float32 row in L1 and takes its dot products with x's rows; or as `gemm` /
+`blas`: each worker dequantizes panels of PANEL_FLOATS of a's rows into its temp and multiplies every matrix of x
+that uses them with the own GEMM (packed) or BLAS. Both accumulate in float32 (x is not quantized).
 """
 import numpy as np
-from numba import int64, typeof, types
+from numba import int64, njit, typeof, types
 
 from ....errors import UnsupportedOpError
 from ..registry import BoundNode, register
@@ -30,12 +35,17 @@ from .common import (
 )
 from .elementwise import EPILOGUE_FUNCS, epilogue_code
 from .fp16 import load
+from .quants import CODES, DEQUANTIZE
 
 EPILOGUE_ROWS = 256
 """Output rows a fused mul_mat multiplies per sgemm call before applying its epilogue to them (in cache)."""
 GEMM_MIN_M, GEMM_MIN_K, GEMM_MIN_ROWS = 32, 16, 256
 """The own GEMM needs a full micro-tile of output columns, some depth, and at least this many rows of x per
 matrix a, which each worker packs once."""
+DOT_MAX_ROWS = 4
+"""A quantized a multiplies at most this many rows of x per matrix by dot products, more by dequantized panels."""
+PANEL_FLOATS = 32 << 10
+"""Dequantized floats of a per panel (128 KiB: it stays in L2 while the GEMM streams x past it)."""
 
 
 @kernel
@@ -153,9 +163,13 @@ def _blas_layout(arr: np.ndarray, transposed_if_rows: bool):
 
 
 def _converted(node):
-    """Which of (a, x) need converting to contiguous F32, judged from the node's types and strides."""
+    """Which of (a, x) need converting to contiguous F32, judged from the node's types and strides (a quantized a
+    never: its rows are dequantized as they are used)."""
     out = []
     for t in node.src[:2]:
+        if t.type.quantized:
+            out.append(False)
+            continue
         view = np.lib.stride_tricks.as_strided(np.empty(1, np.float32 if t.type.size == 4 else np.float16),
                                                tuple(reversed(t.ne)), tuple(reversed(t.nb)))
         out.append(t.type.dtype != np.float32 or _blas_layout(view, True) is None)
@@ -179,13 +193,25 @@ def _gemm_panels_bytes(node, backend) -> int:
                                 backend.scratch_budget - _copies_bytes(node))
 
 
+def _x_rows(node) -> int:
+    """Rows of x per matrix of a (all of x's rows when a is one matrix, which _merge_batches multiplies at once)."""
+    return node.ne[1] * (node.ne[2] * node.ne[3] if node.src[0].ne[2] * node.src[0].ne[3] == 1 else 1)
+
+
 def mul_mat_choose(node, backend) -> str:
-    """gemm on hosts with its vector width for products that amortise its packing, else blas."""
+    """gemm on hosts with its vector width for products that amortise its packing, else blas; for a quantized a,
+    dot for few rows of x, else gemm (blas without the own GEMM's vector width)."""
+    if node.src[0].type.quantized:
+        return "dot" if _x_rows(node) <= DOT_MAX_ROWS else "gemm" if own_gemm.available() else "blas"
     return "gemm" if _gemm_panels_bytes(node, backend) else "blas"
 
 
 def _check_impl(node, impl, backend):
-    if impl == "gemm" and not _gemm_panels_bytes(node, backend):
+    a = node.src[0]
+    if (impl == "dot" and not a.type.quantized) or (impl == "gemm" and a.type.quantized and not own_gemm.available()):
+        raise UnsupportedOpError(f"cpu: mul_mat '{node.name}' (a {a.type.name} ne={a.ne}) cannot run as {impl}: dot "
+                                 "takes a quantized a only, and gemm needs a host with AVX2 or AVX-512")
+    if impl == "gemm" and not a.type.quantized and not _gemm_panels_bytes(node, backend):
         raise UnsupportedOpError(f"cpu: mul_mat '{node.name}' (a ne={node.src[0].ne}, b ne={node.src[1].ne}) "
                                  f"cannot run as gemm: it needs M >= {GEMM_MIN_M}, K >= {GEMM_MIN_K}, at least "
                                  f"{GEMM_MIN_ROWS} rows of b per matrix a, and panels within half the scratch "
@@ -196,6 +222,8 @@ def mul_mat_temp_size(node, impl, backend) -> int:
     """Bytes for contiguous F32 copies of the operands that cannot be read in place, and (gemm) the workers'
     panels."""
     _check_impl(node, impl, backend)
+    if node.src[0].type.quantized:
+        return _copies_bytes(node) + backend.n_threads * _quant_scratch_floats(node, impl, backend.n_threads) * 4
     return _copies_bytes(node) + (backend.n_threads * _gemm_panels_bytes(node, backend) if impl == "gemm" else 0)
 
 
@@ -204,11 +232,13 @@ def _copies_bytes(node) -> int:
 
 
 def _kernel_name(node, impl) -> str:
-    conv = _converted(node)
-    return ("gemm" if impl == "gemm" else "blas_sgemm") + ("+to_f32" if any(conv) else "")
+    conv = "+to_f32" if any(_converted(node)) else ""
+    if node.src[0].type.quantized:
+        return f"{impl}_{node.src[0].type.name}{conv}"
+    return ("gemm" if impl == "gemm" else "blas_sgemm") + conv
 
 
-@register("mul_mat", temp_size=mul_mat_temp_size, name=_kernel_name, blas=True, impls=("gemm", "blas"),
+@register("mul_mat", temp_size=mul_mat_temp_size, name=_kernel_name, blas=True, impls=("gemm", "blas", "dot"),
           choose=mul_mat_choose)
 def bind_mul_mat(b: BoundNode):
     return bind_mul_mat_epilogue(b)
@@ -228,6 +258,8 @@ def bind_mul_mat_epilogue(b: BoundNode, bias: np.ndarray | None = None, act: str
         operands.append(arr)
     a, x = _merge_batches(d, *operands)
     d = d.reshape(x.shape[:3] + (d.shape[3],))
+    if b.node.src[0].type.quantized:
+        return _bind_quantized(b, d, a, x, b.temp[offset:].view(np.float32), prepare)
     per_worker = _gemm_panels_bytes(b.node, b.backend) if b.impl == "gemm" else 0
     trans_a, lda = _blas_layout(a, True)
     trans_x, ldx = _blas_layout(x, False)
@@ -246,6 +278,11 @@ def bind_mul_mat_epilogue(b: BoundNode, bias: np.ndarray | None = None, act: str
     else:
         run = launch(mul_mat_rows, (SGEMM_ADDRESS, epilogue(act, d, bias), d, a, x, trans_a, lda, trans_x, ldx, bias,
                                     chunk, nsplit), nth)
+    return _after(prepare, run)
+
+
+def _after(prepare: list, run):
+    """run, after the operand conversions in `prepare`."""
     if not prepare:
         return run
 
@@ -266,3 +303,98 @@ def _merge_batches(d, a, x):
     if s0 != 4 or s2 != n * s1 or (b3 > 1 and s3 != b2 * s2):
         return a, x
     return a, np.lib.stride_tricks.as_strided(x, (1, 1, b3 * b2 * n, k), (0, 0, s1, s0))
+
+
+# -- a block-quantized a ------------------------------------------------------------------------------------
+
+@njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc", "contract"})
+def dot_f32(u, v):
+    """sum(u * v) of two float32 vectors, in float32 (vectorised: reassociated)."""
+    s = np.float32(0.0)
+    for i in range(u.size):
+        s += u[i] * v[i]
+    return s
+
+
+@kernel
+def mul_mat_dot_rows(code, d, a, x, rows, ith, nth):
+    """d[i3, i2, n, r] = dot(row r of a[a3, a2] dequantized, x[i3, i2, n]) for worker ith's block of the M rows of
+    every matrix; rows[ith] (K floats) holds the dequantized row."""
+    f = DEQUANTIZE[code]
+    b3, b2, n, m = d.shape
+    mine = rows[ith]
+    m0, m1 = block(m, ith, nth)
+    for i3 in range(b3):
+        for i2 in range(b2):
+            aa = a[i3 // (b3 // a.shape[0]), i2 // (b2 // a.shape[1])]
+            for r in range(m0, m1):
+                f(mine, aa[r])
+                for j in range(n):
+                    d[i3, i2, j, r] = dot_f32(mine, x[i3, i2, j])
+
+
+@kernel
+def mul_mat_panel_rows(fn, code, d, a, x, trans_x, ldx, panel_rows, scratch, ith, nth):
+    """Tasks (a3, a2, panel) ith, ith + nth, ...: `panel_rows` rows of a[a3, a2] dequantized into this worker's
+    scratch, then d[i3, i2, :, panel] = x[i3, i2] @ panel^T for every matrix of x that uses a[a3, a2]: by BLAS sgemm
+    at address fn, or (fn == 0) by the own GEMM from the panel packed once."""
+    f = DEQUANTIZE[code]
+    b3, b2, n, m = d.shape
+    a3n, a2n, k = a.shape[0], a.shape[1], x.shape[3]
+    npanel = (m + panel_rows - 1) // panel_rows
+    mine = scratch[ith]
+    panel = mine[:panel_rows * k].reshape(panel_rows, k)
+    ap = mine[panel_rows * k:panel_rows * k + own_gemm.packed_a_floats(panel_rows, k)]
+    rest = mine[panel_rows * k + ap.size:]
+    work = np.empty(10, np.int32)
+    for t in range(ith, a3n * a2n * npanel, nth):
+        a3, a2, r0 = t // (a2n * npanel), (t // npanel) % a2n, (t % npanel) * panel_rows
+        rows = min(panel_rows, m - r0)
+        for r in range(rows):
+            f(panel[r], a[a3, a2, r0 + r])
+        if not fn:
+            own_gemm.pack_a_rows(ap, panel[:rows])
+        for i3 in range(a3 * (b3 // a3n), (a3 + 1) * (b3 // a3n)):
+            for i2 in range(a2 * (b2 // a2n), (a2 + 1) * (b2 // a2n)):
+                c = d[i3, i2].ctypes.data + 4 * r0
+                if fn:
+                    sgemm(fn, work, True, trans_x, rows, n, k, panel.ctypes.data, k, x[i3, i2].ctypes.data, ldx, c,
+                          d.strides[2] // 4)
+                else:
+                    own_gemm.gemm_prepacked(c, d.strides[2] // 4, rows, ap, x[i3, i2], rest)
+
+
+def _panel_rows(node, n_threads: int) -> int:
+    """Rows of a per dequantized panel: PANEL_FLOATS of them, a multiple of 16, and few enough that every worker
+    gets one."""
+    m, k = node.ne[0], node.src[0].ne[0]
+    per_worker = -(-m // n_threads)
+    return max(1, min(m, max(16, PANEL_FLOATS // k // 16 * 16), -(-per_worker // 16) * 16))
+
+
+def _quant_scratch_floats(node, impl, n_threads: int) -> int:
+    """Floats of one worker's scratch for a quantized a: a dequantized row (dot), or a panel and, for the own GEMM,
+    the panel packed and x's panels."""
+    k = node.src[0].ne[0]
+    if impl == "dot":
+        return (k + 15) // 16 * 16
+    p = _panel_rows(node, n_threads)
+    packed = own_gemm.prepacked_floats(p, _x_rows(node), k) if impl == "gemm" else 0
+    return (p * k + packed + 15) // 16 * 16
+
+
+def _bind_quantized(b: BoundNode, d, a, x, temp, prepare: list):
+    """mul_mat with a quantized a (block bytes) into d, x float32 (converted by `prepare` where needed)."""
+    node, code = b.node, CODES[b.node.src[0].type]
+    if d.size == 0:
+        return None
+    nth = max(1, min(b.n_threads, 2 * d.size * x.shape[3] // (1 << 18)))
+    per = _quant_scratch_floats(node, b.impl, b.n_threads)
+    scratch = temp[:nth * per].reshape(nth, per)
+    if b.impl == "dot":
+        run = launch(mul_mat_dot_rows, (code, d, a, x, scratch), min(nth, d.shape[3]), constants=(0,))
+        return _after(prepare, run)
+    trans_x, ldx = _blas_layout(x, False)
+    fn = SGEMM_ADDRESS if b.impl == "blas" else 0
+    args = (fn, code, d, a, x, trans_x, ldx, _panel_rows(node, b.n_threads), scratch)
+    return _after(prepare, launch(mul_mat_panel_rows, args, nth, constants=(1,)))

@@ -1,0 +1,297 @@
+"""ggml's block formats in numba kernels: rows of blocks dequantized to float32, and F32 rows quantized.
+
+Every dequantizer goes through unpack16, which turns 16 quants into 16 floats with vector instructions (written
+in LLVM IR: numba's loop vectoriser gives up on the short loops over a block's bytes). A row is a contiguous uint8
+array of whole blocks, its float32 output contiguous. `DEQUANTIZE[code]` is the row dequantizer of the type with
+`CODES[type]`; `QUANTIZE[QUANTIZE_CODES[type]]` the row quantizer of the types cpy writes (ggml's
+quantize_row_*_ref, bit for bit).
+"""
+import math
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ....ops.layout import QUANTIZE_TO
+from ....types import Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q8_0, Q4_K, Q5_K, QUANT_TYPES
+from .common import scalar
+from .fp16 import float_to_half
+
+CODES = {t: i for i, t in enumerate(QUANT_TYPES)}
+NIBBLE, INT8, NIBBLE_BIT, NIBBLE_2BITS, NIBBLE_WORD_BIT = range(5)
+"""unpack16's modes: how a quant q is made from its byte b = src[j] (j < 16), h = hsrc[j], w = the uint32 at hsrc:
+(b >> shift) & 15; b + 128 (int8 as unsigned); (b >> shift) & 15 | ((h >> hshift) & 1) << 4, the same with
+(h >> hshift) & 3, and with (w >> (hshift + j)) & 1."""
+LANES = 16
+
+
+@intrinsic(prefer_literal=True)
+def unpack16(typingctx, dst, src, hsrc, mode, shift, hshift, scale, offset):
+    """dst[j] = scale * q_j + offset for j < 16: float32 at address dst, quants q_j made as `mode` (a literal) says
+    from the bytes at addresses src and hsrc."""
+    if not isinstance(mode, types.IntegerLiteral):
+        return None
+    kind = mode.literal_value
+
+    def codegen(context, builder, sig, args):
+        dst, src, hsrc, _, shift, hshift, scale, offset = args
+        i32, f32 = ir.IntType(32), ir.FloatType()
+        v32, vf = ir.VectorType(i32, LANES), ir.VectorType(f32, LANES)
+
+        def splat(x, vt):
+            one = builder.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(i32, 0))
+            return builder.shuffle_vector(one, ir.Constant(vt, ir.Undefined), ir.Constant(v32, [0] * LANES))
+
+        def load_bytes(addr):
+            ptr = builder.inttoptr(addr, ir.VectorType(ir.IntType(8), LANES).as_pointer())
+            return builder.zext(builder.load(ptr, align=1), v32)
+
+        def field(v, by, mask):
+            return builder.and_(builder.lshr(v, by), ir.Constant(v32, [mask] * LANES))
+
+        b = load_bytes(src)
+        if kind == INT8:
+            q = builder.xor(b, ir.Constant(v32, [128] * LANES))
+        else:
+            q = field(b, splat(builder.trunc(shift, i32), v32), 15)
+        if kind in (NIBBLE_BIT, NIBBLE_2BITS):
+            h = field(load_bytes(hsrc), splat(builder.trunc(hshift, i32), v32), 1 if kind == NIBBLE_BIT else 3)
+        elif kind == NIBBLE_WORD_BIT:
+            word = splat(builder.load(builder.inttoptr(hsrc, i32.as_pointer()), align=1), v32)
+            by = builder.add(splat(builder.trunc(hshift, i32), v32), ir.Constant(v32, list(range(LANES))))
+            h = field(word, by, 1)
+        if kind in (NIBBLE_BIT, NIBBLE_2BITS, NIBBLE_WORD_BIT):
+            q = builder.or_(q, builder.shl(h, ir.Constant(v32, [4] * LANES)))
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf] * 3), f"llvm.fma.v{LANES}f32")
+        value = builder.call(fma, [builder.uitofp(q, vf), splat(scale, vf), splat(offset, vf)])
+        builder.store(value, builder.inttoptr(dst, vf.as_pointer()), align=4)
+        return context.get_dummy_value()
+    sig = types.void(types.intp, types.intp, types.intp, mode, types.intp, types.intp, types.float32, types.float32)
+    return sig, codegen
+
+
+@intrinsic
+def half_at(typingctx, addr):
+    """The IEEE half at byte address `addr` as float32 (one vcvtph2ps with F16C)."""
+    def codegen(context, builder, sig, args):
+        h = builder.load(builder.inttoptr(args[0], ir.HalfType().as_pointer()), align=1)
+        return builder.fpext(h, ir.FloatType())
+    return types.float32(types.intp), codegen
+
+
+# -- dequantizers: dequantize_<type>(out, row), out float32 (ne0,), row uint8 (ne0 / block * size,) ------------
+
+@scalar
+def _nibbles(o, s, d, m):
+    """Elements 0-15 of a 32-block from the low nibbles of the 16 bytes at s, 16-31 from the high ones."""
+    unpack16(o, s, 0, NIBBLE, 0, 0, d, m)
+    unpack16(o + 64, s, 0, NIBBLE, 4, 0, d, m)
+
+
+@scalar
+def dequantize_q4_0(out, row):
+    o, r = out.ctypes.data, row.ctypes.data
+    for b in range(out.size // 32):
+        d = half_at(r + 18 * b)
+        _nibbles(o + 128 * b, r + 18 * b + 2, d, np.float32(-8.0) * d)
+
+
+@scalar
+def dequantize_q4_1(out, row):
+    o, r = out.ctypes.data, row.ctypes.data
+    for b in range(out.size // 32):
+        p = r + 20 * b
+        _nibbles(o + 128 * b, p + 4, half_at(p), half_at(p + 2))
+
+
+@scalar
+def _q5(o, qs, qh, d, m):
+    """A 32-block of 5-bit quants: nibbles at qs, fifth bits in the uint32 at qh."""
+    unpack16(o, qs, qh, NIBBLE_WORD_BIT, 0, 0, d, m)
+    unpack16(o + 64, qs, qh, NIBBLE_WORD_BIT, 4, 16, d, m)
+
+
+@scalar
+def dequantize_q5_0(out, row):
+    o, r = out.ctypes.data, row.ctypes.data
+    for b in range(out.size // 32):
+        p = r + 22 * b
+        d = half_at(p)
+        _q5(o + 128 * b, p + 6, p + 2, d, np.float32(-16.0) * d)
+
+
+@scalar
+def dequantize_q5_1(out, row):
+    o, r = out.ctypes.data, row.ctypes.data
+    for b in range(out.size // 32):
+        p = r + 24 * b
+        _q5(o + 128 * b, p + 8, p + 4, half_at(p), half_at(p + 2))
+
+
+@scalar
+def dequantize_q8_0(out, row):
+    o, r = out.ctypes.data, row.ctypes.data
+    for b in range(out.size // 32):
+        p = r + 34 * b
+        d = half_at(p)
+        unpack16(o + 128 * b, p + 2, 0, INT8, 0, 0, d, np.float32(-128.0) * d)
+        unpack16(o + 128 * b + 64, p + 18, 0, INT8, 0, 0, d, np.float32(-128.0) * d)
+
+
+@scalar
+def _scale_min(row, at, j):
+    """The 6-bit (scale, min) of sub-block j (0-7) of the 12 packed bytes at row[at:] (Q4_K, Q5_K)."""
+    if j < 4:
+        return row[at + j] & 63, row[at + j + 4] & 63
+    return ((row[at + j + 4] & 15) | ((row[at + j - 4] >> 6) << 4),
+            (row[at + j + 4] >> 4) | ((row[at + j] >> 6) << 4))
+
+
+@scalar
+def _k_quant_4_5(out, row, size, fifth):
+    """Q4_K (fifth False) or Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins; the 64 values of pair j come
+    from the 32 bytes of nibbles at qs + 32 j (low nibbles, then high), Q5_K's fifth bits from bits 2j, 2j + 1 of
+    its 32 qh bytes."""
+    o, r = out.ctypes.data, row.ctypes.data
+    for b in range(out.size // 256):
+        at = size * b
+        d, dmin = half_at(r + at), half_at(r + at + 2)
+        qh = r + at + 16
+        qs = qh + 32 if fifth else qh
+        for j in range(8):
+            sc, m = _scale_min(row, at + 4, j)
+            scale, offset = d * np.float32(sc), -dmin * np.float32(m)
+            dst = o + 4 * (256 * b + 32 * j)
+            for half in range(2):
+                src = qs + 32 * (j // 2) + 16 * half
+                if fifth:
+                    unpack16(dst + 64 * half, src, qh + 16 * half, NIBBLE_BIT, 4 * (j % 2), j, scale, offset)
+                else:
+                    unpack16(dst + 64 * half, src, 0, NIBBLE, 4 * (j % 2), 0, scale, offset)
+
+
+@scalar
+def dequantize_q4_k(out, row):
+    _k_quant_4_5(out, row, 144, False)
+
+
+@scalar
+def dequantize_q5_k(out, row):
+    _k_quant_4_5(out, row, 176, True)
+
+
+@scalar
+def dequantize_q6_k(out, row):
+    """Per half n of a 256-block: ql bytes at 64n, qh at 128 + 32n, int8 scales at 192 + 8n; value 32k + l
+    (l < 32) of the half is nibble k // 2 of ql[l + 32 (k % 2)] with bits 2k, 2k+1 of qh[l], scale 2k + l // 16."""
+    o, r = out.ctypes.data, row.ctypes.data
+    for b in range(out.size // 256):
+        at = 210 * b
+        d = half_at(r + at + 208)
+        for n in range(2):
+            for k in range(4):
+                for g in range(2):
+                    sc = d * np.float32(np.int8(row[at + 192 + 8 * n + g + 2 * k]))
+                    dst = o + 4 * (256 * b + 128 * n + 32 * k + 16 * g)
+                    src = r + at + 64 * n + 32 * (k % 2) + 16 * g
+                    unpack16(dst, src, r + at + 128 + 32 * n + 16 * g, NIBBLE_2BITS, 4 * (k // 2), 2 * k, sc,
+                             np.float32(-32.0) * sc)
+
+
+DEQUANTIZE = tuple({Q4_0: dequantize_q4_0, Q4_1: dequantize_q4_1, Q5_0: dequantize_q5_0, Q5_1: dequantize_q5_1,
+                    Q8_0: dequantize_q8_0, Q4_K: dequantize_q4_k, Q5_K: dequantize_q5_k,
+                    Q6_K: dequantize_q6_k}[t] for t in QUANT_TYPES)
+
+
+# -- quantizers: quantize_<type>(row, x), x float32 (ne0,), row uint8 -------------------------------------------
+
+@scalar
+def _put_half(row, at, value):
+    h = float_to_half(value)
+    row[at], row[at + 1] = h & 0xFF, h >> 8
+
+
+@scalar
+def _roundf(v):
+    """C's roundf: halves away from zero."""
+    return math.copysign(math.floor(abs(np.float64(v)) + 0.5), v)
+
+
+@scalar
+def quantize_q8_0(row, x):
+    for b in range(x.size // 32):
+        xb = x[32 * b:32 * b + 32]
+        amax = np.float32(0.0)
+        for v in xb:
+            amax = max(amax, abs(v))
+        d = amax / np.float32(127.0)
+        inv = np.float32(1.0) / d if d != 0 else np.float32(0.0)
+        _put_half(row, 34 * b, d)
+        for j in range(32):
+            row[34 * b + 2 + j] = np.uint8(np.int8(_roundf(xb[j] * inv)))
+
+
+@scalar
+def _quantize_32(row, at, x, bits, symmetric):
+    """One 32-block of x into Q4_0 / Q5_0 (symmetric: d = -max / 2^(bits-1), max the value of largest magnitude)
+    or Q4_1 / Q5_1 (d = (max - min) / (2^bits - 1), m = min) at row[at:]: d (and m), Q5's qh, the nibbles."""
+    lo, hi, big = x[0], x[0], np.float32(0.0)
+    for v in x:
+        lo, hi = min(lo, v), max(hi, v)
+        if abs(v) > abs(big):
+            big = v
+    top = (1 << bits) - 1
+    d = big / np.float32(-(1 << (bits - 1))) if symmetric else (hi - lo) / np.float32(top)
+    inv = np.float32(1.0) / d if d != 0 else np.float32(0.0)
+    _put_half(row, at, d)
+    if not symmetric:
+        _put_half(row, at + 2, lo)
+    qh = 0
+    qs = at + (2 if symmetric else 4) + (4 if bits == 5 else 0)
+    for j in range(32):
+        if symmetric:
+            q = min(top, int(np.int8(x[j] * inv + np.float32((1 << (bits - 1)) + 0.5))))
+        else:
+            q = min(top, int(np.uint8((x[j] - lo) * inv + np.float32(0.5))))
+        qh |= (q >> 4) << j
+        if j < 16:
+            row[qs + j] = q & 15
+        else:
+            row[qs + j - 16] |= (q & 15) << 4
+    if bits == 5:
+        for i in range(4):
+            row[qs - 4 + i] = (qh >> (8 * i)) & 0xFF
+
+
+@scalar
+def _quantize_rows32(row, x, size, bits, symmetric):
+    for b in range(x.size // 32):
+        _quantize_32(row, size * b, x[32 * b:32 * b + 32], bits, symmetric)
+
+
+@scalar
+def quantize_q4_0(row, x):
+    _quantize_rows32(row, x, 18, 4, True)
+
+
+@scalar
+def quantize_q4_1(row, x):
+    _quantize_rows32(row, x, 20, 4, False)
+
+
+@scalar
+def quantize_q5_0(row, x):
+    _quantize_rows32(row, x, 22, 5, True)
+
+
+@scalar
+def quantize_q5_1(row, x):
+    _quantize_rows32(row, x, 24, 5, False)
+
+
+QUANTIZE = tuple({Q4_0: quantize_q4_0, Q4_1: quantize_q4_1, Q5_0: quantize_q5_0, Q5_1: quantize_q5_1,
+                  Q8_0: quantize_q8_0}[t] for t in QUANTIZE_TO)
+"""Row quantizers by QUANTIZE_CODES[type] (the types cpy and cast write: ops/layout.py's QUANTIZE_TO)."""
+QUANTIZE_CODES = {t: i for i, t in enumerate(QUANTIZE_TO)}

@@ -24,8 +24,8 @@ SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
 _TYPE_IDS = frozenset(int(t) for t in gguf.GGMLQuantizationType)
 
 
-class UnknownTypeError(ValueError):
-    """A tensor's type id is no GGML type."""
+class TensorTypeError(ValueError):
+    """A tensor's type id is no GGML type, or its rows are no whole number of the type's blocks."""
 
 
 class _BoundedReader(gguf.GGUFReader):
@@ -40,9 +40,14 @@ class _BoundedReader(gguf.GGUFReader):
 
     def _build_tensors(self, start_offs, fields):
         for field in fields:   # parts: name length, name, n_dims, dims, type, offset
-            if int(field.parts[4][0]) not in _TYPE_IDS:
-                raise UnknownTypeError(f"tensor '{bytes(field.parts[1]).decode(errors='replace')}' has GGML type id "
-                                       f"{int(field.parts[4][0])}, which is no type the gguf package knows")
+            name, dims, type_id = bytes(field.parts[1]).decode(errors="replace"), field.parts[3], int(field.parts[4][0])
+            if type_id not in _TYPE_IDS:
+                raise TensorTypeError(f"tensor '{name}' has GGML type id {type_id}, which is no type the gguf "
+                                      "package knows")
+            block = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(type_id)][0]
+            if len(dims) and int(dims[0]) % block:
+                raise TensorTypeError(f"tensor '{name}' has rows of {int(dims[0])} values, not a multiple of the "
+                                      f"{block}-value blocks of its type {gguf.GGMLQuantizationType(type_id).name}")
         super()._build_tensors(start_offs, fields)
 
 
@@ -70,7 +75,7 @@ def read_gguf(path) -> tuple:
     try:
         reader = _BoundedReader(path)
         metadata = {name: f.contents() for name, f in reader.fields.items() if not name.startswith("GGUF.")}
-    except UnknownTypeError as e:
+    except TensorTypeError as e:
         raise ModelFileError(f"{path}: {e}") from None
     except Exception as e:  # noqa: BLE001 - the reader fails with EOFError/ValueError/KeyError/... on bad bytes
         raise ModelFileError(f"{path} is a truncated or corrupt GGUF file ({os.path.getsize(path)} bytes; "
@@ -104,20 +109,18 @@ def _check_tensor(path: str, rt, ne: tuple):
     if len(ne) == 1 and type_name != "F32":
         raise ModelFileError(f"{path}: tensor '{rt.name}' (a norm, bias or rope factor) has type {type_name}; "
                              "expected F32")
-    block = gguf.GGML_QUANT_SIZES[rt.tensor_type][0]
-    if ne[0] % block:
-        raise ModelFileError(f"{path}: tensor '{rt.name}' has rows of {ne[0]} values, not a multiple of the "
-                             f"{block}-value blocks of {type_name}")
 
 
 def _check_layout(path: str, reader, file_size: int):
     """ggml's rule: tensor i starts at the padded end of tensor i-1 (catches a corrupt type, shape or offset)."""
-    expected = reader.data_offset
+    expected, before = reader.data_offset, "the tensor data"
     for rt in reader.tensors:
         if rt.data_offset != expected:
-            raise ModelFileError(f"{path}: tensor '{rt.name}' starts at byte {rt.data_offset}; expected "
-                                 f"{expected} (the end of the tensor before it, padded to {reader.alignment})")
+            raise ModelFileError(f"{path}: tensor '{rt.name}' starts at byte {rt.data_offset}; expected {expected}, "
+                                 f"the end of {before} (padded to {reader.alignment}): a tensor's type, shape or "
+                                 "offset is corrupt")
         expected += -(-int(rt.n_bytes) // reader.alignment) * reader.alignment
+        before = f"'{rt.name}' ({rt.tensor_type.name}, {int(rt.n_bytes)} bytes)"
         if rt.data_offset + int(rt.n_bytes) > file_size:
             raise ModelFileError(f"{path} is truncated: tensor '{rt.name}' needs bytes up to "
                                  f"{rt.data_offset + int(rt.n_bytes)}, the file has {file_size}")

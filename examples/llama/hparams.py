@@ -47,8 +47,8 @@ class HParams:
     rope_attn_factor: float
     n_ctx_orig: int            # rope.scaling.original_context_length, else the training context
     qkv_bias: bool
-    rope_beta_fast: float = 32.0   # llama.cpp's YaRN defaults
-    rope_beta_slow: float = 1.0
+    rope_beta_fast: float      # YaRN's ramp ends (llama.cpp's defaults 32 and 1)
+    rope_beta_slow: float
 
     @property
     def n_gqa(self) -> int:
@@ -128,8 +128,10 @@ def hparams_from_metadata(metadata: dict, path: str = "model") -> HParams:
         rms_eps=k.number(f"{arch}.attention.layer_norm_rms_epsilon"),
         rope_type=ARCHITECTURES[arch].rope_type, rope_base=k.number(f"{arch}.rope.freq_base", 10000.0),
         rope_freq_scale=1.0 / k.number(f"{arch}.rope.scaling.factor") if factor else 1.0,
-        rope_ext_factor=1.0 if scaling == "yarn" else 0.0,
+        rope_ext_factor=k.number(f"{arch}.rope.scaling.yarn_ext_factor", 1.0) if scaling == "yarn" else 0.0,
         rope_attn_factor=k.number(f"{arch}.rope.scaling.attn_factor", 1.0),
         n_ctx_orig=k.integer(f"{arch}.rope.scaling.original_context_length", n_ctx_train),
         qkv_bias=ARCHITECTURES[arch].qkv_bias,
+        rope_beta_fast=k.number(f"{arch}.rope.scaling.yarn_beta_fast", 32.0),
+        rope_beta_slow=k.number(f"{arch}.rope.scaling.yarn_beta_slow", 1.0),
     )

@@ -1,7 +1,8 @@
 """Loading a GGUF model file into a backend buffer: metadata as Python values, weights as ggpy tensors.
 
 A tensor stored with numpy shape (d_{n-1}, ..., d_0) becomes a ggpy tensor of ne = (d_0, ..., d_{n-1}):
-GGUF records ggml's ne, and its data is the C-order array of the reversed shape.
+GGUF records ggml's ne, and its data is the C-order array of the reversed shape. Block-quantized tensors
+(Q4_0 ... Q6_K) are copied as they are, their blocks' bytes unchanged.
 """
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import numpy as np
 from .alloc import alloc_ctx_tensors
 from .errors import ModelFileError
 from .graph import Context, Tensor
-from .types import BF16, F16, F32
+from .types import BF16, F16, F32, QUANT_TYPES
 
-_TYPES = {"F32": F32, "F16": F16, "BF16": BF16}
+_TYPES = {t.ggml_id: t for t in (F32, F16, BF16) + QUANT_TYPES}
 
 
 @dataclass
@@ -71,9 +72,13 @@ def _check_architecture(path: str, metadata: dict, architecture: str | None):
 
 
 def _check_tensor(path: str, rt, file_size: int):
-    type_name = rt.tensor_type.name
-    if type_name not in _TYPES:
-        raise ModelFileError(f"tensor '{rt.name}' in {path} is of GGUF type {type_name}; ggpy loads F32, F16 and BF16")
+    if int(rt.tensor_type) not in _TYPES:
+        raise ModelFileError(f"tensor '{rt.name}' in {path} is of GGUF type {rt.tensor_type.name}; ggpy loads "
+                             f"{', '.join(t.name.upper() for t in _TYPES.values())}")
+    block = _TYPES[int(rt.tensor_type)].block
+    if len(rt.shape) and int(rt.shape[0]) % block:
+        raise ModelFileError(f"tensor '{rt.name}' in {path} has ne={tuple(int(n) for n in rt.shape)}: ne[0] must be a "
+                             f"multiple of its type {rt.tensor_type.name}'s block of {block}")
     end = int(rt.data_offset) + int(rt.n_bytes)
     if end > file_size:
         raise ModelFileError(f"{path} is truncated: tensor '{rt.name}' needs bytes up to {end}, the file has "
@@ -83,16 +88,28 @@ def _check_tensor(path: str, rt, file_size: int):
                              "have at most 4")
 
 
-def _array(rt) -> np.ndarray:
-    """The tensor's values (memory-mapped): the gguf reader gives BF16 tensors as bytes, seen here as bfloat16."""
+def _array(rt, type_) -> np.ndarray:
+    """The tensor's values as `type_` holds them (memory-mapped when it is the file's type): the gguf reader gives
+    BF16 tensors as bytes, seen here as bfloat16; a quantized tensor kept in a float type is dequantized by gguf."""
+    import gguf.quants
+
     data = np.asarray(rt.data)
-    return data.view(BF16.dtype) if rt.tensor_type.name == "BF16" else data
+    if rt.tensor_type.name == "BF16":
+        data = data.view(BF16.dtype)
+    file_type = _TYPES[int(rt.tensor_type)]
+    if file_type.quantized and type_ != file_type:
+        if type_.quantized:
+            raise ModelFileError(f"tensor '{rt.name}' is {file_type.name}; load_gguf(convert=) may keep it in F32, "
+                                 f"F16 or BF16, not {type_.name}")
+        data = gguf.quants.dequantize(data, rt.tensor_type)
+    return data
 
 
 def load_gguf(path, backend, architecture: str | None = None, convert=None) -> ModelFile:
-    """Read the GGUF file at `path` (memory-mapped) and copy its F32/F16/BF16 tensors into one new buffer of
-    `backend`. With `architecture`, the file's general.architecture must equal it. `convert(name, type)` may give
-    the type a tensor is kept in instead of its file type (values rounded to nearest even), or None to keep it."""
+    """Read the GGUF file at `path` (memory-mapped) and copy its F32/F16/BF16 and quantized tensors into one new
+    buffer of `backend`. With `architecture`, the file's general.architecture must equal it. `convert(name, type)`
+    may give the type a tensor is kept in instead of its file type (values rounded to nearest even; a quantized
+    tensor only into a float type, dequantized), or None to keep it."""
     path = os.fspath(path)
     reader = _open(path)
     metadata = _metadata(reader)
@@ -101,15 +118,15 @@ def load_gguf(path, backend, architecture: str | None = None, convert=None) -> M
     for rt in reader.tensors:
         _check_tensor(path, rt, file_size)
     ctx = Context()
-    tensors = {}
-    arrays = {rt.name: _array(rt) for rt in reader.tensors}
+    tensors, arrays = {}, {}
     for rt in reader.tensors:
-        file_type = _TYPES[rt.tensor_type.name]
+        file_type = _TYPES[int(rt.tensor_type)]
         type_ = (convert(rt.name, file_type) if convert else None) or file_type
-        t = ctx.new_tensor(type_, tuple(reversed(arrays[rt.name].shape)))
+        arrays[rt.name] = _array(rt, type_)
+        t = ctx.new_tensor(type_, tuple(int(n) for n in rt.shape) or (1,))
         tensors[rt.name] = t.set_name(rt.name)
     buffer = alloc_ctx_tensors(ctx, backend)
     for rt in reader.tensors:
         t = tensors[rt.name]
-        t.set(arrays[rt.name].reshape(tuple(reversed(t.ne))).astype(t.type.dtype, copy=False))
+        t.set(arrays[rt.name].reshape(t.storage_shape).astype(t.type.dtype, copy=False))
     return ModelFile(path, metadata, ctx, buffer, tensors)

@@ -20,7 +20,9 @@ import numpy as np
 from ..alloc import GraphAllocator
 from ..graph import Context, Graph
 from ..types import BF16, F16, I32
+from .cases.util import random_blocks
 from .references import REFERENCES
+from .references.common import dequantized
 
 GUARD_BYTES = 64
 
@@ -71,8 +73,11 @@ def nmse(out: np.ndarray, ref: np.ndarray) -> float:
 
 
 def default_fill(rng: np.random.Generator, t) -> np.ndarray:
-    """Uniform values in [-1, 1) for float tensors (never zeros), small indices for I32."""
+    """Uniform values in [-1, 1) for float tensors (never zeros), small indices for I32, random blocks for a
+    quantized type (cases.util.random_blocks)."""
     shape = tuple(reversed(t.ne))
+    if t.type.quantized:
+        return random_blocks(rng, t.type, t.ne)
     if t.type == I32:
         return rng.integers(0, 4, size=shape).astype(np.int32)
     return rng.uniform(-1.0, 1.0, size=shape)
@@ -97,20 +102,26 @@ def _build(case: OpCase, backend, seed: int):
 
 
 def _raw(t) -> np.ndarray:
-    """t's elements as stored (F16 as its bits), shape reversed(ne)."""
-    return t.buffer.get_tensor(t).reshape(tuple(reversed(t.ne)))
+    """t's elements as stored (F16 as its bits, a quantized type's rows as bytes), shape t.storage_shape."""
+    return t.buffer.get_tensor(t).reshape(t.storage_shape)
+
+
+def _values(t) -> np.ndarray:
+    """t's values in float64, shape reversed(ne) (a quantized type's dequantized by gguf)."""
+    raw = _raw(t)
+    return dequantized(raw, t.type) if t.type.quantized else raw.astype(np.float64)
 
 
 def _written_by(out_node, base) -> np.ndarray:
-    """A mask over `base` (a leaf) of the elements the view `out_node` covers (cpy writes only those)."""
-    mask = np.zeros(base.nelements, bool)
+    """A mask over `base` (a leaf, as stored) of the elements the view `out_node` covers (cpy writes only those)."""
+    mask = np.zeros(int(np.prod(base.storage_shape)), bool)
     if out_node.view_src is base:
-        size = base.type.size
+        size = base.type.dtype.itemsize
         idx = out_node.view_offs // size
-        for k in range(4):
-            idx = np.add.outer(np.arange(out_node.ne[k]) * (out_node.nb[k] // size), idx)
+        for n, stride in zip(reversed(out_node.storage_shape), reversed(out_node.storage_strides)):
+            idx = np.add.outer(np.arange(n) * (stride // size), idx)
         mask[idx.ravel()] = True
-    return mask.reshape(tuple(reversed(base.ne)))
+    return mask.reshape(base.storage_shape)
 
 
 def _check_leafs(out_node, leafs, before) -> str:
@@ -172,13 +183,11 @@ def run_case(case: OpCase, backend, seed: int = 0) -> CaseResult:
     changed = _check_leafs(out_node, leafs, before)
     if changed:
         return CaseResult(case, False, float("nan"), changed)
-    out = out_node.numpy().reshape(tuple(reversed(out_node.ne)))
+    out = _values(out_node) if out_node.type.quantized else out_node.numpy().reshape(tuple(reversed(out_node.ne)))
     if case.reference is not None:
-        ref = case.reference(out_node, {id(t): t.numpy().reshape(tuple(reversed(t.ne))).astype(np.float64)
-                                        for t in leafs})
+        ref = case.reference(out_node, {id(t): _values(t) for t in leafs})
     else:
-        srcs = [s.numpy().reshape(tuple(reversed(s.ne))).astype(np.float64) if s is not None else None
-                for s in out_node.src]
+        srcs = [_values(s) if s is not None else None for s in out_node.src]
         ref = REFERENCES[out_node.op](out_node, srcs)
     ok, err, msg = compare(case, out_node, out, ref)
     ran = _step_name(backend, graph)

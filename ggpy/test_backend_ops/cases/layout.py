@@ -1,8 +1,10 @@
-"""Cases for data movement: dup, cont (and cont_Nd), cast, cpy, concat, pad, repeat, get_rows and SAM's window ops."""
+"""Cases for data movement: dup, cont (and cont_Nd), cast, cpy, concat, pad, repeat, get_rows and SAM's window ops;
+get_rows from and copies into the quantized types."""
 from __future__ import annotations
 
 from ... import ops
-from ...types import BF16, F16, F32, I32
+from ...ops.layout import QUANTIZE_TO
+from ...types import BF16, F16, F32, I32, QUANT_TYPES
 from ..harness import OpCase
 from .util import LAYOUTS, layout, leaf
 
@@ -146,5 +148,37 @@ def _get_rows_cases():
     return out
 
 
+EXACT_NMSE = 1e-12
+"""Dequantizing and quantizing are exact (ggml's formulas in float32, as gguf.quants): only a last-bit difference
+of an fma against gguf's separate multiply and add remains."""
+
+
+def _quant_cases():
+    """get_rows of every quantized type (rows dequantized); cpy and cast of F32 into the types ggpy quantizes: same
+    shape, another shape, rows of a bigger tensor (a KV cache's view)."""
+    out = []
+    for t in QUANT_TYPES:
+        k = 2 * t.block
+        for ne_a, n in (((k, 7, 1, 1), 5), ((k + t.block, 6, 3, 2), 4)):
+            out.append(OpCase("get_rows", f"{t.name},a={ne_a},n={n}", lambda ctx, t=t, na=ne_a, n=n: _get_rows(
+                ctx, t, na, n), fill=_rows_fill(ne_a[1]), max_nmse=EXACT_NMSE))
+    for t in QUANTIZE_TO:
+        out.append(OpCase("cpy", f"f32->{t.name},(96,5,3)", lambda ctx, t=t: ops.cpy(
+            leaf(ctx, F32, (96, 5, 3)), leaf(ctx, t, (96, 5, 3))), max_nmse=EXACT_NMSE))
+        out.append(OpCase("cpy", f"f32->{t.name},a=(48,8),b=(64,3,2)", lambda ctx, t=t: ops.cpy(
+            leaf(ctx, F32, (48, 8)), leaf(ctx, t, (64, 3, 2))), max_nmse=EXACT_NMSE))
+        out.append(OpCase("cpy", f"f32->{t.name},b=view_2d(cache(64,10))", lambda ctx, t=t: _cpy_into_rows(ctx, t),
+                          max_nmse=EXACT_NMSE))
+        out.append(OpCase("cast", f"f32->{t.name}", lambda ctx, t=t: ops.cast(leaf(ctx, F32, (160, 4)), t),
+                          max_nmse=EXACT_NMSE))
+    return out
+
+
+def _cpy_into_rows(ctx, t):
+    """3 rows of F32 copied into rows 2-4 of a (64, 10) cache of type t."""
+    cache = leaf(ctx, t, (64, 10))
+    return ops.cpy(leaf(ctx, F32, (64, 3)), ops.view_2d(cache, 64, 3, cache.nb[1], 2 * cache.nb[1]))
+
+
 def cases():
-    return _copy_cases() + _concat_cases() + _pad_cases() + _repeat_cases() + _get_rows_cases()
+    return _copy_cases() + _concat_cases() + _pad_cases() + _repeat_cases() + _get_rows_cases() + _quant_cases()

@@ -1,8 +1,9 @@
-"""Cases for mul_mat: odd sizes, broadcasting of a over dims 2 and 3, F16 operands, transposed inputs."""
+"""Cases for mul_mat: odd sizes, broadcasting of a over dims 2 and 3, F16 operands, transposed inputs, quantized
+weights."""
 from __future__ import annotations
 
 from ... import ops
-from ...types import BF16, F16, F32
+from ...types import BF16, F16, F32, QUANT_TYPES
 from ..harness import OpCase
 from ..references import evaluate
 from .util import layout, leaf
@@ -45,7 +46,7 @@ def cases():
                                   lambda ctx, ha=how_a, hb=how_b, ne_a=ne_a, ne_b=ne_b: ops.mul_mat(
                                       layout(ctx, F32, ne_a, ha), layout(ctx, F32, ne_b, hb)),
                                   flops=_flops, max_nmse=5e-7))
-    out += epilogue_cases() + cast_epilogue_cases()
+    out += epilogue_cases() + cast_epilogue_cases() + quant_cases()
     out.append(OpCase("mul_mat", "f32,perf,K=1024,M=1024,N=1024",
                       lambda ctx: ops.mul_mat(layout(ctx, F32, (1024, 1024)), layout(ctx, F32, (1024, 1024))),
                       flops=_flops, max_nmse=5e-7, tags=("perf",)))
@@ -95,3 +96,27 @@ def _cast_bias(ctx, t, tail):
     if tail == "residual":
         return ops.add(y, leaf(ctx, t, (48, 70, 2)))
     return getattr(ops, tail)(y) if tail else y
+
+
+QUANT_NMSE = 1e-9
+"""Quantized a: the weights are dequantized exactly (as gguf.quants), so what differs from the float64 reference is
+float32 accumulation over K <= 768: relative error ~ sqrt(K) * 2^-24 ~ 2e-6 per output, nmse ~ 1e-11; any format
+error (a nibble, bit or scale out of place) gives nmse > 1e-4."""
+
+
+def quant_cases():
+    """Every quantized type as a (K a multiple of 32, or 256 for the K-quants; 576 = 18 x 32 is not of 256), F32 b:
+    N = 1 and 3 (dot products), 7 and 64 (dequantized panels), a broadcast over dims 2 and 3, b transposed (read in
+place, its rows strided)."""
+    out = []
+    for t in QUANT_TYPES:
+        k0, k1, k2 = (512, 768, 512) if t.block == 256 else (256, 576, 512)
+        for k, m, n, ad, bd, how in ((k0, 33, 1, (1, 1), (1, 1), "cont"), (k1, 40, 7, (1, 1), (1, 1), "cont"),
+                                     (k2, 70, 64, (1, 1), (1, 1), "cont"), (k0, 16, 3, (2, 1), (4, 3), "cont"),
+                                     (k1, 24, 9, (1, 2), (2, 2), "cont"), (k0, 20, 2, (1, 1), (1, 1), "permuted")):
+            impl = "dot" if n * (bd[0] * bd[1] if ad == (1, 1) else 1) <= 4 else "(gemm|blas)"
+            out.append(OpCase("mul_mat", f"{t.name},f32,K={k},M={m},N={n},a23={ad},b23={bd},b={how}",
+                              lambda ctx, t=t, k=k, m=m, n=n, ad=ad, bd=bd, how=how: ops.mul_mat(
+                                  leaf(ctx, t, (k, m) + ad), layout(ctx, F32, (k, n) + bd, how)),
+                              flops=_flops, max_nmse=QUANT_NMSE, kernel=f"{impl}_{t.name}"))
+    return out

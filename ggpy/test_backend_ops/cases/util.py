@@ -1,10 +1,11 @@
-"""Building blocks for op cases: leafs in F32/F16, and non-contiguous views of the same logical shape."""
+"""Building blocks for op cases: leafs in F32/F16, non-contiguous views of the same logical shape, and random
+blocks of the quantized types."""
 from __future__ import annotations
 
 import numpy as np
 
 from ... import ops
-from ...types import BF16, F16, F32
+from ...types import BF16, F16, F32, Q6_K
 
 TYPES = (F32, F16, BF16)
 
@@ -46,3 +47,22 @@ def uniform(lo: float, hi: float):
             return rng.uniform(lo, hi, size=tuple(reversed(t.ne)))
         return None
     return fill
+
+
+def random_blocks(rng: np.random.Generator, type_, ne) -> np.ndarray:
+    """Random rows of `type_`'s blocks (uint8, shape (ne3, ne2, ne1, bytes per row)): uniform F32 weights in [-1, 1)
+    quantized by gguf.quants where it quantizes the type; else random bytes whose f16 scale fields are set to finite
+    values in [2^-10, 2^-9) (the K-quants: d and dmin first, Q6_K's d last)."""
+    import gguf
+
+    qtype = gguf.GGMLQuantizationType(type_.ggml_id)
+    shape = tuple(reversed(ne))
+    try:
+        return gguf.quants.quantize(rng.uniform(-1, 1, shape).astype(np.float32), qtype)
+    except NotImplementedError:
+        raw = rng.integers(0, 256, shape[:3] + (type_.row_bytes(ne[0]),), dtype=np.uint8)
+    blocks = raw.reshape(-1, type_.size)
+    scales = slice(type_.size - 2, type_.size) if type_ == Q6_K else slice(0, 4)
+    n = (scales.stop - scales.start) // 2
+    blocks[:, scales] = rng.uniform(2 ** -10, 2 ** -9, (len(blocks), n)).astype(np.float16).view(np.uint8)
+    return raw

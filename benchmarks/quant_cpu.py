@@ -1,0 +1,86 @@
+"""Quantized mul_mat on the CPU: ggpy with a quantized weight vs numpy's float32 matmul on the same weight
+dequantized (by gguf.quants), same thread count, side by side.
+
+    python benchmarks/quant_cpu.py [-t THREADS] [--rounds N] [--calls C] [--types q4_1,q8_0,q4_k,q6_k]
+
+Weights of ne = (K, M) = (576, 1536) and (1536, 576) (SmolLM2-135M's feed-forward), x of N = 1 (generation) and
+N = 64 rows. Each round gives every implementation a short pause, one warm-up call and C timed consecutive calls;
+the table shows the medians per call over the rounds, GFLOP/s (2 M N K flops) and numpy's time over ggpy's.
+"""
+import argparse
+import time
+
+import gguf
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+import ggpy
+from ggpy.types import type_of
+
+SHAPES = ((576, 1536), (1536, 576))
+ROWS = (1, 64)
+
+
+def planned(backend, wtype, raw, x):
+    """A planned mul_mat graph of the quantized weight `raw` (bytes) and x (N, K) float32, evaluated once."""
+    ctx = ggpy.Context()
+    w = ctx.new_tensor(wtype, (x.shape[1], raw.shape[0]))
+    xt = ctx.new_tensor(ggpy.F32, (x.shape[1], x.shape[0]))
+    graph = ggpy.Graph().build_forward_expand(ggpy.mul_mat(w, xt))
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    w.set(raw)
+    xt.set(x.reshape(xt.shape))
+    backend.compute(graph)
+    return lambda: backend.compute(graph), backend.kernel_name(graph.nodes[-1])
+
+
+def timed(f, calls: int) -> float:
+    f()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        f()
+    return (time.perf_counter() - t0) / calls
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-t", "--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--types", default="q4_1,q8_0,q4_k,q6_k")
+    args = parser.parse_args()
+    backend = ggpy.CPUBackend(n_threads=args.threads)
+    rng = np.random.default_rng(0)
+    print(f"threads={args.threads} rounds={args.rounds} calls={args.calls} numpy {np.__version__}")
+    print(f"{'weight':<18} {'N':>3} {'ggpy kernel':<14} {'ggpy ms':>8} {'numpy ms':>9} {'numpy/ggpy':>10} "
+          f"{'ggpy GFLOP/s':>12} {'numpy GFLOP/s':>13}")
+    with threadpool_limits(args.threads, user_api="blas"):
+        for name in args.types.split(","):
+            wtype = type_of(name)
+            qtype = gguf.GGMLQuantizationType(wtype.ggml_id)
+            for k, m in SHAPES:
+                w = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+                try:
+                    raw = gguf.quants.quantize(w, qtype)
+                except NotImplementedError:     # K-quants: random blocks with sane scales, as the op tests make
+                    from ggpy.test_backend_ops.cases.util import random_blocks
+                    raw = random_blocks(rng, wtype, (k, m, 1, 1)).reshape(m, -1)
+                dense = gguf.quants.dequantize(raw, qtype)
+                for n in ROWS:
+                    x = rng.uniform(-1, 1, (n, k)).astype(np.float32)
+                    out = np.empty((n, m), np.float32)
+                    run, kernel = planned(backend, wtype, raw, x)
+                    impls = {"ggpy": run, "numpy": lambda x=x, out=out, dense=dense: np.matmul(x, dense.T, out=out)}
+                    times = {key: [] for key in impls}
+                    for _ in range(args.rounds):
+                        for key, f in impls.items():
+                            time.sleep(0.1)      # let the other library's spinning worker threads idle
+                            times[key].append(timed(f, args.calls))
+                    g, nump = (float(np.median(times[key])) * 1e3 for key in ("ggpy", "numpy"))
+                    flops = 2 * m * n * k
+                    print(f"{name} K={k} M={m:<5} {n:>3} {kernel:<14} {g:8.3f} {nump:9.3f} {nump / g:10.2f} "
+                          f"{flops / g / 1e6:12.1f} {flops / nump / 1e6:13.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+pytest.importorskip("tokenizers")          # the llama extra: pip install -e ".[llama]"
+pytest.importorskip("jinja2")
+
 from llama_tiny import write_tiny_llama
 
 from examples.llama.chat import render_chat

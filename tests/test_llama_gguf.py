@@ -8,6 +8,8 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
+pytest.importorskip("tokenizers")          # the llama extra: pip install -e ".[llama]"
+
 from llama_tiny import Q, write_tiny_llama
 
 from examples.llama.gguf_file import open_llama, read_gguf

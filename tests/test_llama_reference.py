@@ -7,6 +7,8 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
+pytest.importorskip("tokenizers")          # the llama extra: pip install -e ".[llama]"
+
 from llama_cpp_ref import llama_cpp, smollm_path
 from llama_tiny import write_tiny_llama
 

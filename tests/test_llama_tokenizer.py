@@ -3,6 +3,9 @@ vocabulary) and to llama.cpp's tokenization of the same file (tiny files and Smo
 installed); BOS/EOS as the file says; special tokens whole; decoding byte-level, streamed across split UTF-8."""
 import numpy as np
 import pytest
+pytest.importorskip("tokenizers")          # the llama extra: pip install -e ".[llama]"
+pytest.importorskip("jinja2")
+
 from llama_cpp_ref import llama_cpp, smollm_path
 from llama_tiny import CHAT_TEMPLATE, tiny_tokenizer, write_tiny_llama
 

@@ -3,9 +3,10 @@ dequantized (by gguf.quants), same thread count, side by side.
 
     python benchmarks/quant_cpu.py [-t THREADS] [--rounds N] [--calls C] [--types q4_1,q8_0,q4_k,q6_k]
 
-Weights of ne = (K, M) = (576, 1536) and (1536, 576) (SmolLM2-135M's feed-forward), x of N = 1 (generation) and
-N = 64 rows. Each round gives every implementation a short pause, one warm-up call and C timed consecutive calls;
-the table shows the medians per call over the rounds, GFLOP/s (2 M N K flops) and numpy's time over ggpy's.
+Weights of ne = (K, M) = (576, 1536) and (1536, 576) (SmolLM2-135M's feed-forward; the K-quants, whose rows are
+whole blocks of 256, take K = 512 for 576), x of N = 1 (generation) and N = 64 rows. Each round gives every
+implementation a short pause, one warm-up call and C timed consecutive calls; the table shows the medians per call
+over the rounds, GFLOP/s (2 M N K flops) and numpy's time over ggpy's.
 """
 import argparse
 import time
@@ -59,6 +60,7 @@ def main():
             wtype = type_of(name)
             qtype = gguf.GGMLQuantizationType(wtype.ggml_id)
             for k, m in SHAPES:
+                k = k // wtype.block * wtype.block
                 w = rng.uniform(-1, 1, (m, k)).astype(np.float32)
                 try:
                     raw = gguf.quants.quantize(w, qtype)

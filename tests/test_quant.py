@@ -289,3 +289,33 @@ def test_cuda_refuses_quantized_nodes_with_their_types():
     for node in nodes:
         reason = CUDA_KERNELS[node.op].refusal(node)
         assert reason is not None and "q4_1" in reason, reason
+
+
+def test_cuda_scheduler_runs_quantized_nodes_on_the_cpu():
+    """With a GPU: a graph mixing quantized weights and float ops plans and runs across CUDA and the CPU (the
+    quantized nodes on the CPU) and gives the CPU's results."""
+    try:
+        cuda = ggpy.backends.make_backend("cuda")
+    except ggpy.CudaError as e:
+        pytest.skip(f"no CUDA backend here: {e}")
+    rng = np.random.default_rng(7)
+    values = {"w": random_blocks(rng, Q4_K, (512, 48, 1, 1)), "e": random_blocks(rng, Q8_0, (512, 10, 1, 1)),
+              "i": np.array([3, 1, 4, 1, 5], np.int32)}
+
+    def build(ctx):
+        w, e = ctx.new_tensor(Q4_K, (512, 48)).set_name("w"), ctx.new_tensor(Q8_0, (512, 10)).set_name("e")
+        x = ggpy.get_rows(e, ctx.new_tensor(ggpy.I32, (5,)).set_name("i"))
+        return ggpy.soft_max(ggpy.mul_mat(w, ggpy.scale(x, 0.5)))
+
+    want = _run(build, values, ggpy.CPUBackend(n_threads=2))
+    ctx = ggpy.Context()
+    out = build(ctx).set_output()
+    graph = ggpy.Graph().build_forward_expand(out)
+    sched = ggpy.Scheduler([cuda, ggpy.CPUBackend(n_threads=2)])
+    sched.alloc_graph(graph)
+    for t in graph.leafs:
+        t.set(values[t.name])
+    sched.compute(graph)
+    placed = {n.op: sp.backend.name for sp in sched.splits for n in sp.nodes}
+    assert placed["mul_mat"] == placed["get_rows"] == "cpu" and placed["soft_max"].startswith("cuda"), placed
+    assert np.allclose(out.numpy(), want, rtol=1e-5, atol=1e-7)

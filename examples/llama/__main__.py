@@ -94,6 +94,9 @@ def run(args):
     tokens = prompt_tokens(tokenizer, args.prompt, args.chat)
     if not tokens:
         raise ValueError("the prompt is empty once tokenized (and the model adds no BOS)")
+    hp = model.hparams
+    print(f"{model.path}: {hp.arch}, {hp.n_layer} blocks, width {hp.n_embd}, {hp.n_head} query / {hp.n_head_kv} KV "
+          f"heads, vocabulary {hp.n_vocab}; {len(tokens)} prompt tokens", file=sys.stderr)
     lm = make_model(model, args.backend, args.threads)
     if len(tokens) + max(args.n_predict - 1, 0) > lm.n_ctx:
         raise ValueError(f"{len(tokens)} prompt tokens + {args.n_predict} to generate exceed the context of "

@@ -125,7 +125,7 @@ class Tokenizer:
         if len(types) != len(tokens):
             md.fail(f"tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
         pre_name = metadata.get("tokenizer.ggml.pre", "default")
-        if pre_name not in PRE_TOKENIZERS:
+        if not isinstance(pre_name, str) or pre_name not in PRE_TOKENIZERS:
             md.fail(f"pre-tokenizer tokenizer.ggml.pre={pre_name!r} is not supported (known: "
                     f"{', '.join(sorted(PRE_TOKENIZERS))})")
         pre = PRE_TOKENIZERS[pre_name]
@@ -141,13 +141,13 @@ class Tokenizer:
                 md.fail(f"tokenizer.ggml.add_{name}_token is true, but tokenizer.ggml.{name}_token_id is not set")
         self.eog_ids = frozenset([i for i, t in enumerate(tokens) if t in EOG_TEXTS]
                                  + ([self.eos_id] if self.eos_id is not None else []))
-        self.chat_template = metadata.get("tokenizer.chat_template")
+        template = metadata.get("tokenizer.chat_template")
+        self.chat_template = template if isinstance(template, str) else None
         special = [t for t, k in zip(tokens, self.types) if k in (CONTROL, UNKNOWN)]
         user_defined = [t for t, k in zip(tokens, self.types) if k == USER_DEFINED]
+        merges = md.list_of("tokenizer.ggml.merges", str)
         try:
-            self._hf = _build_hf(tokens, md.list_of("tokenizer.ggml.merges", str), pre, special, user_defined)
-        except ModelFileError:
-            raise
+            self._hf = _build_hf(tokens, merges, pre, special, user_defined)
         except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types on bad vocabularies
             md.fail(f"its tokenizer could not be built ({type(e).__name__}: {e})")
 

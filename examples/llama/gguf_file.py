@@ -14,11 +14,12 @@ import gguf
 import numpy as np
 
 from ggpy import ModelFileError
+from ggpy.types import FLOAT_TYPES, QUANT_TYPES
 
 from .hparams import HParams, hparams_from_metadata
 
-# The tensor types the runner takes (ggpy's CPU and CUDA backends run products on all of them).
-SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K")
+# The tensor types the runner takes: those ggpy holds (GGML's names).
+SUPPORTED_TYPES = tuple(t.name.upper() for t in FLOAT_TYPES + QUANT_TYPES)
 
 
 _TYPE_IDS = frozenset(int(t) for t in gguf.GGMLQuantizationType)

@@ -26,7 +26,7 @@ def _run(build, leafs: dict, backend):
     graph = ggpy.Graph().build_forward_expand(out)
     ggpy.GraphAllocator(backend).alloc_graph(graph)
     for t in graph.leafs:
-        t.set(leafs[t.name])
+        t.set(leafs[t.name] if t.type.quantized else leafs[t.name].reshape(t.shape))
     backend.compute(graph)
     return out.numpy()
 
@@ -178,7 +178,7 @@ def test_format_mistakes_would_fail(cpu, t, mistake):
 
 # -- kernels ---------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("impl, n", [("dot", 3), ("dot", 20), ("blas", 5), ("blas", 40), ("gemm", 40)])
+@pytest.mark.parametrize("impl, n", [("dot", 1), ("dot", 3), ("dot", 20), ("blas", 5), ("blas", 40), ("gemm", 40)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_mul_mat_implementations_and_thread_splits(impl, n, threads):
     rng = np.random.default_rng(4)

@@ -35,7 +35,7 @@ from .common import (
 )
 from .elementwise import EPILOGUE_FUNCS, epilogue_code
 from .fp16 import load
-from .quants import CODES, DEQUANTIZE
+from .quants import CODES, DEQUANTIZE, DOT, dot_f32
 
 EPILOGUE_ROWS = 256
 """Output rows a fused mul_mat multiplies per sgemm call before applying its epilogue to them (in cache)."""
@@ -307,26 +307,22 @@ def _merge_batches(d, a, x):
 
 # -- a block-quantized a ------------------------------------------------------------------------------------
 
-@scalar
-def dot_f32(u, v):
-    """sum(u * v) of two float32 vectors, in float32 (vectorised: reassociated)."""
-    s = np.float32(0.0)
-    for i in range(u.size):
-        s += u[i] * v[i]
-    return s
-
-
 @njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc", "contract"})
 def mul_mat_dot_rows(code, d, a, x, rows, ith, nth):
-    """d[i3, i2, n, r] = dot(row r of a[a3, a2] dequantized, x[i3, i2, n]) for worker ith's block of the M rows of
-    every matrix; rows[ith] (K floats) holds the dequantized row. (Reassociated: dot_f32's sums vectorise.)"""
-    f = DEQUANTIZE[code]
+    """d[i3, i2, n, r] = dot(row r of a[a3, a2], x[i3, i2, n]) for worker ith's block of the M rows of every matrix:
+    DOT's dot products for one row of x (unit stride), else each row of a dequantized once into rows[ith] (K floats)
+    and its dot products with x's rows. (Reassociated: dot_f32's sums vectorise.)"""
+    f, g = DEQUANTIZE[code], DOT[code]
     b3, b2, n, m = d.shape
     mine = rows[ith]
     m0, m1 = block(m, ith, nth)
     for i3 in range(b3):
         for i2 in range(b2):
             aa = a[i3 // (b3 // a.shape[0]), i2 // (b2 // a.shape[1])]
+            if n == 1 and x.strides[3] == 4:
+                for r in range(m0, m1):
+                    d[i3, i2, 0, r] = g(aa[r], x[i3, i2, 0], mine)
+                continue
             for r in range(m0, m1):
                 f(mine, aa[r])
                 for j in range(n):

@@ -3,7 +3,7 @@
 Every dequantizer goes through unpack16, which turns 16 quants into 16 floats with vector instructions (written
 in LLVM IR: numba's loop vectoriser gives up on the short loops over a block's bytes). A row is a contiguous uint8
 array of whole blocks, its float32 output contiguous. `DEQUANTIZE[code]` is the row dequantizer of the type with
-`CODES[type]`; `QUANTIZE[QUANTIZE_CODES[type]]` the row quantizer of the types cpy writes (ggml's
+`CODES[type]`, `DOT[code]` a row's dot product with a float32 vector; `QUANTIZE[QUANTIZE_CODES[type]]` the row quantizer of the types cpy writes (ggml's
 quantize_row_*_ref, bit for bit).
 """
 import math
@@ -27,49 +27,103 @@ NIBBLE, INT8, NIBBLE_BIT, NIBBLE_2BITS, NIBBLE_WORD_BIT = range(5)
 LANES = 16
 
 
+class _Vectors:
+    """LLVM IR for 16 lanes: the quants of a block's bytes as floats (see the modes above), splats, fma."""
+
+    def __init__(self, builder):
+        self.b = builder
+        self.i32, self.f32 = ir.IntType(32), ir.FloatType()
+        self.v32, self.vf = ir.VectorType(self.i32, LANES), ir.VectorType(self.f32, LANES)
+        self.fma_fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(self.vf, [self.vf] * 3),
+                                                     f"llvm.fma.v{LANES}f32")
+
+    def splat(self, x, vt):
+        one = self.b.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(self.i32, 0))
+        return self.b.shuffle_vector(one, ir.Constant(vt, ir.Undefined), ir.Constant(self.v32, [0] * LANES))
+
+    def load(self, addr, element):
+        return self.b.load(self.b.inttoptr(addr, ir.VectorType(element, LANES).as_pointer()), align=1)
+
+    def field(self, v, by, mask):
+        return self.b.and_(self.b.lshr(v, by), ir.Constant(self.v32, [mask] * LANES))
+
+    def quants(self, kind, src, hsrc, shift, hshift):
+        """The 16 quants q_j (see the modes) from the bytes at src and hsrc (integer addresses), as floats."""
+        b, v32 = self.b, self.v32
+        q = b.zext(self.load(src, ir.IntType(8)), v32)
+        if kind == INT8:
+            q = b.xor(q, ir.Constant(v32, [128] * LANES))
+        else:
+            q = self.field(q, self.splat(b.trunc(shift, self.i32), v32), 15)
+        if kind in (NIBBLE_BIT, NIBBLE_2BITS):
+            h = self.field(b.zext(self.load(hsrc, ir.IntType(8)), v32), self.splat(b.trunc(hshift, self.i32), v32),
+                           1 if kind == NIBBLE_BIT else 3)
+        elif kind == NIBBLE_WORD_BIT:
+            word = self.splat(b.load(b.inttoptr(hsrc, self.i32.as_pointer()), align=1), v32)
+            h = self.field(word, b.add(self.splat(b.trunc(hshift, self.i32), v32),
+                                       ir.Constant(v32, list(range(LANES)))), 1)
+        if kind in (NIBBLE_BIT, NIBBLE_2BITS, NIBBLE_WORD_BIT):
+            q = b.or_(q, b.shl(h, ir.Constant(v32, [4] * LANES)))
+        return b.uitofp(q, self.vf)
+
+    def fma(self, x, y, z):
+        return self.b.call(self.fma_fn, [x, y, z])
+
+
 @intrinsic(prefer_literal=True)
 def unpack16(typingctx, dst, src, hsrc, mode, shift, hshift, scale, offset):
     """dst[j] = scale * q_j + offset for j < 16: float32 at address dst, quants q_j made as `mode` (a literal) says
     from the bytes at addresses src and hsrc."""
     if not isinstance(mode, types.IntegerLiteral):
         return None
-    kind = mode.literal_value
 
     def codegen(context, builder, sig, args):
         dst, src, hsrc, _, shift, hshift, scale, offset = args
-        i32, f32 = ir.IntType(32), ir.FloatType()
-        v32, vf = ir.VectorType(i32, LANES), ir.VectorType(f32, LANES)
-
-        def splat(x, vt):
-            one = builder.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(i32, 0))
-            return builder.shuffle_vector(one, ir.Constant(vt, ir.Undefined), ir.Constant(v32, [0] * LANES))
-
-        def load_bytes(addr):
-            ptr = builder.inttoptr(addr, ir.VectorType(ir.IntType(8), LANES).as_pointer())
-            return builder.zext(builder.load(ptr, align=1), v32)
-
-        def field(v, by, mask):
-            return builder.and_(builder.lshr(v, by), ir.Constant(v32, [mask] * LANES))
-
-        b = load_bytes(src)
-        if kind == INT8:
-            q = builder.xor(b, ir.Constant(v32, [128] * LANES))
-        else:
-            q = field(b, splat(builder.trunc(shift, i32), v32), 15)
-        if kind in (NIBBLE_BIT, NIBBLE_2BITS):
-            h = field(load_bytes(hsrc), splat(builder.trunc(hshift, i32), v32), 1 if kind == NIBBLE_BIT else 3)
-        elif kind == NIBBLE_WORD_BIT:
-            word = splat(builder.load(builder.inttoptr(hsrc, i32.as_pointer()), align=1), v32)
-            by = builder.add(splat(builder.trunc(hshift, i32), v32), ir.Constant(v32, list(range(LANES))))
-            h = field(word, by, 1)
-        if kind in (NIBBLE_BIT, NIBBLE_2BITS, NIBBLE_WORD_BIT):
-            q = builder.or_(q, builder.shl(h, ir.Constant(v32, [4] * LANES)))
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vf, [vf] * 3), f"llvm.fma.v{LANES}f32")
-        value = builder.call(fma, [builder.uitofp(q, vf), splat(scale, vf), splat(offset, vf)])
-        builder.store(value, builder.inttoptr(dst, vf.as_pointer()), align=4)
+        v = _Vectors(builder)
+        value = v.fma(v.quants(mode.literal_value, src, hsrc, shift, hshift), v.splat(scale, v.vf),
+                      v.splat(offset, v.vf))
+        builder.store(value, builder.inttoptr(dst, v.vf.as_pointer()), align=4)
         return context.get_dummy_value()
     sig = types.void(types.intp, types.intp, types.intp, mode, types.intp, types.intp, types.float32, types.float32)
     return sig, codegen
+
+
+@intrinsic(prefer_literal=True)
+def dot_blocks32(typingctx, mode, row, x, nblocks, size, m_at, qh_at, qs_at, center):
+    """sum over the nblocks 32-blocks of a row (bytes at address row, `size` each) of the block's values . x's 32
+    (float32 at address x), without storing the values: a block with f16 d at byte 0 holds d * (q - center), or,
+    when m_at > 0, d * q + m with f16 m at byte m_at; its quants are made as `mode` says from its bytes at qs_at (the
+    second 16: the high nibbles, or the next 16 bytes for INT8) and qh_at (fifth bits at 0 and 16)."""
+    if not isinstance(mode, types.IntegerLiteral):
+        return None
+    kind = mode.literal_value
+
+    def codegen(context, builder, sig, args):
+        _, row, x, nblocks, size, m_at, qh_at, qs_at, center = args
+        v = _Vectors(builder)
+        half = ir.HalfType().as_pointer()
+        acc = [cgutils.alloca_once_value(builder, ir.Constant(v.vf, [0.0] * LANES)) for _ in range(2)]
+        zero, four, sixteen = (ir.Constant(x.type, n) for n in (0, 4, 16))
+        with cgutils.for_range(builder, nblocks) as loop:
+            blk = builder.add(row, builder.mul(loop.index, size))
+            d = builder.fpext(builder.load(builder.inttoptr(blk, half), align=1), v.f32)
+            m_ptr = builder.inttoptr(builder.add(blk, m_at), half)
+            m = builder.select(builder.icmp_signed(">", m_at, zero),
+                               builder.fpext(builder.load(m_ptr, align=1), v.f32), builder.fmul(d, builder.fneg(center)))
+            xs = builder.add(x, builder.mul(loop.index, ir.Constant(x.type, 128)))
+            xl, xh = v.load(xs, v.f32), v.load(builder.add(xs, ir.Constant(x.type, 64)), v.f32)
+            qs, qh = builder.add(blk, qs_at), builder.add(blk, qh_at)
+            second = builder.add(qs, sixteen) if kind == INT8 else qs
+            t = builder.fmul(v.quants(kind, qs, qh, zero, zero), xl)
+            t = v.fma(v.quants(kind, second, qh, zero if kind == INT8 else four, sixteen), xh, t)
+            builder.store(v.fma(v.splat(d, v.vf), t, builder.load(acc[0])), acc[0])
+            builder.store(v.fma(v.splat(m, v.vf), builder.fadd(xl, xh), builder.load(acc[1])), acc[1])
+        total = builder.fadd(builder.load(acc[0]), builder.load(acc[1]))
+        reduce = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v.f32, [v.f32, v.vf]),
+                                                f"llvm.vector.reduce.fadd.v{LANES}f32")
+        return builder.call(reduce, [ir.Constant(v.f32, 0.0), total])
+    i = types.intp
+    return types.float32(mode, i, i, i, i, i, i, i, types.float32), codegen
 
 
 @intrinsic
@@ -203,6 +257,66 @@ def dequantize_q6_k(out, row):
 DEQUANTIZE = tuple({Q4_0: dequantize_q4_0, Q4_1: dequantize_q4_1, Q5_0: dequantize_q5_0, Q5_1: dequantize_q5_1,
                     Q8_0: dequantize_q8_0, Q4_K: dequantize_q4_k, Q5_K: dequantize_q5_k,
                     Q6_K: dequantize_q6_k}[t] for t in QUANT_TYPES)
+
+
+# -- row dot products: dot_<type>(row, x, buf) = row's values . x (x contiguous float32 (ne0,), buf its size) ---
+
+@scalar
+def dot_f32(u, v):
+    """sum(u * v) of two float32 vectors, in float32 (vectorised where the caller reassociates)."""
+    s = np.float32(0.0)
+    for i in range(u.size):
+        s += u[i] * v[i]
+    return s
+
+
+@scalar
+def dot_q4_0(row, x, buf):
+    return dot_blocks32(NIBBLE, row.ctypes.data, x.ctypes.data, x.size // 32, 18, 0, 0, 2, np.float32(8.0))
+
+
+@scalar
+def dot_q4_1(row, x, buf):
+    return dot_blocks32(NIBBLE, row.ctypes.data, x.ctypes.data, x.size // 32, 20, 2, 0, 4, np.float32(0.0))
+
+
+@scalar
+def dot_q5_0(row, x, buf):
+    return dot_blocks32(NIBBLE_WORD_BIT, row.ctypes.data, x.ctypes.data, x.size // 32, 22, 0, 2, 6, np.float32(16.0))
+
+
+@scalar
+def dot_q5_1(row, x, buf):
+    return dot_blocks32(NIBBLE_WORD_BIT, row.ctypes.data, x.ctypes.data, x.size // 32, 24, 2, 4, 8, np.float32(0.0))
+
+
+@scalar
+def dot_q8_0(row, x, buf):
+    return dot_blocks32(INT8, row.ctypes.data, x.ctypes.data, x.size // 32, 34, 0, 0, 2, np.float32(128.0))
+
+
+@scalar
+def dot_q4_k(row, x, buf):
+    dequantize_q4_k(buf, row)
+    return dot_f32(buf, x)
+
+
+@scalar
+def dot_q5_k(row, x, buf):
+    dequantize_q5_k(buf, row)
+    return dot_f32(buf, x)
+
+
+@scalar
+def dot_q6_k(row, x, buf):
+    dequantize_q6_k(buf, row)
+    return dot_f32(buf, x)
+
+
+DOT = tuple({Q4_0: dot_q4_0, Q4_1: dot_q4_1, Q5_0: dot_q5_0, Q5_1: dot_q5_1, Q8_0: dot_q8_0, Q4_K: dot_q4_k,
+             Q5_K: dot_q5_k, Q6_K: dot_q6_k}[t] for t in QUANT_TYPES)
+"""By code: the 32-block types' dot products never store the values (dot_blocks32), the K-quants' dequantize the
+row into buf first."""
 
 
 # -- quantizers: quantize_<type>(row, x), x float32 (ne0,), row uint8 -------------------------------------------

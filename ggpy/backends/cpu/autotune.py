@@ -93,17 +93,17 @@ def candidates(entry, node, backend) -> list:
 
 
 def random_view(t, rng) -> np.ndarray:
-    """An array shaped and strided like tensor t's kernel view (reversed ne and nb), random values."""
+    """An array shaped and strided like tensor t's kernel view (reversed ne and nb; a quantized type's rows as
+    bytes), random values."""
     dtype = storage_dtype(t.type)
-    extent = sum((n - 1) * nb for n, nb in zip(t.ne, t.nb) if n > 0) + t.type.size
-    count = -(-extent // dtype.itemsize)
+    count = -(-max(t.nbytes, t.type.size) // dtype.itemsize)
     if t.type.dtype == np.float16:
         flat = rng.standard_normal(count).astype(np.float16).view(np.uint16)
     elif np.issubdtype(dtype, np.integer):
         flat = rng.integers(0, 2, count).astype(dtype)
     else:
         flat = rng.standard_normal(count).astype(dtype)
-    return np.lib.stride_tricks.as_strided(flat, tuple(reversed(t.ne)), tuple(reversed(t.nb)))
+    return np.lib.stride_tricks.as_strided(flat, t.storage_shape, t.storage_strides)
 
 
 def seconds(entry, node, impl, backend, rng, best: float) -> float:

@@ -1,12 +1,13 @@
 """Quantized mul_mat on the CPU: ggpy with a quantized weight vs numpy's float32 matmul on the same weight
 dequantized (by gguf.quants), same thread count, side by side.
 
-    python benchmarks/quant_cpu.py [-t THREADS] [--rounds N] [--calls C] [--types q4_1,q8_0,q4_k,q6_k]
+    python benchmarks/quant_cpu.py [-t THREADS] [--rounds N] [--seconds S] [--types q4_1,q8_0,q4_k,q6_k]
 
 Weights of ne = (K, M) = (576, 1536) and (1536, 576) (SmolLM2-135M's feed-forward; the K-quants, whose rows are
 whole blocks of 256, take K = 512 for 576), x of N = 1 (generation) and N = 64 rows. Each round gives every
-implementation a short pause, one warm-up call and C timed consecutive calls; the table shows the medians per call
-over the rounds, GFLOP/s (2 M N K flops) and numpy's time over ggpy's.
+implementation a short pause, S seconds of warm-up calls and S seconds of timed consecutive calls; the table shows
+the medians per call over the rounds, GFLOP/s (2 M N K flops) and numpy's time over ggpy's. The weights stay in
+the caches (numpy's float32 ones too: 3.5 MB): these are compute rates, not a model's memory-bound ones.
 """
 import argparse
 import time
@@ -35,11 +36,14 @@ def planned(backend, wtype, raw, x):
     return lambda: backend.compute(graph), backend.kernel_name(graph.nodes[-1])
 
 
-def timed(f, calls: int) -> float:
-    f()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        f()
+def timed(f, seconds: float) -> float:
+    """Seconds per call of f over consecutive calls for `seconds`, after as long warming up (the first
+    milliseconds after an idle pause run slower: the threads and the core wake)."""
+    for stop in (seconds, seconds):
+        t0, calls = time.perf_counter(), 0
+        while time.perf_counter() - t0 < stop:
+            f()
+            calls += 1
     return (time.perf_counter() - t0) / calls
 
 
@@ -47,12 +51,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-t", "--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=0.05)
     parser.add_argument("--types", default="q4_1,q8_0,q4_k,q6_k")
     args = parser.parse_args()
     backend = ggpy.CPUBackend(n_threads=args.threads)
     rng = np.random.default_rng(0)
-    print(f"threads={args.threads} rounds={args.rounds} calls={args.calls} numpy {np.__version__}")
+    print(f"threads={args.threads} rounds={args.rounds} seconds={args.seconds} numpy {np.__version__}")
     print(f"{'weight':<18} {'N':>3} {'ggpy kernel':<14} {'ggpy ms':>8} {'numpy ms':>9} {'numpy/ggpy':>10} "
           f"{'ggpy GFLOP/s':>12} {'numpy GFLOP/s':>13}")
     with threadpool_limits(args.threads, user_api="blas"):
@@ -76,8 +80,8 @@ def main():
                     times = {key: [] for key in impls}
                     for _ in range(args.rounds):
                         for key, f in impls.items():
-                            time.sleep(0.1)      # let the other library's spinning worker threads idle
-                            times[key].append(timed(f, args.calls))
+                            time.sleep(0.3)      # let the other library's spinning worker threads idle
+                            times[key].append(timed(f, args.seconds))
                     g, nump = (float(np.median(times[key])) * 1e3 for key in ("ggpy", "numpy"))
                     flops = 2 * m * n * k
                     print(f"{name} K={k} M={m:<5} {n:>3} {kernel:<14} {g:8.3f} {nump:9.3f} {nump / g:10.2f} "

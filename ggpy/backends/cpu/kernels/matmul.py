@@ -35,7 +35,7 @@ from .common import (
 )
 from .elementwise import EPILOGUE_FUNCS, epilogue_code
 from .fp16 import load
-from .quants import CODES, DEQUANTIZE, DOT, dot_f32
+from .quants import CODES, DEQUANTIZE, DOT
 
 EPILOGUE_ROWS = 256
 """Output rows a fused mul_mat multiplies per sgemm call before applying its epilogue to them (in cache)."""
@@ -307,6 +307,15 @@ def _merge_batches(d, a, x):
 
 # -- a block-quantized a ------------------------------------------------------------------------------------
 
+@scalar
+def dot_f32(u, v):
+    """sum(u * v) of two float32 vectors, in float32 (vectorised where the caller reassociates)."""
+    s = np.float32(0.0)
+    for i in range(u.size):
+        s += u[i] * v[i]
+    return s
+
+
 @njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc", "contract"})
 def mul_mat_dot_rows(code, d, a, x, rows, ith, nth):
     """d[i3, i2, n, r] = dot(row r of a[a3, a2], x[i3, i2, n]) for worker ith's block of the M rows of every matrix:
@@ -321,7 +330,7 @@ def mul_mat_dot_rows(code, d, a, x, rows, ith, nth):
             aa = a[i3 // (b3 // a.shape[0]), i2 // (b2 // a.shape[1])]
             if n == 1 and x.strides[3] == 4:
                 for r in range(m0, m1):
-                    d[i3, i2, 0, r] = g(aa[r], x[i3, i2, 0], mine)
+                    d[i3, i2, 0, r] = g(aa[r], x[i3, i2, 0])
                 continue
             for r in range(m0, m1):
                 f(mine, aa[r])

@@ -47,8 +47,9 @@ class _Vectors:
     def field(self, v, by, mask):
         return self.b.and_(self.b.lshr(v, by), ir.Constant(self.v32, [mask] * LANES))
 
-    def quants(self, kind, src, hsrc, shift, hshift):
-        """The 16 quants q_j (see the modes) from the bytes at src and hsrc (integer addresses), as floats."""
+    def quants(self, kind, src, hsrc, shift, hshift, bias=0):
+        """The 16 quants q_j (see the modes) from the bytes at src and hsrc (integer addresses), minus `bias`, as
+        floats."""
         b, v32 = self.b, self.v32
         q = b.zext(self.load(src, ir.IntType(8)), v32)
         if kind == INT8:
@@ -64,6 +65,8 @@ class _Vectors:
                                        ir.Constant(v32, list(range(LANES)))), 1)
         if kind in (NIBBLE_BIT, NIBBLE_2BITS, NIBBLE_WORD_BIT):
             q = b.or_(q, b.shl(h, ir.Constant(v32, [4] * LANES)))
+        if bias:
+            return b.sitofp(b.sub(q, ir.Constant(v32, [bias] * LANES)), self.vf)
         return b.uitofp(q, self.vf)
 
     def fma(self, x, y, z):
@@ -124,6 +127,68 @@ def dot_blocks32(typingctx, mode, row, x, nblocks, size, m_at, qh_at, qs_at, cen
         return builder.call(reduce, [ir.Constant(v.f32, 0.0), total])
     i = types.intp
     return types.float32(mode, i, i, i, i, i, i, i, types.float32), codegen
+
+
+@intrinsic(prefer_literal=True)
+def dot_blocks256(typingctx, mode, row, x, nblocks):
+    """sum over the nblocks 256-blocks of a K-quant row (bytes at address row; mode NIBBLE: Q4_K, NIBBLE_BIT: Q5_K,
+    NIBBLE_2BITS: Q6_K) of the block's values . x's 256 (float32 at address x), without storing the values: each
+    block's 16 chunks of 16 values unrolled, their scales and mins decoded in registers (dequantize_* says how)."""
+    if not isinstance(mode, types.IntegerLiteral):
+        return None
+    kind = mode.literal_value
+
+    def codegen(context, builder, sig, args):
+        _, row, x, nblocks = args
+        v = _Vectors(builder)
+        c = lambda n: ir.Constant(row.type, n)        # noqa: E731
+
+        def at(blk, offset, element):
+            return builder.load(builder.inttoptr(builder.add(blk, c(offset)), element.as_pointer()), align=1)
+
+        def byte(blk, offset):
+            return builder.zext(at(blk, offset, ir.IntType(8)), v.i32)
+
+        def bits(value, shift, mask):
+            return builder.and_(builder.lshr(value, ir.Constant(v.i32, shift)), ir.Constant(v.i32, mask))
+
+        acc = [cgutils.alloca_once_value(builder, ir.Constant(v.vf, [0.0] * LANES)) for _ in range(2)]
+        with cgutils.for_range(builder, nblocks) as loop:
+            blk = builder.add(row, builder.mul(loop.index, c({NIBBLE: 144, NIBBLE_BIT: 176}.get(kind, 210))))
+            xb = builder.add(x, builder.mul(loop.index, c(1024)))
+            sums = [builder.load(a) for a in acc]
+            for j in range(8):                           # pairs of chunks: a K-quant's 32-value sub-block
+                xs = [v.load(builder.add(xb, c(128 * j + 64 * h)), v.f32) for h in range(2)]
+                if kind == NIBBLE_2BITS:                 # a scale per chunk, q - 32 as a signed integer
+                    n, k = j // 4, j % 4
+                    d = builder.fpext(at(blk, 208, ir.HalfType()), v.f32)
+                    for g in range(2):
+                        q = v.quants(kind, builder.add(blk, c(64 * n + 32 * (k % 2) + 16 * g)),
+                                     builder.add(blk, c(128 + 32 * n + 16 * g)), c(4 * (k // 2)), c(2 * k), 32)
+                        sc = builder.sitofp(at(blk, 192 + 8 * n + 2 * k + g, ir.IntType(8)), v.f32)
+                        sums[0] = v.fma(v.splat(builder.fmul(d, sc), v.vf), builder.fmul(q, xs[g]), sums[0])
+                    continue
+                if j < 4:
+                    sc, m = bits(byte(blk, 4 + j), 0, 63), bits(byte(blk, 8 + j), 0, 63)
+                else:
+                    four = ir.Constant(v.i32, 4)
+                    sc = builder.or_(bits(byte(blk, 8 + j), 0, 15), builder.shl(bits(byte(blk, j), 6, 3), four))
+                    m = builder.or_(bits(byte(blk, 8 + j), 4, 15), builder.shl(bits(byte(blk, 4 + j), 6, 3), four))
+                qs = (48 if kind == NIBBLE_BIT else 16) + 32 * (j // 2)
+                q = [v.quants(kind, builder.add(blk, c(qs + 16 * h)), builder.add(blk, c(16 + 16 * h)), c(4 * (j % 2)),
+                              c(j)) for h in range(2)]
+                t = v.fma(q[1], xs[1], builder.fmul(q[0], xs[0]))
+                scale = builder.fmul(builder.fpext(at(blk, 0, ir.HalfType()), v.f32), builder.uitofp(sc, v.f32))
+                low = builder.fmul(builder.fpext(at(blk, 2, ir.HalfType()), v.f32), builder.uitofp(m, v.f32))
+                sums[0] = v.fma(v.splat(scale, v.vf), t, sums[0])
+                sums[1] = v.fma(v.splat(builder.fneg(low), v.vf), builder.fadd(xs[0], xs[1]), sums[1])
+            for a, total in zip(acc, sums):
+                builder.store(total, a)
+        total = builder.fadd(builder.load(acc[0]), builder.load(acc[1]))
+        reduce = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v.f32, [v.f32, v.vf]),
+                                                f"llvm.vector.reduce.fadd.v{LANES}f32")
+        return builder.call(reduce, [ir.Constant(v.f32, 0.0), total])
+    return types.float32(mode, types.intp, types.intp, types.intp), codegen
 
 
 @intrinsic
@@ -259,64 +324,51 @@ DEQUANTIZE = tuple({Q4_0: dequantize_q4_0, Q4_1: dequantize_q4_1, Q5_0: dequanti
                     Q6_K: dequantize_q6_k}[t] for t in QUANT_TYPES)
 
 
-# -- row dot products: dot_<type>(row, x, buf) = row's values . x (x contiguous float32 (ne0,), buf its size) ---
+# -- row dot products: dot_<type>(row, x) = row's values . x (x contiguous float32 (ne0,)) ---------------------
 
 @scalar
-def dot_f32(u, v):
-    """sum(u * v) of two float32 vectors, in float32 (vectorised where the caller reassociates)."""
-    s = np.float32(0.0)
-    for i in range(u.size):
-        s += u[i] * v[i]
-    return s
-
-
-@scalar
-def dot_q4_0(row, x, buf):
+def dot_q4_0(row, x):
     return dot_blocks32(NIBBLE, row.ctypes.data, x.ctypes.data, x.size // 32, 18, 0, 0, 2, np.float32(8.0))
 
 
 @scalar
-def dot_q4_1(row, x, buf):
+def dot_q4_1(row, x):
     return dot_blocks32(NIBBLE, row.ctypes.data, x.ctypes.data, x.size // 32, 20, 2, 0, 4, np.float32(0.0))
 
 
 @scalar
-def dot_q5_0(row, x, buf):
+def dot_q5_0(row, x):
     return dot_blocks32(NIBBLE_WORD_BIT, row.ctypes.data, x.ctypes.data, x.size // 32, 22, 0, 2, 6, np.float32(16.0))
 
 
 @scalar
-def dot_q5_1(row, x, buf):
+def dot_q5_1(row, x):
     return dot_blocks32(NIBBLE_WORD_BIT, row.ctypes.data, x.ctypes.data, x.size // 32, 24, 2, 4, 8, np.float32(0.0))
 
 
 @scalar
-def dot_q8_0(row, x, buf):
+def dot_q8_0(row, x):
     return dot_blocks32(INT8, row.ctypes.data, x.ctypes.data, x.size // 32, 34, 0, 0, 2, np.float32(128.0))
 
 
 @scalar
-def dot_q4_k(row, x, buf):
-    dequantize_q4_k(buf, row)
-    return dot_f32(buf, x)
+def dot_q4_k(row, x):
+    return dot_blocks256(NIBBLE, row.ctypes.data, x.ctypes.data, x.size // 256)
 
 
 @scalar
-def dot_q5_k(row, x, buf):
-    dequantize_q5_k(buf, row)
-    return dot_f32(buf, x)
+def dot_q5_k(row, x):
+    return dot_blocks256(NIBBLE_BIT, row.ctypes.data, x.ctypes.data, x.size // 256)
 
 
 @scalar
-def dot_q6_k(row, x, buf):
-    dequantize_q6_k(buf, row)
-    return dot_f32(buf, x)
+def dot_q6_k(row, x):
+    return dot_blocks256(NIBBLE_2BITS, row.ctypes.data, x.ctypes.data, x.size // 256)
 
 
 DOT = tuple({Q4_0: dot_q4_0, Q4_1: dot_q4_1, Q5_0: dot_q5_0, Q5_1: dot_q5_1, Q8_0: dot_q8_0, Q4_K: dot_q4_k,
              Q5_K: dot_q5_k, Q6_K: dot_q6_k}[t] for t in QUANT_TYPES)
-"""By code: the 32-block types' dot products never store the values (dot_blocks32), the K-quants' dequantize the
-row into buf first."""
+"""By code."""
 
 
 # -- quantizers: quantize_<type>(row, x), x float32 (ne0,), row uint8 -------------------------------------------

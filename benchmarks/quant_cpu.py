@@ -8,6 +8,10 @@ whole blocks of 256, take K = 512 for 576), x of N = 1 (generation) and N = 64 r
 implementation a short pause, S seconds of warm-up calls and S seconds of timed consecutive calls; the table shows
 the medians per call over the rounds, GFLOP/s (2 M N K flops) and numpy's time over ggpy's. The weights stay in
 the caches (numpy's float32 ones too: 3.5 MB): these are compute rates, not a model's memory-bound ones.
+
+The last row (--model) is one token of SmolLM2-135M-Q4_1's products: 30 blocks of q, k, v, o (576 x 576,
+576 x 192) and gate, up, down (576 x 1536, 1536 x 576) in Q4_1 and the 49152-row output in Q8_0, one graph
+of 211 mul_mat nodes whose 96 MB of weights come from memory (numpy: the same products on 538 MB of float32).
 """
 import argparse
 import time
@@ -47,12 +51,43 @@ def timed(f, seconds: float) -> float:
     return (time.perf_counter() - t0) / calls
 
 
+def model_step(backend, rng, rounds: int):
+    """(ggpy ms, numpy ms, flops) of one token's products of SmolLM2-135M-Q4_1 (random weights)."""
+    from ggpy.test_backend_ops.cases.util import random_blocks
+    shapes = [(576, 576), (576, 192), (576, 192), (576, 576), (576, 1536), (576, 1536), (1536, 576)] * 30
+    ctx = ggpy.Context()
+    weights = [ctx.new_tensor(ggpy.Q4_1, ne) for ne in shapes] + [ctx.new_tensor(ggpy.Q8_0, (576, 49152))]
+    ggpy.alloc_ctx_tensors(ctx, backend)
+    dense, xs, graph = [], {}, ggpy.Graph()
+    for w in weights:
+        raw = random_blocks(rng, w.type, w.ne)
+        w.set(raw)
+        dense.append(gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(w.type.ggml_id)).reshape(w.ne[1], -1))
+        if w.ne[0] not in xs:
+            xs[w.ne[0]] = ctx.new_tensor(ggpy.F32, (w.ne[0], 1)).set_input()
+        graph.build_forward_expand(ggpy.mul_mat(w, xs[w.ne[0]]))
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    vectors = {k: rng.uniform(-1, 1, (1, k)).astype(np.float32) for k in xs}
+    for k, x in xs.items():
+        x.set(vectors[k].reshape(x.shape))
+    impls = {"ggpy": lambda: backend.compute(graph),
+             "numpy": lambda: [np.matmul(vectors[w.shape[1]], w.T) for w in dense]}
+    times = {key: [] for key in impls}
+    for _ in range(rounds):
+        for key, f in impls.items():
+            time.sleep(0.3)
+            times[key].append(timed(f, 0.5))
+    flops = sum(2 * w.ne[0] * w.ne[1] for w in weights)
+    return float(np.median(times["ggpy"])) * 1e3, float(np.median(times["numpy"])) * 1e3, flops
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-t", "--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--seconds", type=float, default=0.05)
     parser.add_argument("--types", default="q4_1,q8_0,q4_k,q6_k")
+    parser.add_argument("--model", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args()
     backend = ggpy.CPUBackend(n_threads=args.threads)
     rng = np.random.default_rng(0)
@@ -86,6 +121,10 @@ def main():
                     flops = 2 * m * n * k
                     print(f"{name} K={k} M={m:<5} {n:>3} {kernel:<14} {g:8.3f} {nump:9.3f} {nump / g:10.2f} "
                           f"{flops / g / 1e6:12.1f} {flops / nump / 1e6:13.1f}", flush=True)
+        if args.model:
+            g, nump, flops = model_step(backend, rng, args.rounds)
+            print(f"{'SmolLM2 token':<18} {1:>3} {'211 nodes':<14} {g:8.3f} {nump:9.3f} {nump / g:10.2f} "
+                  f"{flops / g / 1e6:12.1f} {flops / nump / 1e6:13.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -142,7 +142,8 @@ class Tensor:
     def storage_shape(self) -> tuple:
         """The 4-d numpy shape of the tensor's stored values: reversed(ne), and for a quantized type each row as its
         bytes (ne[0] / block * size uint8)."""
-        return tuple(reversed(self.ne[1:])) + (self.type.row_bytes(self.ne[0]) if self.type.quantized else self.ne[0],)
+        row = self.type.row_bytes(self.ne[0]) if self.type.quantized else self.ne[0]
+        return tuple(reversed(self.ne[1:])) + (row,)
 
     @property
     def storage_strides(self) -> tuple:
@@ -184,7 +185,8 @@ class Tensor:
 
     def set(self, array) -> Tensor:
         """Write a numpy array into the tensor; its shape must be `self.shape` or the full 4-d reversed(ne). A
-        quantized tensor takes its blocks as bytes: a uint8 array of `storage_shape`'s size (as gguf.quants.quantize gives)."""
+        quantized tensor takes its blocks as bytes: a uint8 array of `storage_shape`'s size (as gguf.quants.quantize
+        gives)."""
         self._check_readable("set")
         arr = np.asarray(array)
         if self.type.quantized:
@@ -241,7 +243,8 @@ class Context:
         self.tensors: list[Tensor] = []
 
     def new_tensor(self, type_, ne) -> Tensor:
-        """A new leaf tensor of `type_` (ggpy.F32/F16/I32) and shape `ne` (1 to 4 ints, ggml order)."""
+        """A new leaf tensor of `type_` (ggpy.F32/F16/BF16/I32 or a quantized type, ne[0] a whole number of its
+        blocks) and shape `ne` (1 to 4 ints, ggml order)."""
         type_, ne = type_of(type_), normalize_ne(ne)
         check_blocks(type_, ne, "new_tensor")
         t = Tensor(self, type_, ne)

@@ -154,6 +154,42 @@ def test_conv_2d_im2col_gemm(im2col_backend, case, monkeypatch):
     assert result.ok, f"{case.id}: {result.message}"
 
 
+@pytest.mark.parametrize("impl", ["direct", "implicit"])
+def test_conv_2d_forced(backend, impl):
+    """conv_2d forced to conv_2d_direct (every case with K = Cin * KH * KW <= DIRECT_K) or to the implicit GEMM
+    (every case, the shallow ones included, which choose() now gives to direct)."""
+    forced = ggpy.backends.cuda.CUDABackend("cuda", force={"conv_2d": impl})
+    cases = [c for c in CONV_2D if impl == "implicit" or conv_kernels.direct_possible(c.build(ggpy.Context()))]
+    assert len(cases) >= 10
+    for case in cases:
+        result = run_case(case, forced)
+        assert result.ok, f"{case.id}: {result.message}"
+
+
+@pytest.mark.parametrize("t", [ggpy.F32, ggpy.F16, ggpy.BF16], ids=lambda t: t.name)
+def test_conv_2d_direct_epilogue(backend, t):
+    """An image's first convolution -> [cast] -> + bias over channels -> GELU runs as one conv_2d_direct launch
+    that writes the GELU's memory in its type; the values agree with the CPU."""
+    rng = np.random.default_rng(4)
+    ctx = ggpy.Context()
+    k, x, b = (ctx.new_tensor(t, ne).set_input() for ne in ((3, 3, 3, 16), (45, 38, 3, 2), (16,)))
+    y = ggpy.conv_2d(k, x, 2, 2, 1, 1, 1, 1)
+    out = ggpy.gelu_erf(ggpy.add(y if t == ggpy.F32 else ggpy.cast(y, t), ggpy.reshape_3d(b, 1, 1, 16)))
+    graph = ggpy.Graph().build_forward_expand(out.set_output())
+    values = [rng.standard_normal(tuple(reversed(v.ne))).astype(np.float32) for v in (k, x, b)]
+    results = []
+    for be in (backend, ggpy.CPUBackend(n_threads=2)):
+        ggpy.GraphAllocator(be).alloc_graph(graph)
+        for leaf, v in zip((k, x, b), values):
+            leaf.set(v.astype(t.dtype))
+        be.compute(graph)
+        results.append(out.numpy().astype(np.float32))
+        if be is backend:
+            suffix = "" if t == ggpy.F32 else f"+{t.name}"
+            assert [s.name for s in backend.program(graph)] == [f"conv_2d_direct_{t.name}_{t.name}_{t.name}{suffix}+bias+gelu_erf"]
+    np.testing.assert_allclose(results[0], results[1], rtol=2e-2 if t == ggpy.BF16 else 2e-3, atol=2e-2 if t == ggpy.BF16 else 2e-3)
+
+
 @pytest.mark.parametrize("align_corners", [False, True])
 @pytest.mark.parametrize("src,dst", [((256, 256, 3), (1024, 1024)), ((37, 23, 2), (101, 7)), ((50, 40, 1), (17, 29))])
 def test_bilinear_matches_the_cpu(backend, src, dst, align_corners):

@@ -201,3 +201,25 @@ def test_fusion_pass_chains():
     chains = sorted(f.name() for f in found.values() if isinstance(f, Chain))
     assert chains == ["fused:gelu_erf+scale", "fused:sub+tanh+exp+cast"]
     assert not any(isinstance(f, Chain) for f in find_fusions(graph, lambda n: True).values())
+
+
+@pytest.mark.parametrize("bias_shape", ["channels", "row"])
+def test_fusion_pass_conv_2d_channel_bias(bias_shape):
+    """An image convolution's epilogue adds its bias over ne[2] (the channels of (W, H, C, N)): conv_2d -> cast ->
+    add(bias reshaped to (1, 1, C)) -> GELU is one Epilogue; a bias over ne[0] (a row vector) is not."""
+    from ggpy.graph.fusion import Epilogue
+    ctx = ggpy.Context()
+    x = ctx.new_tensor(ggpy.F16, (12, 12, 3, 2)).set_input()
+    k = ctx.new_tensor(ggpy.F16, (3, 3, 3, 12)).set_input()
+    b = ctx.new_tensor(ggpy.F16, (12,) if bias_shape == "channels" else (6,)).set_input()
+    y = ggpy.cast(ggpy.conv_2d(k, x, 2, 2, 1, 1, 1, 1), ggpy.F16)        # ne = (6, 6, 12, 2)
+    bias = ggpy.reshape_3d(b, 1, 1, 12) if bias_shape == "channels" else b
+    out = ggpy.gelu_erf(ggpy.add(y, bias))
+    graph = ggpy.Graph().build_forward_expand(out)
+    fusions = list(find_fusions(graph, lambda n: n.op == "conv_2d", cast=True).values())
+    if bias_shape == "row":
+        assert fusions == []
+        return
+    (f,) = fusions
+    assert isinstance(f, Epilogue) and f.head.op == "conv_2d" and f.bias is bias and f.last is out
+    assert f.name("conv") == "conv+f16+bias+gelu_erf"

@@ -127,7 +127,7 @@ def patch_merging(m, prefix: str, t, stride: int):
 
 
 def window_attention(m, prefix: str, t, n_heads: int, window: int):
-    """Multi-head self-attention inside window x window windows (zero padded at the right and bottom, then
+    """t + multi-head self-attention inside window x window windows (zero padded at the right and bottom, then
     normalised, as TinyViT) with a learned per-head bias table `ab` ne = (N, N, heads), N = window².
     t.ne = (C, W, H, B) -> (C, W, H, B). Scores, softmax and the weighted sum are F32 (the products of ggml)."""
     c, w_, h_ = t.ne[0], t.ne[1], t.ne[2]
@@ -146,13 +146,15 @@ def window_attention(m, prefix: str, t, n_heads: int, window: int):
     v_t = ggpy.permute(part(2), 1, 2, 0, 3)              # (N, hd, heads, nW): sgemm reads it transposed in place
     scores = ggpy.soft_max_ext(ggpy.mul_mat(k, q), m.get(f"{prefix}.ab"), hd ** -0.5)  # (Nk, Nq, heads, nW)
     out = ggpy.permute(ggpy.mul_mat(v_t, scores), 0, 2, 1, 3)                   # (hd, heads, Nq, nW)
-    out = linear(m, f"{prefix}.proj", ggpy.reshape_3d(contiguous(out, t.type), c, n, n_win))   # (C, N, nW)
-    return ggpy.win_unpart(ggpy.reshape_4d(out, c, window, window, n_win), w_, h_, window)
+    out = ggpy.win_unpart(ggpy.reshape_4d(contiguous(out, t.type), c, window, window, n_win), w_, h_, window)
+    # the projection acts per token: after win_unpart it skips the padding, and its residual add (t first: the sum
+    # may take t's memory) rides along in the GEMM
+    return ggpy.add(t, linear(m, f"{prefix}.proj", out))
 
 
 def tinyvit_block(m, prefix: str, t, n_heads: int, window: int):
     """x + attention(x), 3x3 depthwise local conv, x + MLP(x). t.ne = (C, W, H, B)."""
-    t = ggpy.add(t, window_attention(m, f"{prefix}.attn", t, n_heads, window))
+    t = window_attention(m, f"{prefix}.attn", t, n_heads, window)
     t = depthwise(m, f"{prefix}.local_conv", t)
     h = layer_norm(m, f"{prefix}.mlp.norm", t)
     h = linear(m, f"{prefix}.mlp.fc2", ggpy.gelu_erf(linear(m, f"{prefix}.mlp.fc1", h)))

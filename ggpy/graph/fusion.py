@@ -9,10 +9,11 @@ untouched: the head node is bound to the fused kernel, which writes the pattern'
 gives the run one block (Backend.fused_groups).
 
 Patterns:
-- epilogue: a head (mul_mat, conv_2d_dw, or norm followed by mul(weight over ne[0]): LayerNorm's affine), then
-  add(bias over ne[0]) and optionally an activation (ACTIVATIONS of the op table). Between a conv_2d_dw head
-  and its add there may be views that keep the memory order (the permute back to a token layout, reshapes).
-  With find_fusions(cast=True), a cast of a mul_mat or conv_2d_dw head's F32 result (after those views) may
+- epilogue: a head (mul_mat, conv_2d_dw, conv_2d, or norm followed by mul(weight over ne[0]): LayerNorm's affine),
+  then add(bias over ne[0]; over ne[2], an image's channels, after a conv_2d) and optionally an activation
+  (ACTIVATIONS of the op table). Between a conv_2d_dw head and its add there may be views that keep the memory
+  order (the permute back to a token layout, reshapes).
+  With find_fusions(cast=True), a cast of a mul_mat or conv head's F32 result (after those views) may
   come before the add: the fused kernel then writes the cast's type (activations kept in F16 / BF16).
 - residual: after a mul_mat's bias add (no activation), an add of a residual operand of the same shape
   (through same-order views): a GEMM's C matrix.
@@ -159,6 +160,11 @@ def _is_row_vector(v, node) -> bool:
     return v.type == node.type and v.ne == (node.ne[0], 1, 1, 1) and v.nb[0] == v.type.size
 
 
+def _is_channel_vector(v, node) -> bool:
+    """A contiguous vector ne = (1, 1, node.ne[2]) of node's type broadcast over an image's channels."""
+    return v.type == node.type and v.ne == (1, 1, node.ne[2], 1) and v.is_contiguous()
+
+
 def _add_after(head, users, keep_order: bool, op: str = "add", cast: bool = False):
     """(the `op` node reading head directly (or, with keep_order, through same-order views; with cast, through
     one cast of a whole F32 head), the views in between, the cast or None), or (None, (), None)."""
@@ -281,7 +287,8 @@ def _epilogue_after(node, users, ready, act_ok: bool, residual: bool, cast: bool
         return None
     if not channels_first and add.ne != node.ne:
         return None
-    if not _is_row_vector(add.src[1], add) or not ready(add.src[1]):
+    vector = _is_channel_vector if node.op == "conv_2d" else _is_row_vector
+    if not vector(add.src[1], add) or not ready(add.src[1]):
         return None
     fused = Epilogue(node, add, scale_node=scale, views=views, cast_node=cast_node)
     act = only_user(add, users)
@@ -299,7 +306,7 @@ def find_fusions(graph, head_ok: Callable, *, act_ok: Callable = lambda head: Tr
                  attention: bool = False, cast: bool = False, chain: Callable | None = None,
                  accepts: Callable = lambda fusion: True) -> dict:
     """{id(head): Epilogue or Attention} for the patterns of `graph` a backend runs. The backend decides:
-    head_ok(node): its kernel for node (mul_mat, conv_2d_dw, norm) takes an epilogue; act_ok(head): the epilogue
+    head_ok(node): its kernel for node (mul_mat, conv_2d_dw, conv_2d, norm) takes an epilogue; act_ok(head): the epilogue
     applies the activation after the bias (else the activation stays a node of its own); residual: it adds a
     residual after a mul_mat's bias (Epilogue.residual_node); attention: it runs the attention pattern; cast: its
     fused kernels write a cast's type (a cast between a product and its bias, or ending the attention pattern);
@@ -316,7 +323,7 @@ def find_fusions(graph, head_ok: Callable, *, act_ok: Callable = lambda head: Tr
         if id(node) in taken:
             continue
         fused = None
-        if node.op in ("mul_mat", "conv_2d_dw", "norm") and head_ok(node):
+        if node.op in ("mul_mat", "conv_2d_dw", "conv_2d", "norm") and head_ok(node):
             fused = _epilogue_after(node, users, ready, act_ok(node), residual, cast)
         if fused is None and attention and node.op == "mul_mat":
             fused = _attention_after(node, users, cast)

@@ -153,10 +153,11 @@ def _scratch_tensor(t, backend) -> Tensor:
 def _measure_impls(entry, node, impls, backend) -> list:
     shadow = _scratch_tensor(node, backend)
     shadow.src = [None if s is None else _scratch_tensor(s, backend) for s in node.src]
-    runs = {}
+    runs, temps = {}, []            # every candidate's temp block stays allocated until all are timed
     for impl in impls:
         size = entry.temp_size(node, impl) if entry.temp_size is not None else 0
-        shadow.temp = (_scratch(backend, size), 0, size)
+        temps.append(_scratch(backend, size))
+        shadow.temp = (temps[-1], 0, size)
         steps = entry.steps(backend, shadow, impl)
         runs[impl] = lambda stream, steps=steps: [step(stream) for step in steps]
     times = _seconds(runs, backend.stream)

@@ -124,8 +124,10 @@ class CUDABackend(Backend):
         def head_ok(n):
             if n.op == "conv_2d_dw":
                 return self._entry(n) is not None and conv.dw_fast(n) is not None
+            if n.op == "conv_2d":
+                return self._entry(n) is not None and self.impl_for(n) == "direct"
             return self._entry(n) is not None
-        return find_fusions(graph, head_ok, act_ok=lambda head: head.op == "conv_2d_dw", residual=True,
+        return find_fusions(graph, head_ok, act_ok=lambda head: head.op in ("conv_2d_dw", "conv_2d"), residual=True,
                             attention=True, cast=True, chain=lambda n: self.refusal(n) is None,
                             accepts=self._accepts)
 
@@ -144,7 +146,7 @@ class CUDABackend(Backend):
             return f.add_node.ne == f.head.ne and f.add_node.is_contiguous() and f.head.is_contiguous()
         if f.head.op == "norm":
             return f.scale is not None and f.scale.type == out and f.bias.type == out
-        return all(n.is_contiguous() and n.type == out for n in f.nodes[1:])      # conv_2d_dw
+        return all(n.is_contiguous() and n.type == out for n in f.nodes[1:])      # conv_2d_dw, conv_2d
 
     @staticmethod
     def _fused_nodes(f) -> list:
@@ -191,7 +193,7 @@ class CUDABackend(Backend):
         if tensor_ptr(f.bias) % 16:
             return False
         lo, hi = extent(add)
-        if node.op == "conv_2d_dw":         # taps read neighbours: the result may not overlap any source
+        if node.op in ("conv_2d_dw", "conv_2d"):     # taps read neighbours: the result may not overlap any source
             others = [extent(t) for t in extra + list(node.src[:2])]
         elif node.op == "norm":
             x = node.src[0]
@@ -319,6 +321,8 @@ class CUDABackend(Backend):
                     launches += norm.norm_affine_steps(self, node, f)
                 elif node.op == "conv_2d_dw":
                     launches += conv.dw_steps(self, node, f)
+                elif node.op == "conv_2d":
+                    launches += conv.direct_steps(self, node, f)
                 else:
                     launches += KERNELS["mul_mat"].steps(self, node, f.add_node, res,
                                                          f.residual if res is not None else None)

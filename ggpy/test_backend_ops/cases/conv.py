@@ -175,7 +175,26 @@ def cases():
     out.append(OpCase("conv_2d", "perf,1x1,64x64,320->256",
                       lambda ctx: ops.conv_2d(layout(ctx, F32, (1, 1, 320, 256)), layout(ctx, F32, (64, 64, 320, 1))),
                       flops=_flops, tags=("perf",)))
-    out += depthwise_epilogue_cases()
+    out += depthwise_epilogue_cases() + image_conv_epilogue_cases()
+    return out
+
+
+def _image_conv(ctx, t, shape, stride, act):
+    """An image's first 3x3 convolution (K = Cin * 9 <= 32) -> [cast to t] -> + bias over the channels [-> act]:
+    the epilogue the CUDA backend fuses into conv_2d_direct. shape = (W, H, Cin, Cout, N)."""
+    w, h, cin, cout, n = shape
+    y = ops.conv_2d(leaf(ctx, t, (3, 3, cin, cout)), leaf(ctx, t, (w, h, cin, n)), stride, stride, 1, 1, 1, 1)
+    y = ops.add(y if t is F32 else ops.cast(y, t), ops.reshape_3d(leaf(ctx, t, (cout,)), 1, 1, cout))
+    return getattr(ops, act)(y) if act else y
+
+
+def image_conv_epilogue_cases():
+    out = []
+    for t, shape, stride, act in ((F32, (37, 21, 3, 16, 2), 2, "gelu_erf"), (F32, (9, 8, 2, 5, 1), 1, None),
+                                  (F16, (37, 21, 3, 16, 2), 2, "gelu_erf"), (BF16, (20, 13, 3, 8, 1), 2, "gelu_erf")):
+        out.append(OpCase(act or "add", f"fused,conv_2d+{'' if t is F32 else 'cast+'}bias,{t.name},in={shape},s={stride}",
+                          lambda ctx, t=t, shape=shape, s=stride, act=act: _image_conv(ctx, t, shape, s, act),
+                          reference=evaluate, max_nmse={F32: 1e-9, F16: 1e-5, BF16: 2e-4}[t]))
     return out
 
 

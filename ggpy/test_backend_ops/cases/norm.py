@@ -62,12 +62,13 @@ def _layer_norm(ctx, ne, act, t=F32):
 
 def layer_norm_cases():
     out = []
-    for ne in ((48, 33, 2), (160, 7), (600, 5)):
+    for ne in ((48, 33, 2), (160, 7), (600, 5), (150, 9), (508, 3)):     # CUDA: vector rows, warp rows, block rows
         for act in (None, "gelu_erf"):
             out.append(OpCase(act or "add", f"fused,layer_norm,ne={ne}", lambda ctx, ne=ne, act=act: _layer_norm(
                 ctx, ne, act), reference=evaluate, max_nmse=1e-9,
                 kernel="norm\\+scale\\+bias" + (f"\\+{act}" if act else "")))
     for t in (F16, BF16):           # input, weight, bias and result in half precision (sums in F32)
-        out.append(OpCase("add", f"fused,layer_norm,{t.name}", lambda ctx, t=t: _layer_norm(ctx, (160, 37), None, t),
-                          reference=evaluate, max_nmse={F16: 1e-5, BF16: 2e-4}[t]))
+        for ne in ((160, 37), (150, 9), (508, 3)):
+            out.append(OpCase("add", f"fused,layer_norm,{t.name},ne={ne}", lambda ctx, t=t, ne=ne: _layer_norm(
+                ctx, ne, None, t), reference=evaluate, max_nmse={F16: 1e-5, BF16: 2e-4}[t]))
     return out

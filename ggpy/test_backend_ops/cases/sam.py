@@ -17,7 +17,8 @@ def _win_cases():
     out = []
     for t in TYPES:
         for c, w0, h0, w, b in ((5, 13, 9, 4, 1), (3, 8, 8, 4, 1), (2, 7, 10, 3, 1), (3, 7, 5, 3, 2), (2, 5, 11, 4, 3),
-                                (3, 6, 9, 3, 3)):
+                                (3, 6, 9, 3, 3), (8, 13, 9, 4, 2), (12, 7, 10, 3, 1), (4, 5, 11, 4, 3)):   # C % 4 == 0:
+            # CUDA's four-channel kernels
             ne, nw = (c, w0, h0, b), ((w0 + w - 1) // w) * ((h0 + w - 1) // w) * b
             p = f"{t.name},C={c},W={w0},H={h0},w={w},B={b}"
             out.append(OpCase("win_part", p, lambda ctx, t=t, ne=ne, w=w: ops.win_part(leaf(ctx, t, ne), w)))

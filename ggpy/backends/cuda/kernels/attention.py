@@ -36,20 +36,6 @@ struct AttnArgs {
     float scale;
 };
 
-template <typename T> __device__ __forceinline__ float4 load4(const char* p) {     // 2-byte T: one 8-byte load
-    const uint2 u = *(const uint2*)p;
-    const T* x = (const T*)&u;
-    return make_float4(to_f(x[0]), to_f(x[1]), to_f(x[2]), to_f(x[3]));
-}
-template <> __device__ __forceinline__ float4 load4<float>(const char* p) { return *(const float4*)p; }
-template <typename T> __device__ __forceinline__ void store4(char* p, float4 v) {
-    uint2 u;
-    T* x = (T*)&u;
-    x[0] = from_f<T>(v.x); x[1] = from_f<T>(v.y); x[2] = from_f<T>(v.z); x[3] = from_f<T>(v.w);
-    *(uint2*)p = u;
-}
-template <> __device__ __forceinline__ void store4<float>(char* p, float4 v) { *(float4*)p = v; }
-
 template <int HD, typename M, typename T, typename D> __device__ void win_attn_k(const AttnArgs& a) {
     constexpr int KC = 64, SPLIT = 4, PAD = 4;
     __shared__ __align__(16) float Ks[KC][HD + PAD];

@@ -50,6 +50,20 @@ template <> __device__ __forceinline__ bf16_t from_f<bf16_t>(float v) {   // rou
 }
 template <typename D, typename S> __device__ __forceinline__ D convert(S x) { return from_f<D>(to_f(x)); }
 template <> __device__ __forceinline__ int convert<int, int>(int x) { return x; }
+// four consecutive elements of T at p as float4 (half types: one 8-byte access; float: 16 bytes)
+template <typename T> __device__ __forceinline__ float4 load4(const char* p) {     // 2-byte T: one 8-byte load
+    const uint2 u = *(const uint2*)p;
+    const T* x = (const T*)&u;
+    return make_float4(to_f(x[0]), to_f(x[1]), to_f(x[2]), to_f(x[3]));
+}
+template <> __device__ __forceinline__ float4 load4<float>(const char* p) { return *(const float4*)p; }
+template <typename T> __device__ __forceinline__ void store4(char* p, float4 v) {
+    uint2 u;
+    T* x = (T*)&u;
+    x[0] = from_f<T>(v.x); x[1] = from_f<T>(v.y); x[2] = from_f<T>(v.z); x[3] = from_f<T>(v.w);
+    *(uint2*)p = u;
+}
+template <> __device__ __forceinline__ void store4<float>(char* p, float4 v) { *(float4*)p = v; }
 
 // the coordinates (i0..i3) of flat index i in ne order
 __device__ __forceinline__ void unravel(i64 i, const i64* ne, i64* c) {

@@ -22,6 +22,8 @@ from .matmul import contiguous, gemm_type
 DW3_STRIDES = (1, 2)            # the strides of the fast 3x3 CWHN depthwise kernel (conv_dw3_cwhn)
 DW3_BLOCK = 128
 DW3_TW = 4                      # outputs along a row per thread
+DIRECT_K = 32                   # conv_2d_direct: the deepest reduction Cin * KH * KW (taps kept in registers)
+DIRECT_W = 4096                 # conv_2d_direct: the most kernel values K * Cout (floats in shared memory)
 
 _TEMPLATE = r"""
 // the conv parameters: strides s0, s1, dilation d0, paddings q0, q1, dilation d1 (Args.ip, int_params)
@@ -209,29 +211,106 @@ template <typename TA, typename TB> __device__ void conv_transpose(const Args& a
         *(float*)(a.dst + byte_offset(c, a.nb)) = sum;
     }
 }
-// conv_2d's im2col for cuBLASLt, a band of output rows at a time: dst (contiguous, D) is the K x (OW * rows)
-// matrix with k = (ci, kh, kw) innermost; dst.ne = (K, OW, rows, oh0) where oh0 (the band's first output row)
-// rides in ne[3] and a.n = K * OW * rows. src0 is the kernel (KW, KH, Cin, Cout), src1 one image (W, H, Cin).
-template <typename S, typename D> __device__ void im2col_rows(const Args& a) {
-    CONV_PARAMS(a);
-    const int KW = (int)a.ne0[0], KH = (int)a.ne0[1], K = (int)a.ne[0], OW = (int)a.ne[1], oh0 = (int)a.ne[3];
-    const int IW = (int)a.ne1[0], IH = (int)a.ne1[1];
-    const bool idx32 = a.n < (1ll << 31);                       // a band's usual case: 32-bit divisions
-    FOR_EACH_ELEMENT(a, i) {
-        int k, ow, oh;
-        if (idx32) {
-            const unsigned u = (unsigned)i, r = u / (unsigned)K;
-            k = (int)(u - r * (unsigned)K); ow = (int)(r % (unsigned)OW); oh = oh0 + (int)(r / (unsigned)OW);
-        } else {
-            const i64 r = i / K;
-            k = (int)(i % K); ow = (int)(r % OW); oh = oh0 + (int)(r / OW);
+// conv_2d's im2col for cuBLASLt, a band of `rows` output rows at a time into dst (contiguous D, the band's
+// dst.ne = (K, OW, rows, oh0): oh0, its first output row, rides in ne[3]); src0 is the kernel (KW, KH, Cin, Cout),
+// src1 one image (W, H, Cin). Two layouts; a thread moves 4 neighbouring values of every tap (kh, kw):
+// - im2col_pos, for an image with W innermost: positions first (P x K, P = OW * rows), k = (ci, kh, kw) the
+//   kernel's own order; grid (ceil(OW / 4 / block), rows, Cin), a thread takes 4 positions along ow.
+// - im2col_cf, for a channels-contiguous image: k first (K x P) with k = (kh, kw, ci), ci fastest (the GEMM reads a
+//   copy of the kernel in that order); grid (OW * rows, ceil(Cin / 4 / block)), a thread takes 4 channels (one
+//   vector access each way when iop says the image's strides and address allow).
+#define IM2COL_SETUP CONV_PARAMS(a); const int KW = (int)a.ne0[0], KH = (int)a.ne0[1], K = (int)a.ne[0]; \
+    const int OW = (int)a.ne[1], rows = (int)a.ne[2], oh0 = (int)a.ne[3], IW = (int)a.ne1[0], IH = (int)a.ne1[1]
+template <typename S, typename D> __device__ void im2col_pos(const Args& a) {
+    IM2COL_SETUP;
+    const int ci = blockIdx.z, r = blockIdx.y, ow0 = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (ow0 >= OW) return;
+    const char* plane = a.src1 + ci * a.nb1[2];
+    for (int kh = 0; kh < KH; ++kh) {
+        const int y = (oh0 + r) * s1 + kh * d1 - q1;
+        for (int kw = 0; kw < KW; ++kw) {
+            float v[4];
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int x = (ow0 + j) * s0 + kw * d0 - q0;
+                v[j] = y >= 0 && y < IH && ow0 + j < OW && x >= 0 && x < IW
+                     ? to_f(*(const S*)(plane + x * a.nb1[0] + y * a.nb1[1])) : 0.f;
+            }
+            D* d = (D*)a.dst + ((i64)((ci * KH + kh) * KW + kw) * rows + r) * OW + ow0;
+            if (OW % 4 == 0) {
+                store4<D>((char*)d, make_float4(v[0], v[1], v[2], v[3]));
+            } else {
+                for (int j = 0; j < 4 && ow0 + j < OW; ++j) d[j] = from_f<D>(v[j]);
+            }
         }
-        const int kw = k % KW, kh = (k / KW) % KH, ci = k / (KW * KH);
-        const int x = ow * s0 + kw * d0 - q0, y = oh * s1 + kh * d1 - q1;
-        float v = 0.f;
-        if (x >= 0 && x < IW && y >= 0 && y < IH)
-            v = to_f(*(const S*)(a.src1 + x * a.nb1[0] + y * a.nb1[1] + ci * a.nb1[2]));
-        ((D*)a.dst)[i] = from_f<D>(v);
+    }
+}
+template <typename S, typename D> __device__ void im2col_cf(const Args& a) {
+    IM2COL_SETUP;
+    const int CI = (int)a.ne0[2], pos = blockIdx.x, c0 = (blockIdx.y * blockDim.x + threadIdx.x) * 4;
+    if (c0 >= CI) return;
+    const int ow = pos % OW, oh = oh0 + pos / OW;
+    for (int tap = 0; tap < KH * KW; ++tap) {
+        const int x = ow * s0 + (tap % KW) * d0 - q0, y = oh * s1 + (tap / KW) * d1 - q1;
+        const bool in = x >= 0 && x < IW && y >= 0 && y < IH;
+        const char* src = a.src1 + x * a.nb1[0] + y * a.nb1[1] + c0 * a.nb1[2];
+        D* d = (D*)a.dst + (i64)pos * K + tap * CI + c0;
+        if (a.iop) {
+            store4<D>((char*)d, in ? load4<S>(src) : make_float4(0.f, 0.f, 0.f, 0.f));
+        } else {
+            for (int j = 0; j < 4 && c0 + j < CI; ++j) d[j] = from_f<D>(in ? to_f(*(const S*)(src + j * a.nb1[2])) : 0.f);
+        }
+    }
+}
+// conv_2d for a shallow reduction K = Cin * KH * KW <= DIRECT_K (an image's first convolution): one thread per
+// output position (ow, oh, n) keeps its K taps in registers and loops over the output channels; shared memory
+// holds the kernel as float (rows of KP = K rounded up to 4, read 4 at a time; KP * Cout <= DIRECT_W) and each
+// tap's offsets. dst (TD) is written through its nb: the conv's F32, or a fused epilogue's last node (+ bias src2
+// (TD, Cout) over ne[2], activation iop: epilogue_act).
+template <typename TA, typename TB, typename TD> __device__ void conv_2d_direct(const Args& a) {
+    CONV_PARAMS(a);
+    __shared__ __align__(16) float w[DIRECT_W];
+    __shared__ int tx[DIRECT_K], ty[DIRECT_K];
+    __shared__ i64 tc[DIRECT_K];
+    const int KW = (int)a.ne0[0], KH = (int)a.ne0[1], K = KW * KH * (int)a.ne0[2], KP = (K + 3) / 4 * 4;
+    const int CO = (int)a.ne0[3];
+    for (int j = threadIdx.x; j < KP * CO; j += blockDim.x) {
+        const int co = j / KP, k = j % KP;
+        w[j] = k < K ? to_f(*(const TA*)(a.src0 + (k % KW) * a.nb0[0] + (k / KW % KH) * a.nb0[1]
+                                         + (k / (KW * KH)) * a.nb0[2] + co * a.nb0[3])) : 0.f;
+    }
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+        tx[k] = (k % KW) * d0; ty[k] = (k / KW % KH) * d1; tc[k] = (k / (KW * KH)) * a.nb1[2];
+    }
+    __syncthreads();
+    const int IW = (int)a.ne1[0], IH = (int)a.ne1[1];
+    const i64 OW = a.ne[0], OH = a.ne[1], P = OW * OH * a.ne[3];
+    for (i64 pos = (i64)blockIdx.x * blockDim.x + threadIdx.x; pos < P; pos += (i64)gridDim.x * blockDim.x) {
+        const i64 ow = pos % OW, oh = pos / OW % OH, n = pos / (OW * OH);
+        const char* img = a.src1 + n * a.nb1[3];
+        const int x0 = (int)ow * s0 - q0, y0 = (int)oh * s1 - q1;
+        float in[DIRECT_K];
+        #pragma unroll
+        for (int k = 0; k < DIRECT_K; ++k) {
+            in[k] = 0.f;
+            const int x = x0 + tx[k < K ? k : 0], y = y0 + ty[k < K ? k : 0];
+            if (k < K && x >= 0 && x < IW && y >= 0 && y < IH)
+                in[k] = to_f(*(const TB*)(img + x * a.nb1[0] + y * a.nb1[1] + tc[k]));
+        }
+        char* d = a.dst + ow * a.nb[0] + oh * a.nb[1] + n * a.nb[3];
+        for (int co = 0; co < CO; ++co) {
+            const float4* wc = (const float4*)(w + co * KP);
+            float acc = 0.f;
+            #pragma unroll
+            for (int k4 = 0; k4 < DIRECT_K / 4; ++k4) {
+                if (4 * k4 < K) {
+                    const float4 q = wc[k4];
+                    acc += q.x * in[4 * k4] + q.y * in[4 * k4 + 1] + q.z * in[4 * k4 + 2] + q.w * in[4 * k4 + 3];
+                }
+            }
+            const float b = a.src2 ? to_f(((const TD*)a.src2)[co]) : 0.f;
+            *(TD*)(d + co * a.nb[2]) = from_f<TD>(epilogue_act(a.iop, acc + b));
+        }
     }
 }
 // conv_2d as an implicit GEMM: dst[co, pos] = sum_k kernel[co, k] * patch[k, pos] with k = (ci, kh, kw) and
@@ -418,7 +497,10 @@ def _instances():
         for tb in FLOATS:
             types = f"{C_TYPES[ta]}, {C_TYPES[tb]}"
             pair = f"{SUFFIX[ta]}_{SUFFIX[tb]}"
-            yield f"im2col_rows_{pair}", f"im2col_rows<{types}>"
+            for layout in ("pos", "cf"):
+                yield f"im2col_{layout}_{pair}", f"im2col_{layout}<{types}>"
+            for td in dict.fromkeys((F32, tb)):
+                yield f"conv_2d_direct_{pair}_{SUFFIX[td]}", f"conv_2d_direct<{types}, {C_TYPES[td]}>"
             yield f"conv_1d_{pair}", f"conv_1d<{types}>"
             yield f"conv_2d_{pair}", f"conv_2d_tiled<{types}>"
             yield f"conv_2d_dw_{pair}", f"conv_dw<{types}, false>"
@@ -438,30 +520,63 @@ def _epilogue_act_source() -> str:
 
 
 def source() -> str:
-    return _epilogue_act_source() + _TEMPLATE + "".join(f'extern "C" __global__ void {name}(const Args a) {{ {call}(a); }}\n'
-                                        for name, call in _instances())
+    entries = "".join(f'extern "C" __global__ void {name}(const Args a) {{ {call}(a); }}\n' for name, call in _instances())
+    return f"#define DIRECT_K {DIRECT_K}\n#define DIRECT_W {DIRECT_W}\n" + _epilogue_act_source() + _TEMPLATE + entries
 
 
-# -- conv_2d as im2col + cuBLASLt ------------------------------------------------------------------------------
-# Where the reduction K = Cin * KH * KW is deep enough, conv_2d runs as im2col bands of output rows written to
-# the temp block (at most COLS_BUDGET bytes per band) each followed by one cuBLASLt GEMM
-# dst[pos, co] = cols[k, pos]^T kernel[k, co] straight into dst's memory; shallower ones keep the implicit GEMM.
-# CUDABackend(force={"conv_2d": "implicit" | "im2col"}) forces one way (tests, benchmarks).
+# -- conv_2d: direct, im2col + cuBLASLt, or implicit GEMM ---------------------------------------------------------
+# A shallow reduction K = Cin * KH * KW (<= DIRECT_K) runs conv_2d_direct, which takes a fused epilogue (bias over
+# the output channels, activation, a cast). Where K is deep enough, conv_2d runs as im2col bands of output rows
+# written to the temp block (at most COLS_BUDGET bytes per band) each followed by one cuBLASLt GEMM
+# dst[pos, co] = cols[k, pos]^T kernel[k, co] straight into dst's memory; the rest run the implicit GEMM.
+# CUDABackend(force={"conv_2d": "direct" | "implicit" | "im2col"}) forces one way (tests, benchmarks).
 COLS_BUDGET = 32 << 20
 IM2COL_MIN_K = 64
+
+
+def _depth(node) -> int:
+    """The reduction K = Cin * KH * KW of a conv_2d."""
+    return node.src[0].ne[0] * node.src[0].ne[1] * node.src[0].ne[2]
 
 
 def im2col_possible(node) -> bool:
     """Whether conv_2d can run as im2col + cuBLASLt: cuBLASLt present, dst's rows contiguous, 32-bit offsets."""
     OW = node.ne[0]
     return (MISSING is None and node.nb[0] == 4 and (node.ne[1] == 1 or node.nb[1] == 4 * OW)
-            and node.ne[2] * node.ne[1] * OW * 4 < 1 << 31)
+            and node.ne[2] * node.ne[1] * OW * 4 < 1 << 31 and _depth(node) * OW < 1 << 31
+            and max(_depth(node), node.ne[1]) < 1 << 16)      # im2col's grid dimensions y and z
+
+
+def direct_possible(node) -> bool:
+    """Whether conv_2d_direct can run `node`: K <= DIRECT_K and the kernel's rows (K rounded up to 4) fit DIRECT_W."""
+    return _depth(node) <= DIRECT_K and -(-_depth(node) // 4) * 4 * node.src[0].ne[3] <= DIRECT_W
 
 
 def choose(node) -> str:
-    """im2col where it is possible and the reduction K = Cin * KH * KW is deep enough, else the implicit GEMM."""
-    k = node.src[0].ne[0] * node.src[0].ne[1] * node.src[0].ne[2]
-    return "im2col" if im2col_possible(node) and k >= IM2COL_MIN_K else "implicit"
+    """direct for a shallow reduction, im2col where it is possible and K is deep enough, else the implicit GEMM."""
+    if direct_possible(node):
+        return "direct"
+    return "im2col" if im2col_possible(node) and _depth(node) >= IM2COL_MIN_K else "implicit"
+
+
+def accepts(node, impl: str) -> bool:
+    return {"im2col": im2col_possible, "direct": direct_possible}.get(impl, lambda n: True)(node)
+
+
+def direct_steps(backend, node, fused=None) -> list:
+    """conv_2d by conv_2d_direct; with `fused` (an Epilogue: optional cast, bias over ne[2], optional activation)
+    the result goes to the epilogue's last node, in its type."""
+    a, b = node.src[:2]
+    dst = fused.last if fused is not None else node
+    srcs = [(tensor_ptr(a), a), (tensor_ptr(b), b)] + ([(tensor_ptr(fused.bias), fused.bias)] if fused else [])
+    positions = node.ne[0] * node.ne[1] * node.ne[3]
+    name = f"conv_2d_direct_{SUFFIX[a.type]}_{SUFFIX[b.type]}_{SUFFIX[dst.type]}"
+    launch = backend.launch(node, name, tensor_ptr(dst), dst, srcs, params(node),
+                            (min(1 << 16, -(-positions // 256)), 256),
+                            ACTIVATIONS.get(fused.act, 0) if fused is not None else 0, int_params(node))
+    if fused is not None:
+        launch.name = fused.name(launch.name)
+    return [launch]
 
 
 def uses_im2col(node, impl: str) -> bool:
@@ -484,10 +599,21 @@ def _align(n: int) -> int:
     return (n + 255) // 256 * 256
 
 
+def _positions_first(node) -> bool:
+    """Whether im2col runs as im2col_pos (an image with W before C in memory), else im2col_cf."""
+    b = node.src[1]
+    return b.nb[0] <= b.nb[2]
+
+
 def _kernel_copy(node):
-    """The contiguous copy (in the GEMM type) of the kernel the GEMM needs, or None when it reads it in place."""
+    """(the kernel as the GEMM reads it, or None where it reads it in place; the view copied): a contiguous copy in
+    the GEMM type, for im2col_cf with k = (kh, kw, ci) (the view (Cin, KW, KH, Cout) of the kernel)."""
     a, gtype = node.src[0], gemm_type(node)
-    return None if a.type == gtype and a.is_contiguous() else contiguous(a, gtype)
+    if _positions_first(node):
+        return (None, a) if a.type == gtype and a.is_contiguous() else (contiguous(a, gtype), a)
+    view = SimpleNamespace(ne=(a.ne[2], a.ne[0], a.ne[1], a.ne[3]), nb=(a.nb[2], a.nb[0], a.nb[1], a.nb[3]),
+                           nelements=a.nelements, name=a.name)
+    return contiguous(view, gtype), view
 
 
 def temp_size(node, impl: str) -> int:
@@ -497,12 +623,28 @@ def temp_size(node, impl: str) -> int:
     a = node.src[0]
     K = a.ne[0] * a.ne[1] * a.ne[2]
     cols = K * node.ne[0] * max(r for _, _, r in _bands(node)) * gemm_type(node).size
-    c = _kernel_copy(node)
+    c, _ = _kernel_copy(node)
     return WORKSPACE + _align(cols) + (_align(c.nbytes) if c is not None else 0)
 
 
+def _im2col_config(pos: bool, OW: int, rows: int, CI: int) -> tuple:
+    """(grid, block) of im2col_pos (4 positions along ow a thread) or im2col_cf (4 channels a thread)."""
+    quads = -(-(OW if pos else CI) // 4)
+    block = min(256, -(-quads // 32) * 32)
+    return ((-(-quads // block), rows, CI), block) if pos else ((OW * rows, -(-quads // block)), block)
+
+
+def _cf_vector(b, pb: int) -> int:
+    """im2col_cf's iop: 1 when the image's channels are contiguous and its pixels 4-channel aligned (vector access)."""
+    es = b.type.size
+    return int(b.ne[2] % 4 == 0 and b.nb[2] == es and all(nb % (4 * es) == 0 for nb in (b.nb[0], b.nb[1], b.nb[3]))
+               and pb % (4 * es) == 0)
+
+
 def conv_2d_steps(backend, node, impl: str) -> list:
-    """The implicit GEMM's one launch, or the im2col bands and their GEMMs."""
+    """The direct or implicit GEMM's one launch, or the im2col bands and their GEMMs."""
+    if impl == "direct" and direct_possible(node):
+        return direct_steps(backend, node)
     if not uses_im2col(node, impl):
         return [backend.launch_node(node)]
     a, b = node.src[:2]
@@ -513,15 +655,16 @@ def conv_2d_steps(backend, node, impl: str) -> list:
     cols = temp + WORKSPACE
     bands = _bands(node)
     pk, steps_ = tensor_ptr(a), []
-    c = _kernel_copy(node)
+    c, view = _kernel_copy(node)
     if c is not None:
         pk = cols + _align(K * OW * max(r for _, _, r in bands) * gtype.size)
-        steps_.append(backend.launch(node, f"copy_{SUFFIX[a.type]}_{SUFFIX[gtype]}", pk, c, [(tensor_ptr(a), a)]))
+        steps_.append(backend.launch(node, f"copy_{SUFFIX[a.type]}_{SUFFIX[gtype]}", pk, c, [(tensor_ptr(a), view)]))
     kmat = SimpleNamespace(ne=(K, CO, 1, 1), type=gtype)
     tf32 = gtype == F32 and backend.allow_tf32
     name = f"cublaslt_conv_{SUFFIX[a.type]}_{SUFFIX[b.type]}" + ("_tf32" if tf32 else "")
     pb, pd = tensor_ptr(b), tensor_ptr(node)
     img = SimpleNamespace(ne=b.ne, nb=b.nb)
+    pos = _positions_first(node)
     calls = {}              # rows -> [(band index, (A, B, D) pointers)]: one Gemm per band height
     for j, (n, oh0, rows) in enumerate(bands):
         calls.setdefault(rows, []).append((j, (cols, pk, pd + n * node.nb[3] + oh0 * node.nb[1])))
@@ -529,15 +672,17 @@ def conv_2d_steps(backend, node, impl: str) -> list:
     for rows, items in calls.items():
         P = OW * rows
         d = SimpleNamespace(ne=(P, CO, 1, 1), nb=(4, node.nb[2], 0, 0), type=F32)
-        g = Gemm(backend, node, name, (cols, SimpleNamespace(ne=(K, P, 1, 1), type=gtype), (True, K)),
+        g = Gemm(backend, node, name, (cols, SimpleNamespace(ne=(K, P, 1, 1), type=gtype), (not pos, P if pos else K)),
                  (pk, kmat, (True, K)), CO, [p for _, p in items], 1, (0, 0, 0), tf32, temp, None, d)
         for i, (j, _) in enumerate(items):
             gemm_of[j] = g.at(i)
     for j, (n, oh0, rows) in enumerate(bands):
         band = SimpleNamespace(ne=(K, OW, rows, oh0), nb=(gtype.size, K * gtype.size, K * OW * gtype.size, 0),
                                nelements=K * OW * rows)
-        steps_.append(backend.launch(node, f"im2col_rows_{SUFFIX[b.type]}_{SUFFIX[gtype]}", cols, band,
-                                     [(pk, a), (pb + n * b.nb[3], img)], params(node), ints=int_params(node)))
+        steps_.append(backend.launch(node, f"im2col_{'pos' if pos else 'cf'}_{SUFFIX[b.type]}_{SUFFIX[gtype]}", cols,
+                                     band, [(tensor_ptr(a), a), (pb + n * b.nb[3], img)], params(node),
+                                     _im2col_config(pos, OW, rows, CI), 0 if pos else _cf_vector(b, pb),
+                                     int_params(node)))
         steps_.append(gemm_of[j])
     return steps_
 
@@ -549,7 +694,7 @@ def dw_or_direct_steps(backend, node) -> list:
 
 register(ops=("conv_2d",), source=source, refusal=refusal, kernel_name=kernel_name, params=params,
          int_params=int_params, launch_config=launch_config, temp_size=temp_size, steps=conv_2d_steps,
-         impls=("implicit", "im2col"), choose=choose, accepts=lambda node, impl: impl != "im2col" or im2col_possible(node))
+         impls=("implicit", "im2col", "direct"), choose=choose, accepts=accepts)
 register(ops=("im2col", "conv_1d", "conv_2d_dw", "conv_transpose_2d"), source=source, refusal=refusal,
          kernel_name=kernel_name, params=params, int_params=int_params, launch_config=launch_config,
          steps=dw_or_direct_steps)

@@ -9,6 +9,7 @@ from .common import C_TYPES, FLOATS, SUFFIX, row_launch, rows, tensor_ptr
 
 NORM_WARP_MAX = 32 * 16             # LayerNorm rows up to this long: one warp per row (norm_affine_warp)
 NORM_WARP_BLOCK = 128
+NORM_VEC_MAX = 128 * 4              # rows up to this long, contiguous, a multiple of 4: norm_affine_vec
 GROUP_BLOCK = 256
 
 _SOURCE = r"""
@@ -98,6 +99,46 @@ template <typename T> __device__ void norm_affine_warp(const Args& a) {      // 
     }
 }
 
+// norm_affine_warp with 4-element vector accesses: rows contiguous with ne0[0] % 4 == 0 and 4-element aligned
+// (norm_affine_steps checks), at most 128 * NORM_VEC_STEPS long; lane l holds elements 4 (l + 32 j) .. + 3
+#define NORM_VEC_STEPS 4
+template <typename T> __device__ void norm_affine_vec(const Args& a) {      // p0: eps
+    int c[3];
+    if (!warp_row(a, c)) return;
+    const int lane = threadIdx.x & 31, n = (int)a.ne0[0], n4 = n / 4;
+    const char* x = a.src0 + c[0] * a.nb0[1] + c[1] * a.nb0[2] + c[2] * a.nb0[3];
+    char* y = a.dst + c[0] * a.nb[1] + c[1] * a.nb[2] + c[2] * a.nb[3];
+    float4 v[NORM_VEC_STEPS];
+    float s = 0.f;
+    #pragma unroll
+    for (int j = 0; j < NORM_VEC_STEPS; ++j) {
+        const int i = lane + 32 * j;
+        v[j] = i < n4 ? load4<T>(x + i * 4 * (int)sizeof(T)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        s += (v[j].x + v[j].y) + (v[j].z + v[j].w);
+    }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const float mean = s / n;
+    float q = 0.f;
+    #pragma unroll
+    for (int j = 0; j < NORM_VEC_STEPS; ++j) {
+        if (lane + 32 * j < n4) {
+            const float4 d = make_float4(v[j].x - mean, v[j].y - mean, v[j].z - mean, v[j].w - mean);
+            q += (d.x * d.x + d.y * d.y) + (d.z * d.z + d.w * d.w);
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+    const float inv = rsqrtf(q / n + a.p0);
+    #pragma unroll
+    for (int j = 0; j < NORM_VEC_STEPS; ++j) {
+        const int i = lane + 32 * j;
+        if (i < n4) {
+            const float4 w = load4<T>(a.src1 + i * 4 * (int)sizeof(T)), b = load4<T>(a.src2 + i * 4 * (int)sizeof(T));
+            store4<T>(y + i * 4 * (int)sizeof(T), make_float4((v[j].x - mean) * inv * w.x + b.x, (v[j].y - mean) * inv * w.y + b.y,
+                                                              (v[j].z - mean) * inv * w.z + b.z, (v[j].w - mean) * inv * w.w + b.w));
+        }
+    }
+}
+
 // block (g, n): channels [g * per, min(C, (g + 1) * per)) of batch n normalised over (W, H, channels); p0: per, p1: eps
 template <typename T> __device__ void group_norm_k(const Args& a) {
     const i64 per = (i64)a.p0, g = blockIdx.x, n = blockIdx.y;
@@ -153,6 +194,11 @@ def launch_config(node) -> tuple:
     return row_launch(node)
 
 
+def _vector_rows(t, ptrs, align: int) -> bool:
+    """Whether t's rows are contiguous and every row start (and the given addresses) falls on `align` bytes."""
+    return t.nb[0] == t.type.size and all(nb % align == 0 for nb in t.nb[1:]) and all(p % align == 0 for p in ptrs)
+
+
 def norm_affine_steps(backend, node, fused) -> list:
     """A norm with its affine (a fused Epilogue: scale and bias row vectors of the norm's type) as one row kernel
     writing the add's memory."""
@@ -163,6 +209,9 @@ def norm_affine_steps(backend, node, fused) -> list:
     config, name = (rows(node), block), f"norm_affine_{SUFFIX[x.type]}"
     if n <= NORM_WARP_MAX and all(abs(nb) * k < 1 << 31 for t in (x, add) for k, nb in zip(t.ne, t.nb)):
         config, name = (-(-rows(node) // (NORM_WARP_BLOCK // 32)), NORM_WARP_BLOCK), f"norm_affine_warp_{SUFFIX[x.type]}"
+        ptrs = [tensor_ptr(t) for t in (x, add, fused.scale, fused.bias)]
+        if n <= NORM_VEC_MAX and n % 4 == 0 and _vector_rows(x, ptrs, x.type.size * 4) and _vector_rows(add, (), x.type.size * 4):
+            name = f"norm_affine_vec_{SUFFIX[x.type]}"
     srcs = [(tensor_ptr(x), x), (tensor_ptr(fused.scale), fused.scale), (tensor_ptr(fused.bias), fused.bias)]
     return [backend.launch(node, name, tensor_ptr(add), add, srcs, params(node), config)]
 
@@ -173,6 +222,7 @@ def source() -> str:
         c, s = C_TYPES[t], SUFFIX[t]
         for name, body in (("norm", f"norm_row<{c}, false>"), ("rms_norm", f"norm_row<{c}, true>"),
                            ("norm_affine", f"norm_affine_row<{c}>"), ("norm_affine_warp", f"norm_affine_warp<{c}>"),
+                           ("norm_affine_vec", f"norm_affine_vec<{c}>"),
                            ("group_norm", f"group_norm_k<{c}>")):
             parts.append(f'extern "C" __global__ void {name}_{s}(const Args a) {{ {body}(a); }}\n')
     return "".join(parts)

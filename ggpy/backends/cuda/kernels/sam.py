@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 
 from ..registry import register
-from .common import C_TYPES, FLOATS, SUFFIX, iparam32, tensor_ptr
+from .common import BLOCK, C_TYPES, FLOATS, MAX_BLOCKS, SUFFIX, iparam32, tensor_ptr
 
 
 _SOURCE = r"""
@@ -39,6 +39,27 @@ template <typename T, typename I> __device__ void win_unpart_i(const Args& a) {
     }
 }
 template <typename T> __device__ void win_unpart(const Args& a) { DISPATCH_I(a, win_unpart_i, T); }
+// win_part / win_unpart four channels a thread (win_steps: C % 4 == 0, channels contiguous, rows 4-element aligned,
+// dst contiguous, 32-bit offsets): thread i moves the windowed tensor's elements 4 i .. 4 i + 3
+template <typename T, bool PART> __device__ void win_vec(const Args& a) {
+    const i64* win = PART ? a.ne : a.ne0;                  // (C, w, w, B * nwin)
+    const i64* img = PART ? a.ne0 : a.ne;                  // (C, W, H, B)
+    const i64* inb = PART ? a.nb0 : a.nb;
+    const unsigned C4 = (unsigned)win[0] / 4, w = (unsigned)win[1], W = (unsigned)img[1], H = (unsigned)img[2];
+    const unsigned npx = (W + w - 1) / w, nwin = npx * ((H + w - 1) / w), n = (unsigned)(win[0] * win[1] * win[2] * win[3]) / 4;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        unsigned r = i / C4;
+        const unsigned c4 = i - r * C4, tx = r % w; r /= w;
+        const unsigned ty = r % w, q = r / w, b = q / nwin, p = q % nwin, x = (p % npx) * w + tx, y = (p / npx) * w + ty;
+        const unsigned off = c4 * 4 * sizeof(T) + x * (unsigned)inb[1] + y * (unsigned)inb[2] + b * (unsigned)inb[3];
+        if (PART) {
+            const float4 v = x < W && y < H ? load4<T>(a.src0 + off) : make_float4(0.f, 0.f, 0.f, 0.f);
+            store4<T>(a.dst + (size_t)i * 4 * sizeof(T), v);
+        } else if (x < W && y < H) {
+            store4<T>(a.dst + off, load4<T>(a.src0 + (size_t)i * 4 * sizeof(T)));
+        }
+    }
+}
 // dst (C, kh, qh): dst[q, k, :] = a[(kh - 1 - k) + q, :]
 template <typename T> __device__ void get_rel_pos_k(const Args& a) {
     FOR_EACH_ELEMENT(a, i) {
@@ -86,6 +107,26 @@ def iparam(node) -> int:
     return iparam32(node) if node.op in ("win_part", "win_unpart") else 0
 
 
+def _win_vec(node, ptrs) -> bool:
+    """Whether win_vec moves node (win_part / win_unpart) four channels a thread."""
+    src, es = node.src[0], node.type.size
+    win, image = (node, src) if node.op == "win_part" else (src, node)
+    return (node.ne[0] % 4 == 0 and win.is_contiguous() and image.nb[0] == es
+            and all(nb % (4 * es) == 0 for nb in image.nb[1:]) and all(p % (4 * es) == 0 for p in ptrs)
+            and max(node.nbytes, src.nbytes) < 1 << 31)
+
+
+def win_steps(backend, node) -> list:
+    """win_part / win_unpart: win_vec where it applies, else the one-element-a-thread kernel."""
+    src = node.src[0]
+    pd, ps = tensor_ptr(node), tensor_ptr(src)
+    if not _win_vec(node, (pd, ps)):
+        return [backend.launch_node(node)]
+    n4 = max(node.nelements, src.nelements) // 4
+    return [backend.launch(node, f"{node.op}_v_{SUFFIX[node.type]}", pd, node, [(ps, src)],
+                           config=(min(MAX_BLOCKS, -(-n4 // BLOCK)), BLOCK))]
+
+
 def add_rel_pos_steps(backend, node) -> list:
     """One launch with ph's address as the kernel's second argument."""
     a, pw, ph = node.src[:3]
@@ -103,13 +144,16 @@ def source() -> str:
         parts.append(f'extern "C" __global__ void win_part_{s}(const Args a) {{ win_part<{c}>(a); }}\n')
         parts.append(f'extern "C" __global__ void win_unpart_{s}(const Args a) {{ win_unpart<{c}>(a); }}\n')
         parts.append(f'extern "C" __global__ void get_rel_pos_{s}(const Args a) {{ get_rel_pos_k<{c}>(a); }}\n')
+        for op, part in (("win_part", "true"), ("win_unpart", "false")):
+            parts.append(f'extern "C" __global__ void {op}_v_{s}(const Args a) {{ win_vec<{c}, {part}>(a); }}\n')
         for p in FLOATS:
             parts.append(f'extern "C" __global__ void add_rel_pos_{s}_{SUFFIX[p]}(const Args a, const char* ph) '
                          f'{{ add_rel_pos_k<{c}, {C_TYPES[p]}>(a, ph); }}\n')
     return "".join(parts)
 
 
-register(ops=("win_part", "win_unpart", "get_rel_pos"), source=source, refusal=refusal, kernel_name=kernel_name,
-         iparam=iparam)
+register(ops=("win_part", "win_unpart"), source=source, refusal=refusal, kernel_name=kernel_name, iparam=iparam,
+         steps=win_steps)
+register(ops=("get_rel_pos",), source=source, refusal=refusal, kernel_name=kernel_name)
 register(ops=("add_rel_pos",), source=source, refusal=refusal, kernel_name=kernel_name,
          steps=add_rel_pos_steps)

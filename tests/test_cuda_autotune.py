@@ -95,7 +95,8 @@ def test_shape_key():
 
 
 # -- on the GPU ---------------------------------------------------------------------------------------------------
-MUL_MAT = [c for c in matmul.cases() if "perf" not in c.tags][::2]
+MUL_MAT = [c for c in matmul.cases() if "perf" not in c.tags                # CUDA has no quantized mul_mat yet
+           and not c.build(ggpy.Context()).src[0].type.quantized][::2]
 CONV_2D = [c for c in conv.cases() if c.op == "conv_2d"][::3]
 
 

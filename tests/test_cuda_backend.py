@@ -225,7 +225,7 @@ def test_driver_errors_name_the_call(backend):
         backend.buffer_type.alloc_buffer(1 << 60)
 
 
-@pytest.mark.parametrize("n", [64, 320, 500, 513, 3000])
+@pytest.mark.parametrize("n", [64, 150, 320, 500, 513, 3000])
 def test_norm_affine_fused(backend, n):
     """norm -> mul(weight) -> add(bias) (LayerNorm's affine) is one row kernel writing the add's memory."""
     ctx = ggpy.Context()
@@ -240,7 +240,8 @@ def test_norm_affine_fused(backend, n):
     for t in (x, w, b):
         t.set((rng.standard_normal(t.shape) + 3).astype(np.float32))
     backend.compute(graph)
-    assert [st.name for st in backend.program(graph)] == ["norm_affine_warp_f32" if n <= 512 else "norm_affine_f32"]
+    kernel = "norm_affine_f32" if n > 512 else "norm_affine_vec_f32" if n % 4 == 0 else "norm_affine_warp_f32"
+    assert [st.name for st in backend.program(graph)] == [kernel]
     xv = x.numpy().astype(np.float64)
     ref = (xv - xv.mean(-1, keepdims=True)) / np.sqrt(xv.var(-1, keepdims=True) + 1e-5) * w.numpy() + b.numpy()
     assert np.allclose(y.numpy(), ref, atol=1e-4)

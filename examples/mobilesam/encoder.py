@@ -95,19 +95,22 @@ def depthwise(m, prefix: str, t, stride: int = 1):
     return ggpy.add(tokens, m.get(f"{prefix}.bias"))
 
 
-def conv_bn(m, prefix: str, x, stride: int):
-    """Dense KxK convolution (padding K // 2) + bias of images x.ne = (W, H, Cin, B) -> (OW, OH, Cout, B)."""
+def conv_bn(m, prefix: str, x, stride: int, type_=None):
+    """Dense KxK convolution (padding K // 2) + bias of images x.ne = (W, H, Cin, B) -> (OW, OH, Cout, B), in
+    `type_` (default x's type)."""
     w = m.get(f"{prefix}.weight")
     pad = w.ne[0] // 2
-    y = settle(ggpy.conv_2d(w, x, stride, stride, pad, pad, 1, 1), x)
+    y = ggpy.conv_2d(w, x, stride, stride, pad, pad, 1, 1)
+    y = y if y.type == (type_ or x.type) else ggpy.cast(y, type_ or x.type)
     return ggpy.add(y, ggpy.reshape_3d(m.get(f"{prefix}.bias"), 1, 1, w.ne[3]))
 
 
 # -- TinyViT ------------------------------------------------------------------------------------------
-def patch_embed(m, image):
-    """images ne = (S, S, 3, B) -> tokens (C0, S/4, S/4, B): two 3x3 stride-2 convolutions with a GELU between."""
+def patch_embed(m, image, dtype=ggpy.F32):
+    """images ne = (S, S, 3, B), F32 -> tokens (C0, S/4, S/4, B) of `dtype`: two 3x3 stride-2 convolutions with a
+    GELU between (the first reads the F32 image and casts its result)."""
     p = f"{ENC}.patch_embed.seq"
-    x = ggpy.gelu_erf(conv_bn(m, f"{p}.0", image, 2))
+    x = ggpy.gelu_erf(conv_bn(m, f"{p}.0", image, 2, dtype))
     x = conv_bn(m, f"{p}.2", x, 2)
     return ggpy.cont(ggpy.permute(x, 1, 2, 0, 3))                # (W, H, C) -> tokens (C, W, H)
 
@@ -179,8 +182,7 @@ def image_encoder(m, hp: EncoderParams, images, dtype=ggpy.F32):
     """images ne = (S, S, 3, B), pre-processed, F32 -> embeddings ne = (S/16, S/16, 256, B), F32; activations
     in between of type `dtype` (F32, F16 or BF16). The output of each stage is named 'stage:<name>' (STAGES) so
     timings can be split by stage."""
-    images = images if dtype == images.type else ggpy.cast(images, dtype)
-    t = patch_embed(m, images).set_name("stage:patch_embed")
+    t = patch_embed(m, images, dtype).set_name("stage:patch_embed")
     for i, depth in enumerate(hp.depths):
         layer = f"{ENC}.layers.{i}"
         for j in range(depth):

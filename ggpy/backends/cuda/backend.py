@@ -300,36 +300,40 @@ class CUDABackend(Backend):
         chains = [f for f in fusions.values() if isinstance(f, Chain)]
         module, names = self.generated_module(chains) if chains else (None, {})
         users, position = consumers(graph), {id(n): i for i, n in enumerate(graph.nodes)}
-        launches, skipped = [], set()
+        bound, skipped = {}, set()      # the fused runs this plan allows, then the launches
         for node in graph.nodes:
-            if id(node) in skipped:
-                continue
             f = fusions.get(id(node))
+            if f is None or id(node) in skipped or node.buffer is None:
+                continue
             res = None
             if getattr(f, "residual_node", None) is not None and self._residual_in_place(f, graph, users, position):
                 res = f.residual_node
-            if f is not None and node.buffer is not None and self._can_fuse(node, f, res):
-                if res is not None:
-                    skipped.add(id(res))
-                if isinstance(f, Attention):
-                    launches += attention.steps(self, f)
-                elif isinstance(f, Chain):
-                    launches.append(self.launch_struct(node, names[id(node)], *generated.launch_config(f),
-                                                       generated.args(f, tensor_ptr), module))
-                    launches[-1].name = f.name()
-                elif node.op == "norm":
-                    launches += norm.norm_affine_steps(self, node, f)
-                elif node.op == "conv_2d_dw":
-                    launches += conv.dw_steps(self, node, f)
-                elif node.op == "conv_2d":
-                    launches += conv.direct_steps(self, node, f)
-                else:
-                    launches += KERNELS["mul_mat"].steps(self, node, f.add_node, res,
-                                                         f.residual if res is not None else None)
-                skipped.update(id(n) for n in self._fused_nodes(f)[1:])
-                continue
-            launches += self._steps(node)
+            if self._can_fuse(node, f, res):
+                bound[id(node)] = (f, res)
+                skipped.update(id(n) for n in self._fused_nodes(f)[1:] + [res] if n is not None)
+        launches = []
+        for node in graph.nodes:
+            if id(node) not in skipped:
+                launches += self._fused_steps(node, *bound[id(node)], names, module) if id(node) in bound \
+                    else self._steps(node)
         return launches
+
+    def _fused_steps(self, node, f, res, names: dict, module) -> list:
+        """The launches of a fused run headed by `node` (res: the residual add a GEMM computes in place)."""
+        if isinstance(f, Attention):
+            return attention.steps(self, f)
+        if isinstance(f, Chain):
+            launch = self.launch_struct(node, names[id(node)], *generated.launch_config(f), generated.args(f, tensor_ptr),
+                                        module)
+            launch.name = f.name()
+            return [launch]
+        if node.op == "norm":
+            return norm.norm_affine_steps(self, node, f)
+        if node.op == "conv_2d_dw":
+            return conv.dw_steps(self, node, f)
+        if node.op == "conv_2d":
+            return conv.direct_steps(self, node, f)
+        return KERNELS["mul_mat"].steps(self, node, f.add_node, res, f.residual if res is not None else None)
 
     def cuda_graph(self, graph):
         """The CapturedGraph of the graph's current plan (None: not captured yet, graphs off, or capture failed)."""

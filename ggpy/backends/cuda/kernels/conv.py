@@ -24,6 +24,7 @@ DW3_BLOCK = 128
 DW3_TW = 4                      # outputs along a row per thread
 DIRECT_K = 32                   # conv_2d_direct: the deepest reduction Cin * KH * KW (taps kept in registers)
 DIRECT_W = 4096                 # conv_2d_direct: the most kernel values K * Cout (floats in shared memory)
+DIRECT_BLOCKS = 1024            # conv_2d_direct's grid at most: each block stages the kernel once, then loops
 
 _TEMPLATE = r"""
 // the conv parameters: strides s0, s1, dilation d0, paddings q0, q1, dilation d1 (Args.ip, int_params)
@@ -284,9 +285,9 @@ template <typename TA, typename TB, typename TD> __device__ void conv_2d_direct(
     }
     __syncthreads();
     const int IW = (int)a.ne1[0], IH = (int)a.ne1[1];
-    const i64 OW = a.ne[0], OH = a.ne[1], P = OW * OH * a.ne[3];
-    for (i64 pos = (i64)blockIdx.x * blockDim.x + threadIdx.x; pos < P; pos += (i64)gridDim.x * blockDim.x) {
-        const i64 ow = pos % OW, oh = pos / OW % OH, n = pos / (OW * OH);
+    const unsigned OW = (unsigned)a.ne[0], OH = (unsigned)a.ne[1], P = OW * OH * (unsigned)a.ne[3];   // < 2^31
+    for (unsigned pos = blockIdx.x * blockDim.x + threadIdx.x; pos < P; pos += gridDim.x * blockDim.x) {
+        const unsigned ow = pos % OW, oh = pos / OW % OH, n = pos / (OW * OH);
         const char* img = a.src1 + n * a.nb1[3];
         const int x0 = (int)ow * s0 - q0, y0 = (int)oh * s1 - q1;
         float in[DIRECT_K];
@@ -298,6 +299,7 @@ template <typename TA, typename TB, typename TD> __device__ void conv_2d_direct(
                 in[k] = to_f(*(const TB*)(img + x * a.nb1[0] + y * a.nb1[1] + tc[k]));
         }
         char* d = a.dst + ow * a.nb[0] + oh * a.nb[1] + n * a.nb[3];
+        #pragma unroll 2
         for (int co = 0; co < CO; ++co) {
             const float4* wc = (const float4*)(w + co * KP);
             float acc = 0.f;
@@ -499,7 +501,7 @@ def _instances():
             pair = f"{SUFFIX[ta]}_{SUFFIX[tb]}"
             for layout in ("pos", "cf"):
                 yield f"im2col_{layout}_{pair}", f"im2col_{layout}<{types}>"
-            for td in dict.fromkeys((F32, tb)):
+            for td in dict.fromkeys((F32, ta, tb)):
                 yield f"conv_2d_direct_{pair}_{SUFFIX[td]}", f"conv_2d_direct<{types}, {C_TYPES[td]}>"
             yield f"conv_1d_{pair}", f"conv_1d<{types}>"
             yield f"conv_2d_{pair}", f"conv_2d_tiled<{types}>"
@@ -549,7 +551,8 @@ def im2col_possible(node) -> bool:
 
 def direct_possible(node) -> bool:
     """Whether conv_2d_direct can run `node`: K <= DIRECT_K and the kernel's rows (K rounded up to 4) fit DIRECT_W."""
-    return _depth(node) <= DIRECT_K and -(-_depth(node) // 4) * 4 * node.src[0].ne[3] <= DIRECT_W
+    return (_depth(node) <= DIRECT_K and -(-_depth(node) // 4) * 4 * node.src[0].ne[3] <= DIRECT_W
+            and node.ne[0] * node.ne[1] * node.ne[3] < 1 << 31)
 
 
 def choose(node) -> str:
@@ -572,7 +575,7 @@ def direct_steps(backend, node, fused=None) -> list:
     positions = node.ne[0] * node.ne[1] * node.ne[3]
     name = f"conv_2d_direct_{SUFFIX[a.type]}_{SUFFIX[b.type]}_{SUFFIX[dst.type]}"
     launch = backend.launch(node, name, tensor_ptr(dst), dst, srcs, params(node),
-                            (min(1 << 16, -(-positions // 256)), 256),
+                            (min(DIRECT_BLOCKS, -(-positions // 256)), 256),
                             ACTIVATIONS.get(fused.act, 0) if fused is not None else 0, int_params(node))
     if fused is not None:
         launch.name = fused.name(launch.name)

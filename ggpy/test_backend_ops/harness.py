@@ -4,9 +4,9 @@ A case builds a small graph whose last node is the op under test (or, for a fuse
 pattern a backend runs as one kernel). Its leafs get fresh random values; the graph is planned without memory
 reuse, every tensor and temp block fenced by guard bytes and every block filled with a NaN pattern first (so an
 unwritten output or a read past a tensor shows); it is evaluated, and the output is compared by normalised mean
-squared error with the reference, computed from the values the op read. The guards must be intact, the leafs
-unchanged (a kernel must not scribble on its sources; cpy's destination only where the copy goes), the output's
-shape that of the reference, and, where the case names one, the kernel that ran.
+squared error with the reference, computed from the values the op read (a leaf's as given before the run). The
+guards must be intact, the leafs unchanged (a kernel must not scribble on its sources; cpy's destination only where
+the copy goes), the output's shape that of the reference, and, where the case names one, the kernel that ran.
 """
 from __future__ import annotations
 
@@ -106,9 +106,10 @@ def _raw(t) -> np.ndarray:
     return t.buffer.get_tensor(t).reshape(t.storage_shape)
 
 
-def _values(t) -> np.ndarray:
-    """t's values in float64, shape reversed(ne) (a quantized type's dequantized by gguf)."""
-    raw = _raw(t)
+def _values(t, raw=None) -> np.ndarray:
+    """t's values (now, or those of its stored elements `raw`) in float64, shape reversed(ne) (a quantized type's
+    dequantized by gguf)."""
+    raw = _raw(t) if raw is None else raw
     return dequantized(raw, t.type) if t.type.quantized else raw.astype(np.float64)
 
 
@@ -184,10 +185,11 @@ def run_case(case: OpCase, backend, seed: int = 0) -> CaseResult:
     if changed:
         return CaseResult(case, False, float("nan"), changed)
     out = _values(out_node) if out_node.type.quantized else out_node.numpy().reshape(tuple(reversed(out_node.ne)))
+    given = {id(t): _values(t, raw) for t, raw in zip(leafs, before)}     # a destination leaf as it was before
     if case.reference is not None:
-        ref = case.reference(out_node, {id(t): _values(t) for t in leafs})
+        ref = case.reference(out_node, given)
     else:
-        srcs = [_values(s) if s is not None else None for s in out_node.src]
+        srcs = [None if s is None else given[id(s)] if id(s) in given else _values(s) for s in out_node.src]
         ref = REFERENCES[out_node.op](out_node, srcs)
     ok, err, msg = compare(case, out_node, out, ref)
     ran = _step_name(backend, graph)

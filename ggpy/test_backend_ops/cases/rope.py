@@ -1,0 +1,63 @@
+"""Cases for rope: normal and NEOX pairs, partial rotation (n_dims < ne[0], odd ne[0]), frequency factors, freq_base
+and freq_scale, YaRN (ext_factor, attn_factor, beta_fast, beta_slow, n_ctx_orig), strided a, F16 and BF16."""
+from __future__ import annotations
+
+from ... import ops
+from ...types import BF16, F16, F32, I32
+from ..harness import OpCase
+from .util import LAYOUTS, leaf, layout
+
+SHAPES = [  # (a.ne, n_dims)
+    ((64, 9, 7, 1), 64),
+    ((128, 4, 3, 2), 128),
+    ((10, 3, 5, 1), 10),
+    ((80, 2, 4, 1), 32),
+    ((33, 2, 3, 2), 16),
+    ((2, 1, 1, 1), 2),
+    ((64, 7, 151, 1), 64),      # two CPU workers, split inside a token's heads
+]
+YARN = [  # (freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow, n_ctx_orig)
+    (10000.0, 1.0, 0.0, 1.0, 32.0, 1.0, 4096),
+    (1e5, 0.25, 1.0, 1.0, 32.0, 1.0, 4096),
+    (5e5, 0.5, 0.5, 0.8, 16.0, 2.0, 2048),
+    (1e4, 0.125, 1.0, 1.0, 32.0, 1.0, 64),
+    (1e4, 2.0, 0.0, 0.7, 32.0, 1.0, 0),
+]
+
+
+def _fill(rng, t):
+    """Positions in [-8, 3000) for the I32 leaf, frequency factors in [0.5, 4) for the leaf named 'ff'."""
+    shape = tuple(reversed(t.ne))
+    if t.type == I32:
+        return rng.integers(-8, 3000, size=shape)
+    if t.name == "ff":
+        return rng.uniform(0.5, 4.0, size=shape)
+    return rng.uniform(-1.0, 1.0, size=shape)
+
+
+def _rope(ctx, t, ne, n_dims, mode, yarn=YARN[0], ff=False, how="cont"):
+    a = layout(ctx, t, ne, how)
+    c = leaf(ctx, F32, (n_dims // 2 + 3,)).set_name("ff") if ff else None
+    base, scale, ext, attn, fast, slow, n_ctx = yarn
+    return ops.rope_ext(a, leaf(ctx, I32, (ne[2],)), c, n_dims, mode, n_ctx, base, scale, ext, attn, fast, slow)
+
+
+def cases():
+    out = []
+    for mode in (0, 2):
+        for t in (F32, F16, BF16):
+            for ne, n_dims in SHAPES:
+                out.append(OpCase("rope", f"{t.name},mode={mode},ne={ne},n_dims={n_dims}", lambda ctx, t=t, ne=ne,
+                                  n=n_dims, m=mode: _rope(ctx, t, ne, n, m), fill=_fill))
+        for yarn in YARN:
+            for ff in (False, True):
+                out.append(OpCase("rope", f"f32,mode={mode},yarn={yarn},ff={ff}", lambda ctx, m=mode, y=yarn, ff=ff:
+                                  _rope(ctx, F32, (96, 5, 6, 1), 64, m, y, ff), fill=_fill))
+        for how in LAYOUTS[1:]:
+            out.append(OpCase("rope", f"f32,mode={mode},{how}", lambda ctx, m=mode, how=how: _rope(
+                ctx, F32, (24, 6, 5, 2), 16, m, YARN[1], True, how), fill=_fill))
+        out.append(OpCase("rope", f"f32,ggml_rope,mode={mode}", lambda ctx, m=mode: ops.rope(
+            leaf(ctx, F32, (64, 4, 9)), leaf(ctx, I32, (9,)), 48, m), fill=_fill))
+    out.append(OpCase("rope", "f32,perf,ne=(64,9,512,1)", lambda ctx: _rope(ctx, F32, (64, 9, 512, 1), 64, 0),
+                      fill=_fill, tags=("perf",)))
+    return out

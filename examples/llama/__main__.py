@@ -1,13 +1,15 @@
 """Text generation from a llama-family GGUF, from the repository root:
 
     python -m examples.llama [-m MODEL.gguf] -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]
-                             [-t THREADS] [-b cpu|cuda] [--chat] [--logits FILE.npy]
+                             [-t THREADS] [-b cpu|cuda] [-c N_CTX] [--batch-size N] [--chat] [--logits FILE.npy]
 
 The prompt is tokenized as llama.cpp tokenizes it for that file (with --chat: as the user message of the file's
 chat template). Tokens are printed as they come; the last line is
 `n_prompt=<int> n_gen=<int> prompt_tok_s=<float> gen_tok_s=<float>`. --logits saves float32 logits
 (n_prompt + n_gen - 1, n_vocab): row i is the output after reading tokens 0..i of prompt + generated text.
-Without -m, SmolLM2-135M-Instruct (Q4_1) is fetched once into ~/.cache/ggpy.
+Without -m, SmolLM2-135M-Instruct (Q4_1) is fetched once into ~/.cache/ggpy. The logits come from ggpy's graph of the
+model (examples/llama/model.py) on the backend -b with THREADS CPU workers; stderr ends with where the time went
+(building and planning graphs, computing) and the memory taken (weights, KV cache, planned compute buffers).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from .chat import ChatTemplateError, render_chat
 from .fetch import FetchError, default_model
 from .generate import generate
 from .gguf_file import open_llama
+from .runner import DEFAULT_BATCH, DEFAULT_CTX, GraphModel
 from .sampling import Sampler
 from .tokenizer import Tokenizer
 
@@ -59,21 +62,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_at_least(0), default=None, metavar="S", help="sampling seed (default: random)")
     p.add_argument("-t", "--threads", type=_at_least(1), default=os.cpu_count(), metavar="THREADS")
     p.add_argument("-b", "--backend", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("-c", "--ctx-size", type=_at_least(0), default=0, metavar="N_CTX",
+                   help=f"context size in tokens; 0: the model's, at most {DEFAULT_CTX} (0)")
+    p.add_argument("--batch-size", type=_at_least(1), default=DEFAULT_BATCH, metavar="N",
+                   help=f"the most prompt tokens one evaluation reads ({DEFAULT_BATCH})")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the file's chat template as a user turn")
     p.add_argument("--logits", metavar="FILE.npy", help="save the logits of every position read")
     return p
 
 
-def make_model(model, backend: str, n_threads: int):
-    """The object computing logits for `generate` (see generate.py for what it must provide).
-
-    PLACEHOLDER, to be replaced by the ggpy graph (weights loaded with ggpy.load_gguf on `backend`, `n_threads`
-    workers, KV cache planned once): for now the float64 numpy reference forward, slow but exact, so the CLI runs
-    end to end. `backend` and `n_threads` are not used by it."""
-    from .reference import ReferenceModel
-    print("note: using the float64 numpy reference forward (the ggpy graph is not wired in yet); -b and -t are "
-          "ignored", file=sys.stderr)
-    return ReferenceModel(model)
+def make_model(model, backend: str, n_threads: int, n_ctx: int = 0, n_batch: int = DEFAULT_BATCH) -> GraphModel:
+    """The object computing logits for `generate` (see generate.py for what it must provide): the ggpy graph of the
+    model on `backend` ('cpu' or 'cuda') with `n_threads` CPU workers, a context of `n_ctx` tokens (0: the model's,
+    at most DEFAULT_CTX) and prompts read `n_batch` tokens at a time."""
+    return GraphModel(model, backend, n_threads, n_ctx or None, n_batch)
 
 
 def prompt_tokens(tokenizer: Tokenizer, prompt: str, chat: bool) -> list:
@@ -97,7 +99,7 @@ def run(args):
     hp = model.hparams
     print(f"{model.path}: {hp.arch}, {hp.n_layer} blocks, width {hp.n_embd}, {hp.n_head} query / {hp.n_head_kv} KV "
           f"heads, vocabulary {hp.n_vocab}; {len(tokens)} prompt tokens", file=sys.stderr)
-    lm = make_model(model, args.backend, args.threads)
+    lm = make_model(model, args.backend, args.threads, args.ctx_size, args.batch_size)
     if len(tokens) + max(args.n_predict - 1, 0) > lm.n_ctx:
         raise ValueError(f"{len(tokens)} prompt tokens + {args.n_predict} to generate exceed the context of "
                          f"{lm.n_ctx} tokens")
@@ -114,6 +116,8 @@ def run(args):
     if args.logits:
         np.save(args.logits, out.logits)
         print(f"logits {out.logits.shape} float32 -> {args.logits}", file=sys.stderr)
+    print(lm.stats.line(len(tokens) + max(len(out.tokens) - 1, 0)), file=sys.stderr)
+    print("memory: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in lm.nbytes.items()), file=sys.stderr)
     prompt_rate, gen_rate = out.rates(len(tokens))
     print(f"n_prompt={len(tokens)} n_gen={len(out.tokens)} prompt_tok_s={prompt_rate:.2f} gen_tok_s={gen_rate:.2f}")
 

@@ -1,8 +1,8 @@
 """The generation loop, independent of what computes the logits.
 
-A model is any object with `eval(tokens) -> logits`: it reads `tokens` (a list of ids) after those it has already
-read (its KV cache) and returns their logits, shape (len(tokens), n_vocab), row i the prediction after token i;
-and `n_ctx`, the most tokens it can hold.
+A model is any object with `eval(tokens, all_logits=True) -> logits`: it reads `tokens` (a list of ids) after those
+it has already read (its KV cache) and returns their logits, shape (len(tokens), n_vocab), row i the prediction after
+token i (with all_logits=False only the last row, shape (1, n_vocab)); and `n_ctx`, the most tokens it can hold.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def generate(model, prompt: list, n_predict: int, sampler, stop_ids=frozenset(),
     `on_token(id)` is called as each one is chosen. The last token chosen is not evaluated (nothing needs its
     logits), so the kept logits have one row per token read."""
     t0 = time.perf_counter()
-    logits = model.eval(list(prompt))
+    logits = model.eval(list(prompt), all_logits=keep_logits)
     t1 = time.perf_counter()
     kept = [np.asarray(logits, dtype=np.float32)] if keep_logits else []
     tokens = []

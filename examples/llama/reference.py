@@ -119,7 +119,7 @@ class ReferenceModel:
         self.cache = [(np.zeros((0, self.hp.n_head_kv, self.hp.head_dim)),
                        np.zeros((0, self.hp.n_head_kv, self.hp.head_dim_v))) for _ in self.blocks]
 
-    def eval(self, tokens) -> np.ndarray:
+    def eval(self, tokens, all_logits: bool = True) -> np.ndarray:
         hp = self.hp
         tokens = np.asarray(tokens, dtype=np.int64)
         if len(tokens) == 0 or self.n_past + len(tokens) > self.n_ctx:
@@ -140,4 +140,4 @@ class ReferenceModel:
             g = h @ blk.gate.T
             x = x + (g / (1 + np.exp(-g)) * (h @ blk.up.T)) @ blk.down.T
         self.n_past += len(tokens)
-        return rms_norm(x, self.output_norm, hp.rms_eps) @ self.output.T
+        return rms_norm(x if all_logits else x[-1:], self.output_norm, hp.rms_eps) @ self.output.T

@@ -34,7 +34,8 @@ class GraphAllocator:
         self.n_plans = 0          # how many times a graph was planned (replays do not count)
 
     def _signature(self, graph) -> tuple:
-        owned = tuple(t.buffer is None or t.buffer.usage == COMPUTE for t in graph.leafs + graph.nodes)
+        owned = tuple(t.view_src is None and (t.buffer is None or t.buffer.usage == COMPUTE)    # as the planner's
+                      for t in graph.leafs + graph.nodes)      # (a view of a weight gets the weight's buffer when placed)
         return graph.signature() + (owned,)
 
     def _plan(self, graph) -> Plan:

@@ -7,7 +7,8 @@ from .conv import *  # noqa: F401,F403 - im2col, conv_1d, conv_2d, conv_2d_dw, c
 from .elementwise import (UNARY_OPS, abs, add, clamp, cos, div, elu, exp, gelu, gelu_erf, gelu_quick, hardsigmoid,
                           hardswish, leaky_relu, log, mul, neg, relu, scale, scale_bias, sgn, sigmoid, silu, sin, softplus, sqr,
                           sqrt, step, sub, tanh, unary)
-from .layout import cast, concat, cont, cont_1d, cont_2d, cont_3d, cont_4d, cpy, dup, get_rows, pad, pad_ext, repeat
+from .layout import (cast, concat, cont, cont_1d, cont_2d, cont_3d, cont_4d, cpy, dup, get_rows, pad, pad_ext, repeat,
+                     set_rows)
 from .matmul import mul_mat
 from .norm import group_norm, norm, rms_norm
 from .pool import *  # noqa: F401,F403 - pool_2d, upscale, interpolate

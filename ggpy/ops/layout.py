@@ -1,4 +1,4 @@
-"""Ops that move data: copies, concatenation, padding, tiling, row gathering."""
+"""Ops that move data: copies, concatenation, padding, tiling, row gathering and scattering."""
 from __future__ import annotations
 
 from ..errors import ShapeError, TypeMismatchError
@@ -138,3 +138,21 @@ def get_rows(a, b):
         raise ShapeError(f"get_rows: b ne={b.ne} does not fit a ne={a.ne}; expected b.ne = (n, a.ne[2], a.ne[3], 1)")
     out_type = I32 if a.type == I32 else F32
     return new_node("get_rows", out_type, (a.ne[0], b.ne[0], b.ne[1], b.ne[2]), [a, b])
+
+
+def set_rows(a, b, c):
+    """ggml_set_rows: b's rows written into a at the rows c names; the result is a view of a (all of it) that the
+    node writes when it runs, so nodes reading a view of the result run after the write (a KV cache's update).
+
+    a.ne = (K, R, A2, A3), b.ne = (K, n, A2, A3) (float types), c I32 ne = (n, C1, C2) with A2 % C1 == 0 and
+    A3 % C2 == 0: a[i3, i2, c[i3 % C2, i2 % C1, i1]] = b[i3, i2, i1]. An index outside [0, R) is an error on the CPU
+    (the row is skipped on CUDA).
+    """
+    check_float("set_rows", a, b, names="ab")
+    check_tensor("set_rows", c, "c")
+    check_type("set_rows", c, (I32,), "c")
+    if (a.ne[0] != b.ne[0] or a.ne[2:] != b.ne[2:] or c.ne[0] != b.ne[1] or c.ne[3] != 1 or b.ne[2] % c.ne[1]
+            or b.ne[3] % c.ne[2]):
+        raise ShapeError(f"set_rows: a ne={a.ne}, b ne={b.ne}, c ne={c.ne} do not fit; expected b.ne = (a.ne[0], n, "
+                         "a.ne[2], a.ne[3]) and c.ne = (n, C1, C2) with C1, C2 dividing a.ne[2], a.ne[3]")
+    return new_view("set_rows", a, a.ne, a.nb, 0, src=[b, c, a])

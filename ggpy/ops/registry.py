@@ -46,6 +46,7 @@ def _table() -> dict:
     add("layout", "pad", ("pad", "pad_ext"))
     add("layout", "repeat")
     add("layout", "get_rows", quantized=(0,))
+    add("layout", "set_rows")      # a view of its destination (view_src, source 2) whose rows the kernel writes
     for name in ("win_part", "win_unpart", "get_rel_pos"):
         add("sam", name)
     add("sam", "add_rel_pos", inplace=True)

@@ -1,6 +1,8 @@
-"""Cases for data movement: dup, cont (and cont_Nd), cast, cpy, concat, pad, repeat, get_rows and SAM's window ops;
-get_rows from and copies into the quantized types."""
+"""Cases for data movement: dup, cont (and cont_Nd), cast, cpy, concat, pad, repeat, get_rows, set_rows and SAM's
+window ops; get_rows from and copies into the quantized types."""
 from __future__ import annotations
+
+import numpy as np
 
 from ... import ops
 from ...ops.layout import QUANTIZE_TO
@@ -148,6 +150,44 @@ def _get_rows_cases():
     return out
 
 
+SET_ROWS = [  # (a.ne, n, c dims 1-2)
+    ((16, 10, 1, 1), 4, (1, 1)),
+    ((8, 12, 3, 2), 5, (3, 2)),
+    ((8, 12, 3, 2), 5, (1, 1)),
+    ((8, 12, 6, 1), 3, (2, 1)),
+    ((4, 7, 1, 1), 7, (1, 1)),
+    ((576, 64, 1, 1), 9, (1, 1)),         # a KV cache: (head_dim * n_head_kv, n_ctx), one token's row each
+    ((256, 600, 1, 1), 300, (1, 1)),      # two CPU workers
+]
+
+
+def _distinct_rows(n_rows: int):
+    """For the leaf named 'idx': each vector of indices distinct, in [0, n_rows) (two writes of one row race)."""
+    def fill(rng, t):
+        if t.name == "idx":
+            return np.stack([rng.permutation(n_rows)[: t.ne[0]] for _ in range(t.nelements // t.ne[0])]).reshape(
+                tuple(reversed(t.ne)))
+        return None
+    return fill
+
+
+def _set_rows(ctx, ta, tb, ne_a, n, cd, how_a="cont", how_b="cont"):
+    idx = leaf(ctx, I32, (n,) + cd).set_name("idx")
+    return ops.set_rows(layout(ctx, ta, ne_a, how_a), layout(ctx, tb, (ne_a[0], n) + ne_a[2:], how_b), idx)
+
+
+def _set_rows_cases():
+    out = []
+    for ta, tb in ((F32, F32), (F16, F32), (F16, F16), (BF16, F32), (F32, F16)):
+        for ne_a, n, cd in SET_ROWS:
+            out.append(OpCase("set_rows", f"a={ta.name}{ne_a},b={tb.name},n={n},c23={cd}", lambda ctx, ta=ta, tb=tb,
+                              na=ne_a, n=n, cd=cd: _set_rows(ctx, ta, tb, na, n, cd), fill=_distinct_rows(ne_a[1])))
+    for how_a, how_b in (("padded", "cont"), ("cont", "permuted"), ("cont", "permuted3"), ("permuted3", "padded")):
+        out.append(OpCase("set_rows", f"f32,a={how_a},b={how_b}", lambda ctx, ha=how_a, hb=how_b: _set_rows(
+            ctx, F32, F32, (9, 8, 3, 2), 4, (3, 1), ha, hb), fill=_distinct_rows(8)))
+    return out
+
+
 EXACT_NMSE = 1e-12
 """Dequantizing and quantizing are exact (ggml's formulas in float32, as gguf.quants): only a last-bit difference
 of an fma against gguf's separate multiply and add remains."""
@@ -181,4 +221,5 @@ def _cpy_into_rows(ctx, t):
 
 
 def cases():
-    return _copy_cases() + _concat_cases() + _pad_cases() + _repeat_cases() + _get_rows_cases() + _quant_cases()
+    return (_copy_cases() + _concat_cases() + _pad_cases() + _repeat_cases() + _get_rows_cases() + _set_rows_cases()
+            + _quant_cases())

@@ -1,4 +1,4 @@
-"""Layout kernels: copies (dup, cont, cpy), concat, pad, repeat, get_rows.
+"""Layout kernels: copies (dup, cont, cpy), concat, pad, repeat, get_rows, set_rows.
 
 Arrays are numpy views of shape (ne3, ne2, ne1, ne0) with any strides; F16 arrives as uint16 bits, a quantized
 tensor as the bytes of its rows (ne0 / block * size). Elements go through `convert`, which keeps them bit for bit
@@ -326,4 +326,48 @@ def bind_get_rows(b: BoundNode):
             pos = tuple(np.argwhere((idx < 0) | (idx >= rows))[0])
             raise RowIndexError(f"get_rows '{name}': {bad} row index(es) in b outside [0, {rows}), the rows "
                                 f"of a ne={ne}; first: {int(idx[pos])} at b[{pos[3]}, {pos[2]}, {pos[1]}] (ne order)")
+    return run
+
+
+# -- set_rows ------------------------------------------------------------------------------------------------
+
+@kernel
+def set_rows_rows(d, b, idx, ith, nth):
+    """d[i3, i2, idx[0, i3 % C2, i2 % C1, i1]] = b[i3, i2, i1] for b (A3, A2, n, K), d (A3, A2, R, K), idx (1, C2,
+    C1, n); workers split b's rows. Rows whose index is outside [0, R) are skipped and counted; returns that count."""
+    ne3, ne2, ne1, ne0 = b.shape
+    nrows = d.shape[2]
+    bad = 0
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i3, i2, i1 = row_index(r, ne2, ne1)
+        j = idx[0, i3 % idx.shape[1], i2 % idx.shape[2], i1]
+        if j < 0 or j >= nrows:
+            bad += 1
+            continue
+        drow, brow = d[i3, i2, j], b[i3, i2, i1]
+        for i0 in range(ne0):
+            drow[i0] = convert(brow[i0], drow.dtype)
+    return bad
+
+
+@parallel_kernel
+def set_rows_rows_par(d, b, idx, nth):
+    bad = 0
+    for ith in prange(nth):
+        bad += set_rows_rows(d, b, idx, ith, nth)
+    return bad
+
+
+@register("set_rows")
+def bind_set_rows(b: BoundNode):
+    d, rows, idx = b.dst, b.srcs[0], b.srcs[1]
+    nth = b.threads_for(rows.size)
+    name, ne = b.node.name or "set_rows", b.node.ne
+
+    def run():
+        bad = set_rows_rows(d, rows, idx, 0, 1) if nth == 1 else set_rows_rows_par(d, rows, idx, nth)
+        if bad:
+            raise RowIndexError(f"set_rows '{name}': {bad} row index(es) in c outside [0, {ne[1]}), the rows of a "
+                                f"ne={ne}; first: {int(idx[(idx < 0) | (idx >= ne[1])].flat[0])}")
     return run

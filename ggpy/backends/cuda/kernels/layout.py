@@ -2,12 +2,13 @@
 order, any strides on both sides, float types (F32, F16, BF16) converted, I32 copied as is; for cpy dst is the view of b the node
 describes; 32-bit index math where the tensors fit), concat, pad (zero padding; the four leading paddings, < 4096
 each, travel two to a float parameter), repeat and get_rows (a.ne = (K, R, A2, A3), b I32 (n, A2, A3) ->
-(K, n, A2, A3), F32, I32 for I32 rows): one thread per dst element (grid-stride)."""
+(K, n, A2, A3), F32, I32 for I32 rows): one thread per dst element (grid-stride); set_rows (one thread per element
+of b, float types, rows with an index outside a skipped)."""
 from __future__ import annotations
 
 from ....types import BF16, F16, F32, I32
 from ..registry import register
-from .common import C_TYPES, SUFFIX, iparam32
+from .common import C_TYPES, FLOATS, SUFFIX, elementwise_config, iparam32
 
 COPY_PAIRS = tuple((s, d) for s in (F32, F16, BF16) for d in (F32, F16, BF16)) + ((I32, I32),)
 TYPES = (F32, F16, BF16, I32)
@@ -58,6 +59,18 @@ template <typename S, typename D> __device__ void get_rows_k(const Args& a) {
         i64 c[4]; unravel(i, a.ne, c);
         i64 s[4] = {c[0], *(const int*)(a.src1 + c[1] * a.nb1[0] + c[2] * a.nb1[1] + c[3] * a.nb1[2]), c[2], c[3]};
         *(D*)(a.dst + byte_offset(c, a.nb)) = convert<D, S>(*(const S*)(a.src0 + byte_offset(s, a.nb0)));
+    }
+}
+// set_rows: src0 b (K, n, A2, A3), src1 c I32 (n, C1, C2), dst a (K, R, A2, A3):
+// a[i3, i2, c[i3 % C2, i2 % C1, i1]] = b[i3, i2, i1]; a thread per element of b
+template <typename S, typename D> __device__ void set_rows_k(const Args& a) {
+    const i64 n = a.ne0[0] * a.ne0[1] * a.ne0[2] * a.ne0[3];
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        i64 c[4]; unravel(i, a.ne0, c);
+        const i64 j = *(const int*)(a.src1 + c[1] * a.nb1[0] + (c[2] % a.ne1[1]) * a.nb1[1] + (c[3] % a.ne1[2]) * a.nb1[2]);
+        if (j < 0 || j >= a.ne[1]) continue;
+        const i64 d[4] = {c[0], j, c[2], c[3]};
+        *(D*)(a.dst + byte_offset(d, a.nb)) = convert<D, S>(*(const S*)(a.src0 + byte_offset(c, a.nb0)));
     }
 }
 """
@@ -130,3 +143,21 @@ register(ops=("dup", "cont", "cpy", "cast"), source=copy_source, refusal=copy_re
          iparam=iparam32)
 register(ops=("concat", "pad", "repeat", "get_rows"), source=source, refusal=refusal, kernel_name=kernel_name,
          params=params)
+
+
+
+def set_rows_refusal(node) -> str | None:
+    b, c = node.src[:2]
+    if b.type not in FLOATS or node.type not in FLOATS or c.type != I32:
+        return f"set_rows on CUDA writes float rows with I32 indices, not {b.type.name} rows into {node.type.name}"
+    return None
+
+
+def set_rows_source() -> str:
+    return "".join(f'extern "C" __global__ void set_rows_{SUFFIX[s]}_{SUFFIX[d]}(const Args a) '
+                   f'{{ set_rows_k<{C_TYPES[s]}, {C_TYPES[d]}>(a); }}\n' for s in FLOATS for d in FLOATS)
+
+
+register(ops=("set_rows",), source=set_rows_source, refusal=set_rows_refusal,
+         kernel_name=lambda node: f"set_rows_{SUFFIX[node.src[0].type]}_{SUFFIX[node.type]}",
+         launch_config=lambda node: elementwise_config(node.src[0]))

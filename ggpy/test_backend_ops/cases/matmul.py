@@ -46,7 +46,7 @@ def cases():
                                   lambda ctx, ha=how_a, hb=how_b, ne_a=ne_a, ne_b=ne_b: ops.mul_mat(
                                       layout(ctx, F32, ne_a, ha), layout(ctx, F32, ne_b, hb)),
                                   flops=_flops, max_nmse=5e-7))
-    out += epilogue_cases() + cast_epilogue_cases() + quant_cases()
+    out += epilogue_cases() + cast_epilogue_cases() + quant_cases() + gqa_cases()
     out.append(OpCase("mul_mat", "f32,perf,K=1024,M=1024,N=1024",
                       lambda ctx: ops.mul_mat(layout(ctx, F32, (1024, 1024)), layout(ctx, F32, (1024, 1024))),
                       flops=_flops, max_nmse=5e-7, tags=("perf",)))
@@ -119,4 +119,28 @@ place, its rows strided)."""
                               lambda ctx, t=t, k=k, m=m, n=n, ad=ad, bd=bd, how=how: ops.mul_mat(
                                   leaf(ctx, t, (k, m) + ad), layout(ctx, F32, (k, n) + bd, how)),
                               flops=_flops, max_nmse=QUANT_NMSE, kernel=f"{impl}_{t.name}"))
+    return out
+
+
+def _gqa(ctx, t, hd, n_kv, n, heads, kv_heads, product):
+    """A decoder's attention products over a KV cache of type t (hd, kv_heads, n_kv + 3 rows), read through views
+    as a llama graph does, the query heads sharing KV heads by broadcasting: "kq" (K (hd, n_kv, kv_heads) against q
+    (hd, n, heads), both permuted views) or "kqv" (V^T (n_kv, hd, kv_heads), a strided view, against P)."""
+    cache = leaf(ctx, t, (hd, kv_heads, n_kv + 3))
+    rows = ops.view_3d(cache, hd, kv_heads, n_kv, cache.nb[1], cache.nb[2], 0)
+    if product == "kq":
+        return ops.mul_mat(ops.permute(rows, 0, 2, 1, 3), ops.permute(leaf(ctx, F32, (hd, heads, n)), 0, 2, 1, 3))
+    return ops.mul_mat(ops.permute(rows, 1, 2, 0, 3), leaf(ctx, F32, (n_kv, n, heads)))
+
+
+def gqa_cases():
+    """Grouped-query attention's products (ggml broadcasting a over b's dims 2 and 3: heads / kv_heads query heads
+    per KV head), a generated token and a prompt, from F32 and F16 caches."""
+    out = []
+    for t in (F32, F16):
+        for hd, n_kv, n, heads, kv_heads in ((64, 37, 1, 9, 3), (64, 37, 7, 9, 3), (32, 20, 20, 8, 1)):
+            for product in ("kq", "kqv"):
+                out.append(OpCase("mul_mat", f"gqa,{product},cache={t.name},HD={hd},n_kv={n_kv},n={n},heads={heads}/"
+                                  f"{kv_heads}", lambda ctx, t=t, hd=hd, nk=n_kv, n=n, h=heads, kh=kv_heads, p=product:
+                                  _gqa(ctx, t, hd, nk, n, h, kh, p), flops=_flops, max_nmse=5e-7))
     return out

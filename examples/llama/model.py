@@ -1,7 +1,7 @@
 """The llama forward as a ggpy graph, in ggml's ne order, and a KV cache that outlives evaluations.
 
 Activations are tokens: x.ne = (n_embd, n_tokens). Per block: RMSNorm, q/k/v products (+ biases for qwen2), rope on
-q and k, K and V written into the cache at rows n_past.., causal attention over the cache's first n_kv rows
+q and k, K and V written into the cache at the tokens' positions, causal attention over the cache's first n_kv rows
 (grouped-query heads by mul_mat's broadcasting over dim 2), output projection and residual; RMSNorm, SwiGLU MLP,
 residual. Then the final RMSNorm and the output projection (the token embedding when tied): logits ne =
 (n_vocab, n_tokens).
@@ -38,11 +38,11 @@ class KVCache:
 
 @dataclass
 class Inputs:
-    """The graph's inputs for `n_tokens` tokens read after `n_past` cached ones, attending over `n_kv` cache rows:
-    token ids and positions (I32, ne = (n_tokens,)), and the causal mask (F32, ne = (n_kv, n_tokens): 0 where
-    token j may see cache row i, -inf elsewhere)."""
+    """The graph's inputs for `n_tokens` tokens attending over the first `n_kv` cache rows (cache row i holds
+    position i): token ids and positions (I32, ne = (n_tokens,); the positions also name the cache rows the tokens'
+    keys and values go to), and the causal mask (F32, ne = (n_kv, n_tokens): 0 where token j may see row i, -inf
+    elsewhere). The graph depends on n_tokens and n_kv only: the same graph serves every n_past it fits."""
 
-    n_past: int
     n_tokens: int
     n_kv: int
     tokens: ggpy.Tensor
@@ -50,8 +50,8 @@ class Inputs:
     mask: ggpy.Tensor
 
 
-def new_inputs(ctx, n_past: int, n_tokens: int, n_kv: int) -> Inputs:
-    return Inputs(n_past, n_tokens, n_kv,
+def new_inputs(ctx, n_tokens: int, n_kv: int) -> Inputs:
+    return Inputs(n_tokens, n_kv,
                   ctx.new_tensor(ggpy.I32, (n_tokens,)).set_name("tokens").set_input(),
                   ctx.new_tensor(ggpy.I32, (n_tokens,)).set_name("pos").set_input(),
                   ctx.new_tensor(ggpy.F32, (n_kv, n_tokens)).set_name("kq_mask").set_input())
@@ -76,18 +76,13 @@ def rope(hp: HParams, x, pos, freq_factors=None):
                          hp.rope_ext_factor, hp.rope_attn_factor, hp.rope_beta_fast, hp.rope_beta_slow)
 
 
-def write_kv(cache: KVCache, il: int, inp: Inputs, k, v) -> list:
-    """The copies of this ubatch's k and v (ne = (n_embd_k, n_tokens), (n_embd_v, n_tokens)) into cache rows
-    n_past.. of block `il`: cpy into views of the cache tensors."""
-    n, p = inp.n_tokens, inp.n_past
-    return [ggpy.cpy(new, ggpy.view_2d(c, c.ne[0], n, c.nb[1], p * c.nb[1]))
-            for new, c in ((k, cache.k[il]), (v, cache.v[il]))]
-
-
-def attention(hp: HParams, cache: KVCache, il: int, inp: Inputs, q):
-    """Causal grouped-query attention of q.ne = (head_dim, n_head, n_tokens) over the first n_kv cache rows of block
-    `il` -> ne = (head_dim_v * n_head, n_tokens). Query head h reads KV head h // n_gqa (mul_mat's broadcast)."""
-    kc, vc = cache.k[il], cache.v[il]
+def attention(hp: HParams, cache: KVCache, il: int, inp: Inputs, q, k, v):
+    """Causal grouped-query attention of q.ne = (head_dim, n_head, n_tokens) -> ne = (head_dim_v * n_head, n_tokens).
+    This ubatch's k.ne = (head_dim * n_head_kv, n_tokens) and v (likewise) are first written into block `il`'s cache
+    rows at the tokens' positions (set_rows); the attention reads the cache's first n_kv rows through views of
+    those writes, so it runs after them. Query head h reads KV head h // n_gqa (mul_mat's broadcast over dim 2)."""
+    kc = ggpy.set_rows(cache.k[il], k, inp.pos)
+    vc = ggpy.set_rows(cache.v[il], v, inp.pos)
     k = ggpy.view_3d(kc, hp.head_dim, inp.n_kv, hp.n_head_kv, kc.nb[1], hp.head_dim * kc.nb[0])
     v = ggpy.view_3d(vc, hp.head_dim_v, inp.n_kv, hp.n_head_kv, vc.nb[1], hp.head_dim_v * vc.nb[0])
     v = ggpy.permute(v, 1, 0, 2, 3)                                          # (n_kv, head_dim_v, n_head_kv)
@@ -97,8 +92,8 @@ def attention(hp: HParams, cache: KVCache, il: int, inp: Inputs, q):
     return ggpy.cont_2d(ggpy.permute(kqv, 0, 2, 1, 3), hp.head_dim_v * hp.n_head, inp.n_tokens)
 
 
-def attention_block(m, hp: HParams, cache: KVCache, il: int, inp: Inputs, x, writes: list, freq_factors=None):
-    """x + the attention sublayer of block `il`; appends the block's KV cache copies to `writes`."""
+def attention_block(m, hp: HParams, cache: KVCache, il: int, inp: Inputs, x, freq_factors=None):
+    """x + the attention sublayer of block `il`."""
     b = f"blk.{il}."
     h = norm(m, b + "attn_norm.weight", x, hp.rms_eps)
     n = inp.n_tokens
@@ -106,8 +101,8 @@ def attention_block(m, hp: HParams, cache: KVCache, il: int, inp: Inputs, x, wri
     k = ggpy.reshape_3d(linear(m, b + "attn_k", h, hp.qkv_bias), hp.head_dim, hp.n_head_kv, n)
     v = linear(m, b + "attn_v", h, hp.qkv_bias)
     q, k = rope(hp, q, inp.pos, freq_factors), rope(hp, k, inp.pos, freq_factors)
-    writes += write_kv(cache, il, inp, ggpy.reshape_2d(k, hp.head_dim * hp.n_head_kv, n), v)
-    return ggpy.add(x, linear(m, b + "attn_output", attention(hp, cache, il, inp, q)))
+    k = ggpy.reshape_2d(k, hp.head_dim * hp.n_head_kv, n)
+    return ggpy.add(x, linear(m, b + "attn_output", attention(hp, cache, il, inp, q, k, v)))
 
 
 def feed_forward(m, hp: HParams, il: int, x):
@@ -118,27 +113,15 @@ def feed_forward(m, hp: HParams, il: int, x):
     return ggpy.add(x, linear(m, b + "ffn_down", g))
 
 
-def forward(m, hp: HParams, cache: KVCache, inp: Inputs, all_logits: bool = True) -> tuple:
-    """(logits ne = (n_vocab, n_tokens), or (n_vocab, 1) of the last token without all_logits; the KV cache
-    copies): each block's copies must run before its attention reads the cache, so the caller expands them into
-    the graph first, in block order."""
+def forward(m, hp: HParams, cache: KVCache, inp: Inputs, all_logits: bool = True):
+    """Logits ne = (n_vocab, n_tokens), or (n_vocab, 1) of the last token without all_logits."""
     freq_factors = m.tensors.get("rope_freqs.weight")
     x = ggpy.get_rows(m.get("token_embd.weight"), inp.tokens)
-    writes = []
     for il in range(hp.n_layer):
-        x = attention_block(m, hp, cache, il, inp, x, writes, freq_factors)
+        x = attention_block(m, hp, cache, il, inp, x, freq_factors)
         x = feed_forward(m, hp, il, x)
     if not all_logits:
         x = ggpy.view_2d(x, hp.n_embd, 1, x.nb[1], (inp.n_tokens - 1) * x.nb[1])
     x = norm(m, "output_norm.weight", x, hp.rms_eps)
     out = m.tensors.get("output.weight", m.get("token_embd.weight"))
-    return ggpy.mul_mat(out, x).set_name("logits"), writes
-
-
-def build_graph(m, hp: HParams, cache: KVCache, inp: Inputs, all_logits: bool = True) -> tuple:
-    """(graph, logits) of `forward`: every block's cache copies expanded before the nodes that read the cache."""
-    logits, writes = forward(m, hp, cache, inp, all_logits)
-    graph = ggpy.Graph()
-    for w in writes:
-        graph.build_forward_expand(w)
-    return graph.build_forward_expand(logits), logits
+    return ggpy.mul_mat(out, x).set_name("logits")

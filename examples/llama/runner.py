@@ -2,7 +2,10 @@
 
 Weights are loaded once (ggpy.load_gguf, quantized tensors as they are); the KV cache lives in a buffer of its own;
 one GraphAllocator owns the compute memory, reserved at the start for the worst case (a chunk of n_batch tokens
-attending over the whole context), so later plans never grow it.
+attending over the whole context), so later plans never grow it. A graph depends on the number of tokens it reads
+and the cache rows it attends over (rounded up to KV_PAD), not on n_past: positions, the mask and the cache rows
+written are inputs, so one planned graph is replayed for up to KV_PAD generated tokens (ggml's reserve + worst
+case graph, with set_rows for the cache writes).
 """
 from __future__ import annotations
 
@@ -15,16 +18,18 @@ import ggpy
 from ggpy.backends import make_backend
 
 from .gguf_file import LlamaGGUF
-from .model import Inputs, KVCache, build_graph, new_inputs
+from .model import Inputs, KVCache, forward, new_inputs
 
 DEFAULT_CTX = 4096      # llama.cpp's default context, when the model's is longer
 DEFAULT_BATCH = 512     # tokens per evaluation of a prompt (llama.cpp's default micro-batch)
+KV_PAD = 256            # attention reads the cache rows in use rounded up to this (llama.cpp pads likewise)
 
 
 @dataclass
 class Step:
-    """One built graph: its inputs and logits tensor."""
+    """One built graph: its shape key (n_tokens, n_kv, all_logits), inputs and logits tensor."""
 
+    key: tuple
     graph: ggpy.Graph
     inputs: Inputs
     logits: ggpy.Tensor
@@ -67,7 +72,8 @@ class GraphModel:
         self.allocator = ggpy.GraphAllocator(self.backend)
         self.stats = Stats()
         self._current = None
-        self.allocator.reserve(self._build(self.n_ctx - self.n_batch, self.n_batch).graph)
+        self.allocator.reserve(self._build((self.n_batch, self.n_ctx, True)).graph)
+        self.stats = Stats()
         self.reset()
 
     def reset(self):
@@ -80,21 +86,29 @@ class GraphModel:
         return {"weights": self.weights.nbytes, "kv_cache": self.cache.nbytes,
                 "compute": sum(b.size for b in self.allocator.buffers)}
 
-    def _build(self, n_past: int, n_tokens: int, all_logits: bool = True) -> Step:
+    def _build(self, key: tuple) -> Step:
         t0 = time.perf_counter()
-        inputs = new_inputs(ggpy.Context(), n_past, n_tokens, n_past + n_tokens)
-        graph, logits = build_graph(self.weights, self.hp, self.cache, inputs, all_logits)
+        n_tokens, n_kv, all_logits = key
+        inputs = new_inputs(ggpy.Context(), n_tokens, n_kv)
+        logits = forward(self.weights, self.hp, self.cache, inputs, all_logits)
+        step = Step(key, ggpy.Graph().build_forward_expand(logits), inputs, logits)
         self.stats.graphs_built += 1
         self.stats.build_s += time.perf_counter() - t0
-        return Step(graph, inputs, logits)
+        return step
 
-    def _plan(self, step: Step):
-        if self._current is not step:
+    def _step(self, n_tokens: int, all_logits: bool) -> Step:
+        """The graph for `n_tokens` tokens after n_past: the current one while it fits (n_kv, the cache rows read,
+        is n_past + n_tokens rounded up to KV_PAD), else a new one, planned in the reserved memory."""
+        n_kv = min(self.n_ctx, -(-(self.n_past + n_tokens) // KV_PAD) * KV_PAD)
+        key = (n_tokens, n_kv, all_logits or n_tokens == 1)
+        if self._current is None or self._current.key != key:
+            step = self._build(key)
             t0 = time.perf_counter()
             self.allocator.alloc_graph(step.graph)
             self.backend.program(step.graph)
             self._current = step
             self.stats.plan_s += time.perf_counter() - t0
+        return self._current
 
     def _set_inputs(self, inp: Inputs, tokens: list):
         n = len(tokens)
@@ -105,8 +119,7 @@ class GraphModel:
         inp.mask.set(np.where(visible, 0.0, -np.inf).astype(np.float32).reshape(1, 1, n, inp.n_kv))
 
     def _eval_chunk(self, tokens: list, all_logits: bool) -> np.ndarray:
-        step = self._build(self.n_past, len(tokens), all_logits)
-        self._plan(step)
+        step = self._step(len(tokens), all_logits)
         t0 = time.perf_counter()
         self._set_inputs(step.inputs, tokens)
         self.backend.compute(step.graph)

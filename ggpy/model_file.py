@@ -43,9 +43,22 @@ class ModelFile:
                                  f"architecture {self.metadata.get('general.architecture')!r})") from None
 
 
-def _open(path: str):
+def bounded_reader(path: str):
+    """gguf.GGUFReader for `path` whose every read lies inside the file: the stock reader returns short arrays past
+    the end, so a corrupt array length makes it loop over up to 2**64 empty elements instead of failing."""
     import gguf
 
+    class BoundedReader(gguf.GGUFReader):
+        def _get(self, offset, dtype, count=1, override_order=None):
+            end = int(offset) + np.dtype(dtype).itemsize * int(count)
+            if end > len(self.data):
+                raise EOFError(f"a read of {int(count)} x {np.dtype(dtype)} at byte {int(offset)} runs past the end")
+            return super()._get(offset, dtype, count, override_order)
+
+    return BoundedReader(path)
+
+
+def _open(path: str):
     if not os.path.isfile(path):
         raise ModelFileError(f"model file {path} does not exist")
     with open(path, "rb") as f:
@@ -53,7 +66,7 @@ def _open(path: str):
     if magic != b"GGUF":
         raise ModelFileError(f"{path} is not a GGUF file: it starts with {magic!r}, expected the magic b'GGUF'")
     try:
-        return gguf.GGUFReader(path)
+        return bounded_reader(path)
     except Exception as e:  # noqa: BLE001 - the reader fails with ValueError/IndexError/... on cut-off or corrupt files
         raise ModelFileError(f"{path} is a truncated or corrupt GGUF file ({os.path.getsize(path)} bytes; "
                              f"the gguf reader says {type(e).__name__}: {e})") from None

@@ -77,6 +77,29 @@ def test_load_gguf_refuses_truncated_files(tmp_path, backend, keep):
         load_gguf(cut, backend)
 
 
+def test_load_gguf_refuses_a_huge_array_length_quickly(tmp_path, backend):
+    """A corrupt array count in the metadata is refused with ggpy's model-file error at once (the stock gguf reader
+    would loop over up to 2**64 elements reading nothing past the end)."""
+    import time
+    w = gguf.GGUFWriter(os.fspath(tmp_path / "ok.gguf"), "mobilesam")
+    w.add_array("mobilesam.embed_dims", [64, 128, 160, 320])
+    w.add_tensor("w.weight", np.ones((4, 4), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    field = gguf.GGUFReader(tmp_path / "ok.gguf").fields["mobilesam.embed_dims"]
+    count_at = int(field.offset) + 8 + len("mobilesam.embed_dims") + 4 + 4          # key length, key, type, item type
+    blob = bytearray((tmp_path / "ok.gguf").read_bytes())
+    assert int.from_bytes(blob[count_at:count_at + 8], "little") == 4
+    blob[count_at + 7] = 0x01                                                         # 2**56 + 4 items
+    (tmp_path / "huge.gguf").write_bytes(bytes(blob))
+    t0 = time.perf_counter()
+    with pytest.raises(ggpy.ModelFileError, match=r"huge\.gguf is a truncated or corrupt GGUF file .*past the end"):
+        load_gguf(tmp_path / "huge.gguf", backend)
+    assert time.perf_counter() - t0 < 5
+
+
 def test_load_gguf_refuses_non_gguf_and_missing_files(tmp_path, backend):
     text = tmp_path / "notes.txt"
     text.write_text("not a model\n" * 10)

@@ -65,8 +65,8 @@ def norm(m, name: str, x, eps: float):
 
 def linear(m, prefix: str, x, bias: bool = False):
     """x.ne = (IN, n) -> (OUT, n) with `prefix`.weight ne = (IN, OUT) (any type), optional F32 bias ne = (OUT,)."""
-    y = ggpy.mul_mat(m.get(f"{prefix}.weight"), x)
-    return ggpy.add(y, m.get(f"{prefix}.bias")) if bias else y
+    y = ggpy.mul_mat(m.get(f"{prefix}.weight"), x).set_name(prefix)
+    return ggpy.add(y, m.get(f"{prefix}.bias")).set_name(prefix + "+bias") if bias else y
 
 
 def rope(hp: HParams, x, pos, freq_factors=None):
@@ -81,14 +81,14 @@ def attention(hp: HParams, cache: KVCache, il: int, inp: Inputs, q, k, v):
     This ubatch's k.ne = (head_dim * n_head_kv, n_tokens) and v (likewise) are first written into block `il`'s cache
     rows at the tokens' positions (set_rows); the attention reads the cache's first n_kv rows through views of
     those writes, so it runs after them. Query head h reads KV head h // n_gqa (mul_mat's broadcast over dim 2)."""
-    kc = ggpy.set_rows(cache.k[il], k, inp.pos)
-    vc = ggpy.set_rows(cache.v[il], v, inp.pos)
+    kc = ggpy.set_rows(cache.k[il], k, inp.pos).set_name(f"blk.{il}.k_store")
+    vc = ggpy.set_rows(cache.v[il], v, inp.pos).set_name(f"blk.{il}.v_store")
     k = ggpy.view_3d(kc, hp.head_dim, inp.n_kv, hp.n_head_kv, kc.nb[1], hp.head_dim * kc.nb[0])
     v = ggpy.view_3d(vc, hp.head_dim_v, inp.n_kv, hp.n_head_kv, vc.nb[1], hp.head_dim_v * vc.nb[0])
     v = ggpy.permute(v, 1, 0, 2, 3)                                          # (n_kv, head_dim_v, n_head_kv)
-    kq = ggpy.mul_mat(k, ggpy.permute(q, 0, 2, 1, 3))                       # (n_kv, n_tokens, n_head)
-    kq = ggpy.soft_max_ext(kq, inp.mask, 1.0 / math.sqrt(hp.head_dim))
-    kqv = ggpy.mul_mat(v, kq)                                                # (head_dim_v, n_tokens, n_head)
+    kq = ggpy.mul_mat(k, ggpy.permute(q, 0, 2, 1, 3)).set_name(f"blk.{il}.kq")     # (n_kv, n_tokens, n_head)
+    kq = ggpy.soft_max_ext(kq, inp.mask, 1.0 / math.sqrt(hp.head_dim)).set_name(f"blk.{il}.softmax")
+    kqv = ggpy.mul_mat(v, kq).set_name(f"blk.{il}.kqv")                     # (head_dim_v, n_tokens, n_head)
     return ggpy.cont_2d(ggpy.permute(kqv, 0, 2, 1, 3), hp.head_dim_v * hp.n_head, inp.n_tokens)
 
 

@@ -1,11 +1,13 @@
 """The model generate.py drives, computed by the ggpy graph of model.py on a backend.
 
 Weights are loaded once (ggpy.load_gguf, quantized tensors as they are); the KV cache lives in a buffer of its own;
-one GraphAllocator owns the compute memory, reserved at the start for the worst case (a chunk of n_batch tokens
-attending over the whole context), so later plans never grow it. A graph depends on the number of tokens it reads
-and the cache rows it attends over (rounded up to KV_PAD), not on n_past: positions, the mask and the cache rows
-written are inputs, so one planned graph is replayed for up to KV_PAD generated tokens (ggml's reserve + worst
-case graph, with set_rows for the cache writes).
+two GraphAllocators own the compute memory, one for prompt chunks and one for single tokens, each reserved at the
+start for its worst case (n_batch tokens, or one, attending over the whole context; the last token's logits: a chunk
+that keeps every token's grows its lane's buffer once), so later plans never grow them.
+A graph depends on the number of tokens it reads and the cache rows it attends over (rounded up to KV_PAD), not on
+n_past: positions, the mask and the cache rows written are inputs, so one planned graph is replayed for up to
+KV_PAD generated tokens (ggml's reserve + worst-case graph, with set_rows for the cache writes); the token lane's
+graph stays planned while prompts come and go.
 """
 from __future__ import annotations
 
@@ -33,6 +35,14 @@ class Step:
     graph: ggpy.Graph
     inputs: Inputs
     logits: ggpy.Tensor
+
+
+@dataclass
+class Lane:
+    """A GraphAllocator and the graph it planned last (None before the first)."""
+
+    allocator: ggpy.GraphAllocator
+    current: Step | None = None
 
 
 @dataclass
@@ -69,10 +79,11 @@ class GraphModel:
         self.weights = ggpy.load_gguf(model.path, self.backend, architecture=hp.arch)
         self.cache = KVCache(hp, self.n_ctx, self.backend)
         self.cache.buffer.fill(0, self.cache.buffer.size, 0)    # rows past n_past are read (masked): never NaN
-        self.allocator = ggpy.GraphAllocator(self.backend)
         self.stats = Stats()
-        self._current = None
-        self.allocator.reserve(self._build((self.n_batch, self.n_ctx, True)).graph)
+        self._lanes = {}          # single token or not -> Lane
+        for n_tokens in {1, self.n_batch}:
+            lane = self._lanes[n_tokens == 1] = Lane(ggpy.GraphAllocator(self.backend))
+            lane.allocator.reserve(self._build((n_tokens, self.n_ctx, n_tokens == 1)).graph)
         self.stats = Stats()
         self.reset()
 
@@ -84,7 +95,7 @@ class GraphModel:
     def nbytes(self) -> dict:
         """Bytes of the weights, the KV cache and the compute buffers."""
         return {"weights": self.weights.nbytes, "kv_cache": self.cache.nbytes,
-                "compute": sum(b.size for b in self.allocator.buffers)}
+                "compute": sum(b.size for lane in self._lanes.values() for b in lane.allocator.buffers)}
 
     def _build(self, key: tuple) -> Step:
         t0 = time.perf_counter()
@@ -97,18 +108,19 @@ class GraphModel:
         return step
 
     def _step(self, n_tokens: int, all_logits: bool) -> Step:
-        """The graph for `n_tokens` tokens after n_past: the current one while it fits (n_kv, the cache rows read,
-        is n_past + n_tokens rounded up to KV_PAD), else a new one, planned in the reserved memory."""
+        """The graph for `n_tokens` tokens after n_past: its lane's current one while it fits (n_kv, the cache rows
+        read, is n_past + n_tokens rounded up to KV_PAD), else a new one, planned in the lane's reserved memory."""
         n_kv = min(self.n_ctx, -(-(self.n_past + n_tokens) // KV_PAD) * KV_PAD)
         key = (n_tokens, n_kv, all_logits or n_tokens == 1)
-        if self._current is None or self._current.key != key:
+        lane = self._lanes[n_tokens == 1]
+        if lane.current is None or lane.current.key != key:
             step = self._build(key)
             t0 = time.perf_counter()
-            self.allocator.alloc_graph(step.graph)
+            lane.allocator.alloc_graph(step.graph)
             self.backend.program(step.graph)
-            self._current = step
+            lane.current = step
             self.stats.plan_s += time.perf_counter() - t0
-        return self._current
+        return lane.current
 
     def _set_inputs(self, inp: Inputs, tokens: list):
         n = len(tokens)

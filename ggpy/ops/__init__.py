@@ -3,6 +3,7 @@
 They never compute. Names, argument order and result shapes follow ggml. Every op is in the op table
 (registry.py), with the family module that holds its constructors.
 """
+from .attention import flash_attn_ext
 from .conv import *  # noqa: F401,F403 - im2col, conv_1d, conv_2d, conv_2d_dw, conv_transpose_2d
 from .elementwise import (UNARY_OPS, abs, add, clamp, cos, div, elu, exp, gelu, gelu_erf, gelu_quick, hardsigmoid,
                           hardswish, leaky_relu, log, mul, neg, relu, scale, scale_bias, sgn, sigmoid, silu, sin, softplus, sqr,

@@ -69,6 +69,7 @@ def _table() -> dict:
     add("softmax", "soft_max", ("soft_max", "soft_max_ext"), inplace=True)
     add("softmax", "diag_mask_inf", inplace=True)
     add("rope", "rope", ("rope", "rope_ext"), inplace=True)      # each pair is read before it is written
+    add("attention", "flash_attn_ext")
     add("matmul", "mul_mat", quantized=(0,))
     for name in ("im2col", "conv_1d", "conv_2d", "conv_2d_dw", "conv_transpose_2d"):
         add("conv", name)

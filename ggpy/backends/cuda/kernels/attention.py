@@ -12,13 +12,14 @@ running max, sum and accumulator in registers); the 4 lanes combine by shuffles.
 Math in F32 (TF32, F16-weight and half-activation plans too). F16 / BF16 q, k, v run on tensor cores instead
 (win_attn_tc_k: mma.sync with F32 accumulation, one warp per 16 queries, P rounded to the inputs' type for
 P.V). The kernel of the fusion pass's attention pattern (ggpy/graph/fusion.py), not of an op: the backend
-accepts a pattern (`accepts`) and calls `steps`.
+accepts a pattern (`accepts`) and calls `steps`. The op flash_attn_ext has no CUDA kernel yet (it runs on the CPU).
 """
 from __future__ import annotations
 
 import ctypes
 
 from ....types import BF16, F16, F32
+from ..registry import register
 from .common import C_TYPES, FLOATS, SUFFIX, tensor_ptr
 
 HEAD_DIMS = (16, 32, 64)
@@ -351,3 +352,10 @@ def steps(backend, f) -> list:
     if q.type in TENSOR_CORE_TYPES:
         return [backend.launch_struct(f.head, name, (-(-n // (16 * TC_WARPS)), heads, nw), (32 * TC_WARPS, 1, 1), a)]
     return [backend.launch_struct(f.head, name, (-(-n // QUERIES), heads, nw), (QUERIES * 4, 1, 1), a)]
+
+
+def flash_attn_refusal(node) -> str:
+    return "flash_attn_ext has no CUDA kernel yet (a scheduler runs it on the CPU)"
+
+
+register(ops=("flash_attn_ext",), source=lambda: "", refusal=flash_attn_refusal, kernel_name=lambda node: "")

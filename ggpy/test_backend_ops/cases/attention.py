@@ -1,0 +1,60 @@
+"""Cases for flash_attn_ext: a generated token and a prompt, grouped-query heads, F32/F16 K and V read through
+views of a cache (as a llama graph does), causal masks with a fully masked row, F16/F32 masks broadcast over heads,
+logit softcap, ALiBi, Dv != D, several sequences."""
+from __future__ import annotations
+
+import numpy as np
+
+from ... import ops
+from ...types import F16, F32
+from ..harness import OpCase
+from .util import leaf
+
+CASES = [  # (D, Dv, N, n_kv, H, Hk, S, mask type, scale, max_bias, softcap)
+    (64, 64, 1, 37, 9, 3, 1, F16, 0.125, 0.0, 0.0),
+    (64, 64, 7, 37, 9, 3, 1, F16, 0.125, 0.0, 0.0),
+    (32, 32, 20, 20, 8, 1, 1, F32, 0.2, 0.0, 0.0),
+    (16, 24, 5, 13, 4, 4, 2, F16, 0.25, 0.0, 30.0),
+    (16, 16, 6, 9, 6, 2, 1, F32, 0.5, 8.0, 0.0),
+    (48, 48, 3, 300, 2, 2, 1, None, 0.1, 0.0, 0.0),
+]
+
+
+def _causal(rng, t):
+    """For the leaf named 'mask': 0 where key j <= the query's position (n_kv - N + i), else -inf, the second row
+    -inf throughout (its output is zeros); other float leafs uniform in [-1, 1)."""
+    shape = tuple(reversed(t.ne))
+    if t.name != "mask":
+        return rng.uniform(-1.0, 1.0, size=shape)
+    n_kv, rows = t.ne[0], t.ne[1]
+    i, j = np.indices((rows, n_kv))
+    m = np.where((j <= n_kv - rows + i) & (i != 1), 0.0, -np.inf)
+    return np.broadcast_to(m, shape)
+
+
+def _flash(ctx, d, dv, n, n_kv, h, hk, s, mtype, scale, max_bias, softcap, kv_type=F16, cached=True):
+    """q (D, N, H, S); k, v permuted views of caches (D, Hk, n_kv + 2, S) when `cached`, else contiguous leafs."""
+    if cached:
+        views = []
+        for width in (d, dv):
+            c = leaf(ctx, kv_type, (width, hk, n_kv + 2, s))
+            views.append(ops.permute(ops.view_4d(c, width, hk, n_kv, s, c.nb[1], c.nb[2], c.nb[3], 0), 0, 2, 1, 3))
+        k, v = views
+    else:
+        k, v = leaf(ctx, kv_type, (d, n_kv, hk, s)), leaf(ctx, kv_type, (dv, n_kv, hk, s))
+    mask = leaf(ctx, mtype, (n_kv, n + 1)).set_name("mask") if mtype is not None else None
+    return ops.flash_attn_ext(leaf(ctx, F32, (d, n, h, s)), k, v, mask, scale, max_bias, softcap)
+
+
+def cases():
+    out = []
+    for kv_type in (F32, F16):
+        for cached in (True, False):
+            for c in CASES:
+                out.append(OpCase("flash_attn_ext", f"kv={kv_type.name},cached={cached},D={c[0]},Dv={c[1]},N={c[2]},"
+                                  f"n_kv={c[3]},H={c[4]}/{c[5]},S={c[6]},mask={getattr(c[7], 'name', None)},"
+                                  f"scale={c[8]},max_bias={c[9]},softcap={c[10]}", lambda ctx, c=c, t=kv_type,
+                                  cached=cached: _flash(ctx, *c, kv_type=t, cached=cached), fill=_causal))
+    out.append(OpCase("flash_attn_ext", "perf,token,n_kv=512", lambda ctx: _flash(
+        ctx, 64, 64, 1, 512, 9, 3, 1, F16, 0.125, 0.0, 0.0), fill=_causal, tags=("perf",)))
+    return out

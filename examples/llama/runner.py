@@ -150,4 +150,4 @@ class GraphModel:
             raise ValueError(f"token ids must lie in [0, {self.hp.n_vocab}), got {min(tokens)}..{max(tokens)}")
         chunks = [tokens[i:i + self.n_batch] for i in range(0, len(tokens), self.n_batch)]
         logits = [self._eval_chunk(chunk, all_logits) for chunk in chunks]
-        return np.concatenate(logits) if all_logits else logits[-1]
+        return np.concatenate(logits) if all_logits and len(logits) > 1 else logits[-1]

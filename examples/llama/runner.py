@@ -72,7 +72,7 @@ class GraphModel:
                  n_batch: int = DEFAULT_BATCH):
         hp = self.hp = model.hparams
         self.n_ctx = n_ctx or min(hp.n_ctx_train, DEFAULT_CTX)
-        if not 1 <= self.n_ctx:
+        if self.n_ctx < 1:
             raise ValueError(f"context size {self.n_ctx} must be at least 1")
         self.n_batch = min(n_batch, self.n_ctx)
         self.backend = make_backend(backend, n_threads) if isinstance(backend, str) else backend
@@ -84,7 +84,7 @@ class GraphModel:
         for n_tokens in {1, self.n_batch}:
             lane = self._lanes[n_tokens == 1] = Lane(ggpy.GraphAllocator(self.backend))
             lane.allocator.reserve(self._build((n_tokens, self.n_ctx, n_tokens == 1)).graph)
-        self.stats = Stats()
+        self.stats = Stats()      # the evaluations' alone, not the reserves'
         self.reset()
 
     def reset(self):

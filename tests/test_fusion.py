@@ -223,3 +223,20 @@ def test_fusion_pass_conv_2d_channel_bias(bias_shape):
     (f,) = fusions
     assert isinstance(f, Epilogue) and f.head.op == "conv_2d" and f.bias is bias and f.last is out
     assert f.name("conv") == "conv+f16+bias+gelu_erf"
+
+
+def test_fusion_pass_waits_for_a_write_into_a_leaf():
+    """A bias read through a view of set_rows' result (a KV cache leaf written by the graph) is ready only after the
+    write: the GEMM before it does not take the add as its epilogue (it would read the cache before the write)."""
+    ctx = ggpy.Context()
+    cache = ctx.new_tensor(ggpy.F32, (6, 4)).set_input()
+    rows = ctx.new_tensor(ggpy.F32, (6, 1)).set_input()
+    idx = ctx.new_tensor(ggpy.I32, (1,)).set_input()
+    w, x = ctx.new_tensor(ggpy.F32, (8, 6)).set_input(), ctx.new_tensor(ggpy.F32, (8, 3)).set_input()
+    y = ggpy.mul_mat(w, x)                                             # ne = (6, 3), before the write
+    written = ggpy.set_rows(cache, rows, idx)
+    out = ggpy.add(y, ggpy.view_1d(written, 6, 0))                     # cache row 0 as a bias, after the write
+    graph = ggpy.Graph().build_forward_expand(out)
+    order = [n.op for n in graph.nodes]
+    assert order.index("mul_mat") < order.index("set_rows") < order.index("add")
+    assert find_fusions(graph, lambda n: True) == {}

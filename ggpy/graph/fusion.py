@@ -317,8 +317,8 @@ def find_fusions(graph, head_ok: Callable, *, act_ok: Callable = lambda head: Tr
     fusions, taken = {}, set()
     for node in graph.nodes:
         def ready(v, at=position[id(node)]) -> bool:   # the fused kernel runs at the head's turn
-            while is_view(v) and v.view_src is not None:    # a view is ready with the memory it shows
-                v = v.view_src
+            while is_view(v) and v.src and v.src[0] is not None:     # a view is ready with what it shows: its
+                v = v.src[0]                # operand's (not its base's: a cpy / set_rows result writes a leaf's memory)
             return position.get(id(v), -1) < at
         if id(node) in taken:
             continue

@@ -1,6 +1,6 @@
 """Text generation on the CPU: ggpy's llama graph vs llama.cpp (llama-cpp-python) on the same GGUF, side by side.
 
-    python benchmarks/llama_cpu.py [-m MODEL.gguf] [-t 1,2] [--prompt 512] [--gen 128] [--rounds 3]
+    python benchmarks/llama_cpu.py [-m MODEL.gguf] [-t 1,2] [--prompt 512] [--gen 128] [--rounds 3] [--flash-attn]
 
 Without -m, SmolLM2-135M-Instruct Q4_1 (fetched once into ~/.cache/ggpy). For each thread count, both runtimes
 live in worker processes of their own (their thread pools never share a process) with a context of prompt + gen
@@ -10,7 +10,7 @@ does), then read `gen` seeded random tokens one at a time (generation); the same
 is shown apart (ggpy's includes building and planning its two graphs, the prompt's and the single token's, which
 later rounds replay); the table gives tokens/s at the median over the rounds after it and ggpy's over llama.cpp's. Memory: each runtime's weights,
 KV cache (ggpy F32, llama.cpp F16) and compute buffers (ggpy: both planned lanes; llama.cpp: as its log reports
-them), and each process's peak RSS.
+them), and each process's peak RSS. --flash-attn adds ggpy with its attention as flash_attn_ext ("ggpy -fa").
 """
 from __future__ import annotations
 
@@ -41,14 +41,15 @@ def token_ids(n_vocab: int, n: int, seed: int) -> list:
 class GgpyRuntime:
     """examples.llama's GraphModel on the CPU backend."""
 
-    name = "ggpy"
+    flash_attn = False
 
     def __init__(self, opts, threads: int):
         import numba
 
         from examples.llama.gguf_file import open_llama
         from examples.llama.runner import GraphModel
-        self.model = GraphModel(open_llama(opts.model), "cpu", threads, opts.prompt + opts.gen, N_BATCH)
+        self.model = GraphModel(open_llama(opts.model), "cpu", threads, opts.prompt + opts.gen, N_BATCH,
+                                self.flash_attn)
         self.n_vocab = self.model.hp.n_vocab
         self.version = f"numpy {np.__version__}, numba {numba.__version__}"
 
@@ -68,10 +69,14 @@ class GgpyRuntime:
                             f"{s.plan_s * 1e3:.0f} ms"}
 
 
+class GgpyFlashRuntime(GgpyRuntime):
+    """ggpy with flash_attn_ext."""
+
+    flash_attn = True
+
+
 class LlamaCppRuntime:
     """llama_cpp.Llama on the same file; its buffer sizes are read from its log."""
-
-    name = "llama.cpp"
 
     def __init__(self, opts, threads: int):
         import llama_cpp
@@ -115,7 +120,7 @@ class LlamaCppRuntime:
                                                     "compute": sizes.get("compute", 0) + sizes.get("output", 0)}}
 
 
-RUNTIMES = {"ggpy": GgpyRuntime, "llama.cpp": LlamaCppRuntime}
+RUNTIMES = {"ggpy": GgpyRuntime, "llama.cpp": LlamaCppRuntime, "ggpy -fa": GgpyFlashRuntime}
 
 
 def _round(runtime, prompt: list, gen: list) -> tuple:
@@ -148,14 +153,15 @@ def worker(conn, kind: str, opts, threads: int):
 def measure(opts, threads: int) -> tuple:
     """({runtime: [(prompt_s, gen_s) of the first round, then of each timed one]}, {runtime: info}) at `threads`
     threads."""
-    workers = [Worker(kind, worker, (kind, opts, threads)) for kind in RUNTIMES]
+    kinds = [k for k in RUNTIMES if opts.flash_attn or k != "ggpy -fa"]
+    workers = [Worker(kind, worker, (kind, opts, threads)) for kind in kinds]
     try:
         n_vocab = workers[0].started
         prompt = token_ids(n_vocab, opts.prompt, 1)
         gen = token_ids(n_vocab, opts.gen, 2)
         times = {w.label: [] for w in workers}
         for r in range(opts.rounds + 1):
-            for w in workers[r % 2:] + workers[:r % 2]:
+            for w in workers[r % len(workers):] + workers[:r % len(workers)]:
                 time.sleep(PAUSE_S)
                 times[w.label].append(w.call("round", prompt, gen))
             print(f"  t={threads} round {r}/{opts.rounds}{' (first)' if r == 0 else ''}: " + ", ".join(
@@ -190,7 +196,9 @@ def print_results(opts, results: dict):
             print(f"| {threads} | {k} | {_mib(m['weights'])} | {_mib(m['kv_cache'])} | {_mib(m['compute'])} | "
                   f"{_mib(sum(m.values()))} | {_mib(info['max_rss'])} |")
     for threads, (_, infos) in results.items():
-        print(f"ggpy at {threads} threads: {infos['ggpy']['planning']} (over all rounds)")
+        for k, info in infos.items():
+            if "planning" in info:
+                print(f"{k} at {threads} threads: {info['planning']} (over all rounds)")
     print("versions: " + ", ".join(sorted({i["version"] for _, infos in results.values() for i in infos.values()})))
 
 
@@ -201,6 +209,7 @@ def main(argv=None):
     p.add_argument("--prompt", type=int, default=512, help="prompt tokens (512)")
     p.add_argument("--gen", type=int, default=128, help="generated tokens (128)")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds after the first (3)")
+    p.add_argument("--flash-attn", action="store_true", help="also ggpy with flash_attn_ext")
     opts = p.parse_args(argv)
     if opts.model is None:
         from examples.llama.fetch import default_model

@@ -56,11 +56,14 @@ def greedy(model, prompt, n):
     return np.concatenate(logits), tokens
 
 
-def test_logits_equal_the_reference(tiny):
+@pytest.mark.parametrize("flash_attn", [False, True], ids=["soft_max", "flash_attn"])
+def test_logits_equal_the_reference(tiny, flash_attn):
     """A 19-token prompt read in chunks of 8, then 6 generated tokens: every position's logits within F32 rounding
-    of the float64 forward on the same (gguf-dequantized) weights, and the same greedy tokens."""
+    of the float64 forward on the same (gguf-dequantized) weights, and the same greedy tokens; attention by
+    mul_mat + soft_max_ext + mul_mat, or by flash_attn_ext."""
     m = open_llama(tiny)
-    ours, tokens = greedy(GraphModel(m, "cpu", n_threads=2, n_batch=8), random_ids(19, m.hparams.n_vocab), 6)
+    model = GraphModel(m, "cpu", n_threads=2, n_batch=8, flash_attn=flash_attn)
+    ours, tokens = greedy(model, random_ids(19, m.hparams.n_vocab), 6)
     ref, ref_tokens = greedy(ReferenceModel(m), random_ids(19, m.hparams.n_vocab), 6)
     assert ours.shape == (25, m.hparams.n_vocab) and ours.dtype == np.float32
     err = rel(ours, ref)
@@ -68,11 +71,12 @@ def test_logits_equal_the_reference(tiny):
     assert tokens == ref_tokens and (ours.argmax(1) == ref.argmax(1)).all(), f"seed {SEED}"
 
 
-def test_the_cache_in_pieces_equals_one_evaluation(tiny):
+@pytest.mark.parametrize("flash_attn", [False, True], ids=["soft_max", "flash_attn"])
+def test_the_cache_in_pieces_equals_one_evaluation(tiny, flash_attn):
     """Reading a sequence at once, in pieces of every kind (chunks of n_batch, a partial chunk, single tokens) and
     again after reset() (the cache then holds the first run's rows, which must not leak in) gives the same logits."""
     m = open_llama(tiny)
-    model = GraphModel(m, "cpu", n_threads=1, n_batch=8)
+    model = GraphModel(m, "cpu", n_threads=1, n_batch=8, flash_attn=flash_attn)
     ids = random_ids(30, m.hparams.n_vocab)
     whole = model.eval(ids)
     for cuts in ((8, 16, 20, 21, 22), (1, 2, 3, 13, 29)):

@@ -1,7 +1,7 @@
 """Text generation from a llama-family GGUF, from the repository root:
 
     python -m examples.llama [-m MODEL.gguf] -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]
-                             [-t THREADS] [-b cpu|cuda] [-c N_CTX] [--batch-size N] [--chat] [--logits FILE.npy]
+                             [-t THREADS] [-b cpu|cuda] [-c N_CTX] [--batch-size N] [-fa] [--chat] [--logits FILE.npy]
 
 The prompt is tokenized as llama.cpp tokenizes it for that file (with --chat: as the user message of the file's
 chat template). Tokens are printed as they come; the last line is
@@ -66,16 +66,18 @@ def parser() -> argparse.ArgumentParser:
                    help=f"context size in tokens; 0: the model's, at most {DEFAULT_CTX} (0)")
     p.add_argument("--batch-size", type=_at_least(1), default=DEFAULT_BATCH, metavar="N",
                    help=f"the most prompt tokens one evaluation reads ({DEFAULT_BATCH})")
+    p.add_argument("-fa", "--flash-attn", action="store_true", help="attention as one flash_attn_ext per block")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the file's chat template as a user turn")
     p.add_argument("--logits", metavar="FILE.npy", help="save the logits of every position read")
     return p
 
 
-def make_model(model, backend: str, n_threads: int, n_ctx: int = 0, n_batch: int = DEFAULT_BATCH) -> GraphModel:
+def make_model(model, backend: str, n_threads: int, n_ctx: int = 0, n_batch: int = DEFAULT_BATCH,
+               flash_attn: bool = False) -> GraphModel:
     """The object computing logits for `generate` (see generate.py for what it must provide): the ggpy graph of the
     model on `backend` ('cpu' or 'cuda') with `n_threads` CPU workers, a context of `n_ctx` tokens (0: the model's,
-    at most DEFAULT_CTX) and prompts read `n_batch` tokens at a time."""
-    return GraphModel(model, backend, n_threads, n_ctx or None, n_batch)
+    at most DEFAULT_CTX), prompts read `n_batch` tokens at a time, and attention by flash_attn_ext or not."""
+    return GraphModel(model, backend, n_threads, n_ctx or None, n_batch, flash_attn)
 
 
 def prompt_tokens(tokenizer: Tokenizer, prompt: str, chat: bool) -> list:
@@ -99,7 +101,7 @@ def run(args):
     hp = model.hparams
     print(f"{model.path}: {hp.arch}, {hp.n_layer} blocks, width {hp.n_embd}, {hp.n_head} query / {hp.n_head_kv} KV "
           f"heads, vocabulary {hp.n_vocab}; {len(tokens)} prompt tokens", file=sys.stderr)
-    lm = make_model(model, args.backend, args.threads, args.ctx_size, args.batch_size)
+    lm = make_model(model, args.backend, args.threads, args.ctx_size, args.batch_size, args.flash_attn)
     if len(tokens) + max(args.n_predict - 1, 0) > lm.n_ctx:
         raise ValueError(f"{len(tokens)} prompt tokens + {args.n_predict} to generate exceed the context of "
                          f"{lm.n_ctx} tokens")

@@ -76,23 +76,30 @@ def rope(hp: HParams, x, pos, freq_factors=None):
                          hp.rope_ext_factor, hp.rope_attn_factor, hp.rope_beta_fast, hp.rope_beta_slow)
 
 
-def attention(hp: HParams, cache: KVCache, il: int, inp: Inputs, q, k, v):
+def attention(hp: HParams, cache: KVCache, il: int, inp: Inputs, q, k, v, flash_attn: bool = False):
     """Causal grouped-query attention of q.ne = (head_dim, n_head, n_tokens) -> ne = (head_dim_v * n_head, n_tokens).
     This ubatch's k.ne = (head_dim * n_head_kv, n_tokens) and v (likewise) are first written into block `il`'s cache
     rows at the tokens' positions (set_rows); the attention reads the cache's first n_kv rows through views of
-    those writes, so it runs after them. Query head h reads KV head h // n_gqa (mul_mat's broadcast over dim 2)."""
+    those writes, so it runs after them. Query head h reads KV head h // n_gqa (broadcast over dim 2): by mul_mat,
+    soft_max_ext and mul_mat with V seen transposed, or with `flash_attn` by one flash_attn_ext."""
     kc = ggpy.set_rows(cache.k[il], k, inp.pos).set_name(f"blk.{il}.k_store")
     vc = ggpy.set_rows(cache.v[il], v, inp.pos).set_name(f"blk.{il}.v_store")
-    k = ggpy.view_3d(kc, hp.head_dim, inp.n_kv, hp.n_head_kv, kc.nb[1], hp.head_dim * kc.nb[0])
-    v = ggpy.view_3d(vc, hp.head_dim_v, inp.n_kv, hp.n_head_kv, vc.nb[1], hp.head_dim_v * vc.nb[0])
-    v = ggpy.permute(v, 1, 0, 2, 3)                                          # (n_kv, head_dim_v, n_head_kv)
-    kq = ggpy.mul_mat(k, ggpy.permute(q, 0, 2, 1, 3)).set_name(f"blk.{il}.kq")     # (n_kv, n_tokens, n_head)
-    kq = ggpy.soft_max_ext(kq, inp.mask, 1.0 / math.sqrt(hp.head_dim)).set_name(f"blk.{il}.softmax")
-    kqv = ggpy.mul_mat(v, kq).set_name(f"blk.{il}.kqv")                     # (head_dim_v, n_tokens, n_head)
-    return ggpy.cont_2d(ggpy.permute(kqv, 0, 2, 1, 3), hp.head_dim_v * hp.n_head, inp.n_tokens)
+    hd, hd_v = hp.head_dim, hp.head_dim_v
+    k = ggpy.view_3d(kc, hd, inp.n_kv, hp.n_head_kv, kc.nb[1], hd * kc.nb[0])
+    v = ggpy.view_3d(vc, hd_v, inp.n_kv, hp.n_head_kv, vc.nb[1], hd_v * vc.nb[0])
+    q = ggpy.permute(q, 0, 2, 1, 3)                                          # (head_dim, n_tokens, n_head)
+    scale = 1.0 / math.sqrt(hd)
+    if flash_attn:
+        out = ggpy.flash_attn_ext(q, k, v, inp.mask, scale).set_name(f"blk.{il}.attn")   # (hd_v, n_head, n_tokens)
+        return ggpy.reshape_2d(out, hd_v * hp.n_head, inp.n_tokens)
+    kq = ggpy.mul_mat(k, q).set_name(f"blk.{il}.kq")                         # (n_kv, n_tokens, n_head)
+    kq = ggpy.soft_max_ext(kq, inp.mask, scale).set_name(f"blk.{il}.softmax")
+    kqv = ggpy.mul_mat(ggpy.permute(v, 1, 0, 2, 3), kq).set_name(f"blk.{il}.kqv")   # (hd_v, n_tokens, n_head)
+    return ggpy.cont_2d(ggpy.permute(kqv, 0, 2, 1, 3), hd_v * hp.n_head, inp.n_tokens)
 
 
-def attention_block(m, hp: HParams, cache: KVCache, il: int, inp: Inputs, x, freq_factors=None):
+def attention_block(m, hp: HParams, cache: KVCache, il: int, inp: Inputs, x, freq_factors=None,
+                    flash_attn: bool = False):
     """x + the attention sublayer of block `il`."""
     b = f"blk.{il}."
     h = norm(m, b + "attn_norm.weight", x, hp.rms_eps)
@@ -102,7 +109,7 @@ def attention_block(m, hp: HParams, cache: KVCache, il: int, inp: Inputs, x, fre
     v = linear(m, b + "attn_v", h, hp.qkv_bias)
     q, k = rope(hp, q, inp.pos, freq_factors), rope(hp, k, inp.pos, freq_factors)
     k = ggpy.reshape_2d(k, hp.head_dim * hp.n_head_kv, n)
-    return ggpy.add(x, linear(m, b + "attn_output", attention(hp, cache, il, inp, q, k, v)))
+    return ggpy.add(x, linear(m, b + "attn_output", attention(hp, cache, il, inp, q, k, v, flash_attn)))
 
 
 def feed_forward(m, hp: HParams, il: int, x):
@@ -113,12 +120,13 @@ def feed_forward(m, hp: HParams, il: int, x):
     return ggpy.add(x, linear(m, b + "ffn_down", g))
 
 
-def forward(m, hp: HParams, cache: KVCache, inp: Inputs, all_logits: bool = True):
-    """Logits ne = (n_vocab, n_tokens), or (n_vocab, 1) of the last token without all_logits."""
+def forward(m, hp: HParams, cache: KVCache, inp: Inputs, all_logits: bool = True, flash_attn: bool = False):
+    """Logits ne = (n_vocab, n_tokens), or (n_vocab, 1) of the last token without all_logits; `flash_attn`: the
+    attention as one flash_attn_ext per block."""
     freq_factors = m.tensors.get("rope_freqs.weight")
     x = ggpy.get_rows(m.get("token_embd.weight"), inp.tokens)
     for il in range(hp.n_layer):
-        x = attention_block(m, hp, cache, il, inp, x, freq_factors)
+        x = attention_block(m, hp, cache, il, inp, x, freq_factors, flash_attn)
         x = feed_forward(m, hp, il, x)
     if not all_logits:
         x = ggpy.view_2d(x, hp.n_embd, 1, x.nb[1], (inp.n_tokens - 1) * x.nb[1])

@@ -66,11 +66,13 @@ class GraphModel:
     and returns their logits; `n_ctx` is the most tokens it holds; `reset()` forgets them.
 
     backend: 'cpu', 'cuda' or a ggpy Backend; n_threads: CPU workers; n_ctx: context (default the model's, at most
-    DEFAULT_CTX); n_batch: the most tokens one evaluation of the graph reads (longer inputs run in chunks)."""
+    DEFAULT_CTX); n_batch: the most tokens one evaluation of the graph reads (longer inputs run in chunks);
+    flash_attn: attention as flash_attn_ext (else mul_mat, soft_max_ext, mul_mat)."""
 
     def __init__(self, model: LlamaGGUF, backend="cpu", n_threads: int | None = None, n_ctx: int | None = None,
-                 n_batch: int = DEFAULT_BATCH):
+                 n_batch: int = DEFAULT_BATCH, flash_attn: bool = False):
         hp = self.hp = model.hparams
+        self.flash_attn = flash_attn
         self.n_ctx = n_ctx or min(hp.n_ctx_train, DEFAULT_CTX)
         if self.n_ctx < 1:
             raise ValueError(f"context size {self.n_ctx} must be at least 1")
@@ -101,7 +103,7 @@ class GraphModel:
         t0 = time.perf_counter()
         n_tokens, n_kv, all_logits = key
         inputs = new_inputs(ggpy.Context(), n_tokens, n_kv)
-        logits = forward(self.weights, self.hp, self.cache, inputs, all_logits)
+        logits = forward(self.weights, self.hp, self.cache, inputs, all_logits, self.flash_attn)
         step = Step(key, ggpy.Graph().build_forward_expand(logits), inputs, logits)
         self.stats.graphs_built += 1
         self.stats.build_s += time.perf_counter() - t0

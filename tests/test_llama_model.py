@@ -20,7 +20,7 @@ SEED = int(np.random.SeedSequence().entropy % 2**32)
 PROMPT = "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is"
 
 # (arch, keyword arguments of write_tiny_llama): other head counts, grouped-query, multi-query and plain multi-head
-# attention, tied output, and more weight types than the defaults (Q8_0, Q4_0)
+# attention, tied output, more weight types than the defaults (Q8_0, Q4_0), rope over part of each head, YaRN
 CASES = {
     "llama": ("llama", {}),
     "qwen2": ("qwen2", {}),
@@ -30,6 +30,10 @@ CASES = {
     "qwen2-tied-mqa-f16": ("qwen2", {"n_head": 8, "n_head_kv": 1, "tied": True,
                                      "types": {"token_embd": Q.F16, "attn_output": Q.F16, "ffn_gate": Q.F32}}),
     "llama-mha": ("llama", {"n_head": 2, "n_head_kv": 2, "n_ff": 96}),
+    "qwen2-half-rotated": ("qwen2", {"metadata": {"qwen2.rope.dimension_count": 8}}),
+    "llama-yarn": ("llama", {"rope_base": 5e5, "metadata": {
+        "llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0,
+        "llama.rope.scaling.original_context_length": 16}}),
 }
 
 

@@ -43,9 +43,14 @@ class ModelFile:
                                  f"architecture {self.metadata.get('general.architecture')!r})") from None
 
 
+class TensorTypeError(ValueError):
+    """A tensor's type id is no GGML type, or its rows are no whole number of the type's blocks."""
+
+
 def bounded_reader(path: str):
-    """gguf.GGUFReader for `path` whose every read lies inside the file: the stock reader returns short arrays past
-    the end, so a corrupt array length makes it loop over up to 2**64 empty elements instead of failing."""
+    """gguf.GGUFReader for `path` whose every read lies inside the file (the stock reader returns short arrays past
+    the end, so a corrupt array length makes it loop over up to 2**64 empty elements instead of failing) and whose
+    tensor table is checked first: TensorTypeError names a tensor of an unknown type or with partial blocks."""
     import gguf
 
     class BoundedReader(gguf.GGUFReader):
@@ -54,6 +59,19 @@ def bounded_reader(path: str):
             if end > len(self.data):
                 raise EOFError(f"a read of {int(count)} x {np.dtype(dtype)} at byte {int(offset)} runs past the end")
             return super()._get(offset, dtype, count, override_order)
+
+        def _build_tensors(self, start_offs, fields):
+            known = frozenset(int(t) for t in gguf.GGMLQuantizationType)
+            for f in fields:   # parts: name length, name, n_dims, dims, type, offset
+                name, dims, type_id = bytes(f.parts[1]).decode(errors="replace"), f.parts[3], int(f.parts[4][0])
+                if type_id not in known:
+                    raise TensorTypeError(f"tensor '{name}' has GGML type id {type_id}, which is no type the gguf "
+                                          "package knows")
+                block = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(type_id)][0]
+                if len(dims) and int(dims[0]) % block:
+                    raise TensorTypeError(f"tensor '{name}' has rows of {int(dims[0])} values, not a multiple of the "
+                                          f"{block}-value blocks of its type {gguf.GGMLQuantizationType(type_id).name}")
+            super()._build_tensors(start_offs, fields)
 
     return BoundedReader(path)
 
@@ -67,6 +85,8 @@ def _open(path: str):
         raise ModelFileError(f"{path} is not a GGUF file: it starts with {magic!r}, expected the magic b'GGUF'")
     try:
         return bounded_reader(path)
+    except TensorTypeError as e:
+        raise ModelFileError(f"{path}: {e}") from None
     except Exception as e:  # noqa: BLE001 - the reader fails with ValueError/IndexError/... on cut-off or corrupt files
         raise ModelFileError(f"{path} is a truncated or corrupt GGUF file ({os.path.getsize(path)} bytes; "
                              f"the gguf reader says {type(e).__name__}: {e})") from None

@@ -10,46 +10,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import gguf
-import numpy as np
 
 from ggpy import ModelFileError
+from ggpy.model_file import TensorTypeError, bounded_reader
 from ggpy.types import FLOAT_TYPES, QUANT_TYPES
 
 from .hparams import HParams, hparams_from_metadata
 
 # The tensor types the runner takes: those ggpy holds (GGML's names).
 SUPPORTED_TYPES = tuple(t.name.upper() for t in FLOAT_TYPES + QUANT_TYPES)
-
-
-_TYPE_IDS = frozenset(int(t) for t in gguf.GGMLQuantizationType)
-
-
-class TensorTypeError(ValueError):
-    """A tensor's type id is no GGML type, or its rows are no whole number of the type's blocks."""
-
-
-class _BoundedReader(gguf.GGUFReader):
-    """gguf.GGUFReader whose every read lies inside the file. The stock reader returns short arrays past the end,
-    so a corrupt array length makes it loop over up to 2**64 empty elements instead of failing."""
-
-    def _get(self, offset, dtype, count=1, override_order=None):
-        end = int(offset) + np.dtype(dtype).itemsize * int(count)
-        if end > len(self.data):
-            raise EOFError(f"a read of {int(count)} x {np.dtype(dtype)} at byte {int(offset)} runs past the end")
-        return super()._get(offset, dtype, count, override_order)
-
-    def _build_tensors(self, start_offs, fields):
-        for field in fields:   # parts: name length, name, n_dims, dims, type, offset
-            name, dims, type_id = bytes(field.parts[1]).decode(errors="replace"), field.parts[3], int(field.parts[4][0])
-            if type_id not in _TYPE_IDS:
-                raise TensorTypeError(f"tensor '{name}' has GGML type id {type_id}, which is no type the gguf "
-                                      "package knows")
-            block = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(type_id)][0]
-            if len(dims) and int(dims[0]) % block:
-                raise TensorTypeError(f"tensor '{name}' has rows of {int(dims[0])} values, not a multiple of the "
-                                      f"{block}-value blocks of its type {gguf.GGMLQuantizationType(type_id).name}")
-        super()._build_tensors(start_offs, fields)
 
 
 @dataclass
@@ -74,7 +43,7 @@ def read_gguf(path) -> tuple:
     if magic != b"GGUF":
         raise ModelFileError(f"{path} is not a GGUF file: it starts with {magic!r}, expected the magic b'GGUF'")
     try:
-        reader = _BoundedReader(path)
+        reader = bounded_reader(path)
         metadata = {name: f.contents() for name, f in reader.fields.items() if not name.startswith("GGUF.")}
     except TensorTypeError as e:
         raise ModelFileError(f"{path}: {e}") from None

@@ -76,7 +76,9 @@ def bounded_reader(path: str):
     return BoundedReader(path)
 
 
-def _open(path: str):
+def open_gguf(path: str):
+    """The bounded reader of the GGUF at `path`; ModelFileError when it is missing, not a GGUF, or cut off or corrupt
+    in its header, metadata or tensor table."""
     if not os.path.isfile(path):
         raise ModelFileError(f"model file {path} does not exist")
     with open(path, "rb") as f:
@@ -144,7 +146,7 @@ def load_gguf(path, backend, architecture: str | None = None, convert=None) -> M
     may give the type a tensor is kept in instead of its file type (values rounded to nearest even; a quantized
     tensor only into a float type, dequantized), or None to keep it."""
     path = os.fspath(path)
-    reader = _open(path)
+    reader = open_gguf(path)
     metadata = _metadata(reader)
     _check_architecture(path, metadata, architecture)
     file_size = os.path.getsize(path)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 
 from ggpy import ModelFileError
-from ggpy.model_file import TensorTypeError, bounded_reader
+from ggpy.model_file import open_gguf
 from ggpy.types import FLOAT_TYPES, QUANT_TYPES
 
 from .hparams import HParams, hparams_from_metadata
@@ -36,20 +36,12 @@ def read_gguf(path) -> tuple:
     """(reader, metadata) of the GGUF at `path`; ModelFileError when it is missing, not a GGUF, or cut off or
     corrupt anywhere in its header, metadata or tensor table."""
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise ModelFileError(f"model file {path} does not exist")
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic != b"GGUF":
-        raise ModelFileError(f"{path} is not a GGUF file: it starts with {magic!r}, expected the magic b'GGUF'")
+    reader = open_gguf(path)
     try:
-        reader = bounded_reader(path)
         metadata = {name: f.contents() for name, f in reader.fields.items() if not name.startswith("GGUF.")}
-    except TensorTypeError as e:
-        raise ModelFileError(f"{path}: {e}") from None
     except Exception as e:  # noqa: BLE001 - the reader fails with EOFError/ValueError/KeyError/... on bad bytes
         raise ModelFileError(f"{path} is a truncated or corrupt GGUF file ({os.path.getsize(path)} bytes; "
-                             f"reading it failed with {type(e).__name__}: {e})") from None
+                             f"reading its metadata failed with {type(e).__name__}: {e})") from None
     return reader, metadata
 
 

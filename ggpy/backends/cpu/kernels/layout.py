@@ -5,15 +5,13 @@ tensor as the bytes of its rows (ne0 / block * size). Elements go through `conve
 when source and destination types match (I32 stays exact, F16 keeps its bits) and converts through float32
 otherwise (F32 <-> F16). Copies into a quantized type quantize row by row, get_rows of one dequantizes (quants.py).
 """
-from functools import partial
 
 import numpy as np
-from numba import prange
 from numba.extending import overload
 
 from ....errors import RowIndexError
 from ..registry import BoundNode, register
-from .common import block, flat, kernel, launch, parallel_kernel, row_index, scalar, specialize
+from .common import block, flat, kernel, launch, row_index, scalar
 from .fp16 import load, store
 from .quants import CODES, DEQUANTIZE, QUANTIZE, QUANTIZE_CODES
 
@@ -246,64 +244,48 @@ def bind_repeat(b: BoundNode):
 # -- get_rows ------------------------------------------------------------------------------------------------
 
 @kernel
-def get_rows_rows(d, a, idx, ith, nth):
+def get_rows_rows(d, a, idx, bad, ith, nth):
     """d[i3, i2, i1] = a[i3, i2, idx[0, i3, i2, i1]] for d (A3, A2, n, K), a (A3, A2, R, K), idx (1, A3, A2, n).
 
-    Rows whose index is outside [0, R) are zeroed and counted; returns that count.
+    Rows whose index is outside [0, R) are zeroed; bad[ith] counts this worker's.
     """
     ne3, ne2, ne1, ne0 = d.shape
     nrows = a.shape[2]
     zero = store(np.float32(0.0), d.dtype)
-    bad = 0
+    n_bad = 0
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
         i3, i2, i1 = row_index(r, ne2, ne1)
         drow = d[i3, i2, i1]
         j = idx[0, i3, i2, i1]
         if j < 0 or j >= nrows:
-            bad += 1
+            n_bad += 1
             for i0 in range(ne0):
                 drow[i0] = zero
             continue
         arow = a[i3, i2, j]
         for i0 in range(ne0):
             drow[i0] = convert(arow[i0], drow.dtype)
-    return bad
-
-
-@parallel_kernel
-def get_rows_rows_par(d, a, idx, nth):
-    bad = 0
-    for ith in prange(nth):
-        bad += get_rows_rows(d, a, idx, ith, nth)
-    return bad
+    bad[ith] = n_bad
 
 
 @kernel
-def get_rows_dequantize(code, d, a, idx, ith, nth):
+def get_rows_dequantize(code, d, a, idx, bad, ith, nth):
     """get_rows_rows of a quantized a (rows of block bytes), each row dequantized into d (float32)."""
     f = DEQUANTIZE[code]
     ne3, ne2, ne1, ne0 = d.shape
     nrows = a.shape[2]
-    bad = 0
+    n_bad = 0
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
         i3, i2, i1 = row_index(r, ne2, ne1)
         j = idx[0, i3, i2, i1]
         if j < 0 or j >= nrows:
-            bad += 1
+            n_bad += 1
             d[i3, i2, i1] = 0.0
         else:
             f(d[i3, i2, i1], a[i3, i2, j])
-    return bad
-
-
-@parallel_kernel
-def get_rows_dequantize_par(code, d, a, idx, nth):
-    bad = 0
-    for ith in prange(nth):
-        bad += get_rows_dequantize(code, d, a, idx, ith, nth)
-    return bad
+    bad[ith] = n_bad
 
 
 @register("get_rows")
@@ -313,18 +295,17 @@ def bind_get_rows(b: BoundNode):
     name = b.node.name or "get_rows"
     ne, rows = b.node.src[0].ne, b.node.src[0].ne[1]
     code = CODES.get(b.node.src[0].type)
+    bad = np.zeros(nth, np.int64)           # rows with an index out of range, per worker
     if code is None:
-        gather = (lambda: get_rows_rows(d, a, idx, 0, 1)) if nth == 1 else lambda: get_rows_rows_par(d, a, idx, nth)
-    elif nth == 1:
-        gather = partial(specialize(get_rows_dequantize, code, d, a, idx, 0, 1, constants=(0,)), code, d, a, idx, 0, 1)
+        gather = launch(get_rows_rows, (d, a, idx, bad), nth)
     else:
-        gather = partial(specialize(get_rows_dequantize_par, code, d, a, idx, nth, constants=(0,)), code, d, a, idx, nth)
+        gather = launch(get_rows_dequantize, (code, d, a, idx, bad), nth, constants=(0,))
 
     def run():
-        bad = gather()
-        if bad:
+        gather()
+        if bad.any():
             pos = tuple(np.argwhere((idx < 0) | (idx >= rows))[0])
-            raise RowIndexError(f"get_rows '{name}': {bad} row index(es) in b outside [0, {rows}), the rows "
+            raise RowIndexError(f"get_rows '{name}': {int(bad.sum())} row index(es) in b outside [0, {rows}), the rows "
                                 f"of a ne={ne}; first: {int(idx[pos])} at b[{pos[3]}, {pos[2]}, {pos[1]}] (ne order)")
     return run
 
@@ -332,31 +313,23 @@ def bind_get_rows(b: BoundNode):
 # -- set_rows ------------------------------------------------------------------------------------------------
 
 @kernel
-def set_rows_rows(d, b, idx, ith, nth):
+def set_rows_rows(d, b, idx, bad, ith, nth):
     """d[i3, i2, idx[0, i3 % C2, i2 % C1, i1]] = b[i3, i2, i1] for b (A3, A2, n, K), d (A3, A2, R, K), idx (1, C2,
-    C1, n); workers split b's rows. Rows whose index is outside [0, R) are skipped and counted; returns that count."""
+    C1, n); workers split b's rows. Rows whose index is outside [0, R) are skipped; bad[ith] counts this worker's."""
     ne3, ne2, ne1, ne0 = b.shape
     nrows = d.shape[2]
-    bad = 0
+    n_bad = 0
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
         i3, i2, i1 = row_index(r, ne2, ne1)
         j = idx[0, i3 % idx.shape[1], i2 % idx.shape[2], i1]
         if j < 0 or j >= nrows:
-            bad += 1
+            n_bad += 1
             continue
         drow, brow = d[i3, i2, j], b[i3, i2, i1]
         for i0 in range(ne0):
             drow[i0] = convert(brow[i0], drow.dtype)
-    return bad
-
-
-@parallel_kernel
-def set_rows_rows_par(d, b, idx, nth):
-    bad = 0
-    for ith in prange(nth):
-        bad += set_rows_rows(d, b, idx, ith, nth)
-    return bad
+    bad[ith] = n_bad
 
 
 @register("set_rows")
@@ -364,10 +337,12 @@ def bind_set_rows(b: BoundNode):
     d, rows, idx = b.dst, b.srcs[0], b.srcs[1]
     nth = b.threads_for(rows.size)
     name, ne = b.node.name or "set_rows", b.node.ne
+    bad = np.zeros(nth, np.int64)           # rows with an index out of range, per worker
+    scatter = launch(set_rows_rows, (d, rows, idx, bad), nth)
 
     def run():
-        bad = set_rows_rows(d, rows, idx, 0, 1) if nth == 1 else set_rows_rows_par(d, rows, idx, nth)
-        if bad:
-            raise RowIndexError(f"set_rows '{name}': {bad} row index(es) in c outside [0, {ne[1]}), the rows of a "
-                                f"ne={ne}; first: {int(idx[(idx < 0) | (idx >= ne[1])].flat[0])}")
+        scatter()
+        if bad.any():
+            raise RowIndexError(f"set_rows '{name}': {int(bad.sum())} row index(es) in c outside [0, {ne[1]}), the "
+                                f"rows of a ne={ne}; first: {int(idx[(idx < 0) | (idx >= ne[1])].flat[0])}")
     return run

@@ -300,22 +300,19 @@ class CUDABackend(Backend):
         chains = [f for f in fusions.values() if isinstance(f, Chain)]
         module, names = self.generated_module(chains) if chains else (None, {})
         users, position = consumers(graph), {id(n): i for i, n in enumerate(graph.nodes)}
-        bound, skipped = {}, set()      # the fused runs this plan allows, then the launches
+        launches, skipped = [], set()
         for node in graph.nodes:
-            f = fusions.get(id(node))
-            if f is None or id(node) in skipped or node.buffer is None:
+            if id(node) in skipped:
                 continue
+            f = fusions.get(id(node))
             res = None
             if getattr(f, "residual_node", None) is not None and self._residual_in_place(f, graph, users, position):
                 res = f.residual_node
-            if self._can_fuse(node, f, res):
-                bound[id(node)] = (f, res)
+            if f is not None and node.buffer is not None and self._can_fuse(node, f, res):
+                launches += self._fused_steps(node, f, res, names, module)
                 skipped.update(id(n) for n in self._fused_nodes(f)[1:] + [res] if n is not None)
-        launches = []
-        for node in graph.nodes:
-            if id(node) not in skipped:
-                launches += self._fused_steps(node, *bound[id(node)], names, module) if id(node) in bound \
-                    else self._steps(node)
+                continue
+            launches += self._steps(node)
         return launches
 
     def _fused_steps(self, node, f, res, names: dict, module) -> list:

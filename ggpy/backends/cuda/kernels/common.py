@@ -140,6 +140,12 @@ def fits32(*tensors) -> bool:
     return True
 
 
+def vector_rows(t, ptrs, align: int) -> bool:
+    """Whether t's rows (dim 0) are contiguous and every row start and the given addresses fall on `align` bytes:
+    kernels may then move 4 elements at once (load4 / store4)."""
+    return t.nb[0] == t.type.size and all(nb % align == 0 for nb in t.nb[1:]) and all(p % align == 0 for p in ptrs)
+
+
 def iparam32(node) -> int:
     """The `iop` of kernels dispatching on index width (DISPATCH_I): 1 when the node and its sources fit32."""
     return int(fits32(node, *node.src[:2]))

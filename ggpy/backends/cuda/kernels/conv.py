@@ -438,24 +438,30 @@ def _dw3_config(node, vec: int) -> tuple:
     return -(-total // DW3_BLOCK), DW3_BLOCK
 
 
+def _fused_launch(backend, node, kernel: str, dst, layout, srcs: list, config, fused) -> list:
+    """[the launch of `kernel` writing `layout` at dst (the node, or the last node of its fused epilogue), taking
+    the epilogue's bias as a third source, its activation as iop and its name]."""
+    if fused is not None:
+        srcs = srcs + [(tensor_ptr(fused.bias), fused.bias)]
+    launch = backend.launch(node, kernel, tensor_ptr(dst), layout, srcs, params(node), config,
+                            ACTIVATIONS.get(fused.act, 0) if fused is not None else 0, int_params(node))
+    if fused is not None:
+        launch.name = fused.name(launch.name)
+    return [launch]
+
+
 def dw_steps(backend, node, fused=None) -> list:
     """conv_2d_dw by conv_dw3_cwhn (dw_fast(node) is not None); with `fused` (an Epilogue of the fusion pass:
     optional cast, bias add, optional activation) the result goes to the epilogue's last node, in its type, with
     bias and activation."""
     a, b = node.src[:2]
     dst = fused.last if fused is not None else node
-    pa, pb, pd = tensor_ptr(a), tensor_ptr(b), tensor_ptr(dst)
-    vec = dw_vec(node, (pb, pd))
-    srcs = [(pa, a), (pb, b)]
-    if fused is not None:
-        srcs.append((tensor_ptr(fused.bias), fused.bias))
+    pb = tensor_ptr(b)
+    vec = dw_vec(node, (pb, tensor_ptr(dst)))
     out = SimpleNamespace(ne=node.ne, nb=tuple(nb // F32.size * dst.type.size for nb in node.nb),
                           nelements=node.nelements)       # the conv's CWHN layout in the result's type
-    launch = backend.launch(node, _dw3_name(node, vec, dst.type), pd, out, srcs, params(node), _dw3_config(node, vec),
-                            ACTIVATIONS.get(fused.act, 0) if fused is not None else 0, int_params(node))
-    if fused is not None:
-        launch.name = fused.name(launch.name)
-    return [launch]
+    return _fused_launch(backend, node, _dw3_name(node, vec, dst.type), dst, out, [(tensor_ptr(a), a), (pb, b)],
+                         _dw3_config(node, vec), fused)
 
 
 def kernel_name(node) -> str:
@@ -572,15 +578,9 @@ def direct_steps(backend, node, fused=None) -> list:
     the result goes to the epilogue's last node, in its type."""
     a, b = node.src[:2]
     dst = fused.last if fused is not None else node
-    srcs = [(tensor_ptr(a), a), (tensor_ptr(b), b)] + ([(tensor_ptr(fused.bias), fused.bias)] if fused else [])
-    positions = node.ne[0] * node.ne[1] * node.ne[3]
-    name = f"conv_2d_direct_{SUFFIX[a.type]}_{SUFFIX[b.type]}_{SUFFIX[dst.type]}"
-    launch = backend.launch(node, name, tensor_ptr(dst), dst, srcs, params(node),
-                            (min(DIRECT_BLOCKS, -(-positions // 256)), 256),
-                            ACTIVATIONS.get(fused.act, 0) if fused is not None else 0, int_params(node))
-    if fused is not None:
-        launch.name = fused.name(launch.name)
-    return [launch]
+    blocks = min(DIRECT_BLOCKS, -(-(node.ne[0] * node.ne[1] * node.ne[3]) // 256))
+    return _fused_launch(backend, node, f"conv_2d_direct_{SUFFIX[a.type]}_{SUFFIX[b.type]}_{SUFFIX[dst.type]}", dst,
+                         dst, [(tensor_ptr(a), a), (tensor_ptr(b), b)], (blocks, 256), fused)
 
 
 def uses_im2col(node, impl: str) -> bool:
@@ -590,8 +590,7 @@ def uses_im2col(node, impl: str) -> bool:
 
 def _bands(node) -> list:
     """[(n, oh0, rows)] of the im2col bands."""
-    a = node.src[0]
-    K, OW, OH = a.ne[0] * a.ne[1] * a.ne[2], node.ne[0], node.ne[1]
+    K, OW, OH = _depth(node), node.ne[0], node.ne[1]
     per_row = K * OW * gemm_type(node).size
     rows = max(1, min(OH, COLS_BUDGET // per_row))
     count = -(-OH // rows)
@@ -624,9 +623,7 @@ def temp_size(node, impl: str) -> int:
     """im2col conv_2d: cuBLASLt's workspace, the largest band of im2col matrix, a kernel copy when needed."""
     if not uses_im2col(node, impl):
         return 0
-    a = node.src[0]
-    K = a.ne[0] * a.ne[1] * a.ne[2]
-    cols = K * node.ne[0] * max(r for _, _, r in _bands(node)) * gemm_type(node).size
+    cols = _depth(node) * node.ne[0] * max(r for _, _, r in _bands(node)) * gemm_type(node).size
     c, _ = _kernel_copy(node)
     return WORKSPACE + _align(cols) + (_align(c.nbytes) if c is not None else 0)
 

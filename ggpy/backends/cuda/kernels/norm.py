@@ -5,7 +5,7 @@ ggpy/graph/fusion.py)."""
 from __future__ import annotations
 
 from ..registry import register
-from .common import C_TYPES, FLOATS, SUFFIX, row_launch, rows, tensor_ptr
+from .common import C_TYPES, FLOATS, SUFFIX, row_launch, rows, tensor_ptr, vector_rows
 
 NORM_WARP_MAX = 32 * 16             # LayerNorm rows up to this long: one warp per row (norm_affine_warp)
 NORM_WARP_BLOCK = 128
@@ -194,11 +194,6 @@ def launch_config(node) -> tuple:
     return row_launch(node)
 
 
-def _vector_rows(t, ptrs, align: int) -> bool:
-    """Whether t's rows are contiguous and every row start (and the given addresses) falls on `align` bytes."""
-    return t.nb[0] == t.type.size and all(nb % align == 0 for nb in t.nb[1:]) and all(p % align == 0 for p in ptrs)
-
-
 def norm_affine_steps(backend, node, fused) -> list:
     """A norm with its affine (a fused Epilogue: scale and bias row vectors of the norm's type) as one row kernel
     writing the add's memory."""
@@ -209,8 +204,8 @@ def norm_affine_steps(backend, node, fused) -> list:
     config, name = (rows(node), block), f"norm_affine_{SUFFIX[x.type]}"
     if n <= NORM_WARP_MAX and all(abs(nb) * k < 1 << 31 for t in (x, add) for k, nb in zip(t.ne, t.nb)):
         config, name = (-(-rows(node) // (NORM_WARP_BLOCK // 32)), NORM_WARP_BLOCK), f"norm_affine_warp_{SUFFIX[x.type]}"
-        ptrs = [tensor_ptr(t) for t in (x, add, fused.scale, fused.bias)]
-        if n <= NORM_VEC_MAX and n % 4 == 0 and _vector_rows(x, ptrs, x.type.size * 4) and _vector_rows(add, (), x.type.size * 4):
+        ptrs, align = [tensor_ptr(t) for t in (x, add, fused.scale, fused.bias)], x.type.size * 4
+        if n <= NORM_VEC_MAX and n % 4 == 0 and vector_rows(x, ptrs, align) and vector_rows(add, (), align):
             name = f"norm_affine_vec_{SUFFIX[x.type]}"
     srcs = [(tensor_ptr(x), x), (tensor_ptr(fused.scale), fused.scale), (tensor_ptr(fused.bias), fused.bias)]
     return [backend.launch(node, name, tensor_ptr(add), add, srcs, params(node), config)]

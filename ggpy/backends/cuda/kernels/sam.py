@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 
 from ..registry import register
-from .common import BLOCK, C_TYPES, FLOATS, MAX_BLOCKS, SUFFIX, iparam32, tensor_ptr
+from .common import BLOCK, C_TYPES, FLOATS, MAX_BLOCKS, SUFFIX, iparam32, tensor_ptr, vector_rows
 
 
 _SOURCE = r"""
@@ -111,8 +111,7 @@ def _win_vec(node, ptrs) -> bool:
     """Whether win_vec moves node (win_part / win_unpart) four channels a thread."""
     src, es = node.src[0], node.type.size
     win, image = (node, src) if node.op == "win_part" else (src, node)
-    return (node.ne[0] % 4 == 0 and win.is_contiguous() and image.nb[0] == es
-            and all(nb % (4 * es) == 0 for nb in image.nb[1:]) and all(p % (4 * es) == 0 for p in ptrs)
+    return (node.ne[0] % 4 == 0 and win.is_contiguous() and vector_rows(image, ptrs, 4 * es)
             and max(node.nbytes, src.nbytes) < 1 << 31)
 
 

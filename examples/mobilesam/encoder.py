@@ -50,10 +50,10 @@ class EncoderParams:
 
 
 # -- building blocks ----------------------------------------------------------------------------------
-def settle(y, like):
-    """y (a product, F32 as ggml computes them) in the activation type of `like`: the graph keeps activations
-    in the type of its input (F32, F16 or BF16), casting right after each product."""
-    return y if y.type == like.type else ggpy.cast(y, like.type)
+def settle(y, type_):
+    """y (a product, F32 as ggml computes them) in the activation type `type_`: the graph keeps activations in the
+    type of its input (F32, F16 or BF16), casting right after each product."""
+    return y if y.type == type_ else ggpy.cast(y, type_)
 
 
 def contiguous(x, type_):
@@ -63,7 +63,7 @@ def contiguous(x, type_):
 
 def linear(m, prefix: str, x, bias: bool = True):
     """x.ne = (IN, ...) -> (OUT, ...): weight ne = (IN, OUT) (a torch Linear), optional bias ne = (OUT,)."""
-    y = settle(ggpy.mul_mat(m.get(f"{prefix}.weight"), x), x)
+    y = settle(ggpy.mul_mat(m.get(f"{prefix}.weight"), x), x.type)
     return ggpy.add(y, m.get(f"{prefix}.bias")) if bias else y
 
 
@@ -77,7 +77,7 @@ def pointwise(m, prefix: str, t, bias: bool = True, act=None):
     optional activation (a ggpy unary op, e.g. ggpy.gelu_erf)."""
     w = m.get(f"{prefix}.weight")
     cin, cout = w.ne[2], w.ne[3]
-    y = settle(ggpy.mul_mat(ggpy.reshape_2d(w, cin, cout), ggpy.reshape_2d(t, cin, t.nelements // cin)), t)
+    y = settle(ggpy.mul_mat(ggpy.reshape_2d(w, cin, cout), ggpy.reshape_2d(t, cin, t.nelements // cin)), t.type)
     if bias:
         y = ggpy.add(y, m.get(f"{prefix}.bias"))
     if act is not None:
@@ -91,7 +91,7 @@ def depthwise(m, prefix: str, t, stride: int = 1):
     w = m.get(f"{prefix}.weight")
     pad = w.ne[0] // 2
     y = ggpy.conv_2d_dw(w, ggpy.permute(t, 2, 0, 1, 3), stride, stride, pad, pad, 1, 1)
-    tokens = settle(ggpy.permute(y, 1, 2, 0, 3), t)               # back to (C, OW, OH, B), contiguous
+    tokens = settle(ggpy.permute(y, 1, 2, 0, 3), t.type)             # back to (C, OW, OH, B), contiguous
     return ggpy.add(tokens, m.get(f"{prefix}.bias"))
 
 
@@ -100,8 +100,7 @@ def conv_bn(m, prefix: str, x, stride: int, type_=None):
     `type_` (default x's type)."""
     w = m.get(f"{prefix}.weight")
     pad = w.ne[0] // 2
-    y = ggpy.conv_2d(w, x, stride, stride, pad, pad, 1, 1)
-    y = y if y.type == (type_ or x.type) else ggpy.cast(y, type_ or x.type)
+    y = settle(ggpy.conv_2d(w, x, stride, stride, pad, pad, 1, 1), type_ or x.type)
     return ggpy.add(y, ggpy.reshape_3d(m.get(f"{prefix}.bias"), 1, 1, w.ne[3]))
 
 

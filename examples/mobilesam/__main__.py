@@ -288,6 +288,8 @@ def main(argv=None):
                    help="CUDA: launch every kernel from Python instead of replaying one captured CUDA graph")
     p.set_defaults(func=cmd_encode)
     add_segment_parser(sub)
+    from .encode_dir import add_parser as add_encode_dir_parser   # here: encode_dir imports this module
+    add_encode_dir_parser(sub)
     args = parser.parse_args(argv)
     try:
         args.func(args)

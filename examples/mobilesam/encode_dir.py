@@ -1,0 +1,267 @@
+"""`encode-dir`: the embedding of every image under a directory, in-process or on Ray; resumable.
+
+    python -m examples.mobilesam encode-dir IMAGES/ -o EMBEDDINGS/ [-m model.gguf] [-b cpu|cuda] [--batch N]
+                                            [-t THREADS] [--dtype f32|tf32|f16|bf16] [--ray [ADDRESS]]
+
+Every image under IMAGES (recursively) gets EMBEDDINGS/<its relative path>.npy (float32 1x256x64x64, as `encode`
+writes it), written under a temporary name and renamed, and a row in EMBEDDINGS/manifest.jsonl: image, output,
+status (ok, unreadable or failed), error, seconds. A rerun skips the images whose .npy exists and does the rest.
+Exit status 0 when every readable image was encoded, else 1; a summary line ends the run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from .__main__ import IMAGE_SUFFIXES, _positive, add_dtype_argument, model_or_random
+from .preprocess import load_image, resize_longest_side
+
+MANIFEST = "manifest.jsonl"
+STATUSES = ("ok", "unreadable", "failed")
+
+
+def find_images(root: Path) -> list:
+    """Relative POSIX paths of the image files under `root`, recursively, sorted."""
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                  if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+
+
+def output_name(image: str) -> str:
+    """The embedding file of an image, relative to the output directory: its relative path + '.npy'."""
+    return image + ".npy"
+
+
+def save_atomic(path: Path, array: np.ndarray):
+    """np.save under a temporary name in the same directory, synced, then renamed over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            np.save(f, array)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+class Manifest:
+    """EMBEDDINGS/manifest.jsonl: one JSON row per image handled, appended one write at a time (a killed job
+    leaves at most a partial last line, dropped when the manifest is opened again)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.rows = {}                       # image -> its last row
+        if path.exists():
+            self._load()
+
+    def _load(self):
+        data = self.path.read_bytes()
+        complete = data[:data.rfind(b"\n") + 1]
+        if len(complete) < len(data):        # the partial row of a killed job
+            os.truncate(self.path, len(complete))
+        for n, line in enumerate(complete.decode().splitlines(), 1):
+            try:
+                row = json.loads(line)
+                self.rows[row["image"]] = row
+            except (ValueError, KeyError, TypeError):
+                raise ValueError(f"{self.path} line {n} is not a manifest row: {line[:80]!r}; expected JSON with "
+                                 "image, output, status, error, seconds (move the file away to start afresh)") from None
+
+    def append(self, rows: list):
+        """Append `rows` (dicts) in one write."""
+        if not rows:
+            return
+        data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        for r in rows:
+            self.rows[r["image"]] = r
+
+
+def row(image: str, status: str, error: str | None = None, seconds: float | None = None) -> dict:
+    """A manifest row."""
+    return {"image": image, "output": output_name(image) if status == "ok" else None, "status": status,
+            "error": error, "seconds": None if seconds is None else round(seconds, 4)}
+
+
+def remove_stale_temporaries(out_dir: Path):
+    """Delete the temporary files (.<name>.npy.<id>.tmp) that a killed job left."""
+    for p in out_dir.rglob(".*.npy.*.tmp"):
+        p.unlink(missing_ok=True)
+
+
+def plan_job(images_dir: Path, out_dir: Path) -> tuple:
+    """(manifest, images to encode, number already done); images already encoded (their .npy exists) are skipped, and recorded in the
+    manifest when a killed job wrote the .npy but not the row."""
+    if not images_dir.is_dir():
+        raise ValueError(f"IMAGES {images_dir} is not a directory; expected a directory of images")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"-o {out_dir} is a file; expected a directory for the embeddings (created if missing)")
+    images = find_images(images_dir)
+    if not images:
+        raise ValueError(f"{images_dir} holds no image (expected files ending in {', '.join(IMAGE_SUFFIXES)})")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(out_dir)
+    manifest = Manifest(out_dir / MANIFEST)
+    done = [im for im in images if (out_dir / output_name(im)).is_file()]
+    manifest.append([row(im, "ok") for im in done if manifest.rows.get(im, {}).get("status") != "ok"])
+    return manifest, [im for im in images if im not in set(done)], len(done)
+
+
+def read_image(item: dict, size: int) -> dict:
+    """{image, path} -> with `pixels` (uint8 bytes of the image resized to longest side `size`), height, width,
+    error ('' or why it cannot be read) and seconds: the read stage, on a thread or a Ray task."""
+    t0 = time.perf_counter()
+    out = dict(item, pixels=b"", height=0, width=0, error="")
+    try:
+        pixels = resize_longest_side(load_image(item["path"]), size)
+        out.update(pixels=pixels.tobytes(), height=pixels.shape[0], width=pixels.shape[1])
+    except (OSError, ValueError) as e:
+        out["error"] = str(e)
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+class BatchEncoder:
+    """One planned ImageEncoder: called with a batch of read images (columns, Ray Data's numpy format), writes
+    each embedding atomically and returns the batch's manifest rows (columns image, status, error, seconds)."""
+
+    def __init__(self, model: str, out_dir: str, backend: str = "cpu", threads: int | None = None,
+                 dtype: str = "f32", batch: int = 1):
+        from .runner import ImageEncoder
+        self.encoder = ImageEncoder(model, backend=backend, n_threads=threads, dtype=dtype, batch=batch)
+        self.out_dir = Path(out_dir)
+
+    def __call__(self, batch: dict) -> dict:
+        n = len(batch["image"])
+        status, error = ["unreadable"] * n, list(batch["error"])
+        seconds = [float(s) for s in batch["seconds"]]
+        ok = [i for i in range(n) if not error[i]]
+        for start in range(0, len(ok), self.encoder.batch):
+            self._encode([ok[i] for i in range(start, min(start + self.encoder.batch, len(ok)))], batch,
+                         status, error, seconds)
+        return {"image": np.asarray(batch["image"], dtype=object), "status": np.asarray(status, dtype=object),
+                "error": np.asarray(error, dtype=object), "seconds": np.asarray(seconds)}
+
+    def _encode(self, idx: list, batch: dict, status: list, error: list, seconds: list):
+        t0 = time.perf_counter()
+        try:
+            images = [np.frombuffer(batch["pixels"][i], np.uint8).reshape(batch["height"][i], batch["width"][i], 3)
+                      for i in idx]
+            embeddings = self.encoder.encode_many(images)
+        except Exception as e:  # noqa: BLE001 - an encoder failure is recorded per image; the job goes on
+            for i in idx:
+                status[i], error[i] = "failed", f"{type(e).__name__}: {e}"
+            return
+        share = (time.perf_counter() - t0) / len(idx)
+        for i, e in zip(idx, embeddings):
+            t1 = time.perf_counter()
+            try:
+                save_atomic(self.out_dir / output_name(batch["image"][i]), e[None])
+                status[i] = "ok"
+            except OSError as err:
+                status[i], error[i] = "failed", f"cannot write the embedding: {err}"
+            seconds[i] += share + time.perf_counter() - t1
+
+
+def to_columns(items: list) -> dict:
+    """Rows (dicts of equal keys) -> columns, as Ray Data hands a batch to BatchEncoder."""
+    return {k: np.asarray([r[k] for r in items], dtype=object) for k in items[0]}
+
+
+def stream_in_process(items: list, settings: dict, size: int):
+    """Manifest-row columns per batch, from one BatchEncoder in this process; a thread reads the next batch's
+    images while this one is encoded (two batches in memory at most)."""
+    encoder = BatchEncoder(**settings)
+    b = settings["batch"]
+    with ThreadPoolExecutor(2) as pool:
+        pending = [pool.submit(read_image, it, size) for it in items[:b]]
+        for start in range(0, len(items), b):
+            following = [pool.submit(read_image, it, size) for it in items[start + b:start + 2 * b]]
+            yield encoder(to_columns([f.result() for f in pending]))
+            pending = following
+
+
+def encoder_image_size(model: str) -> int:
+    """The encoder's input side (mobilesam.image_size), read from the model file's metadata (checks the file)."""
+    from ggpy.model_file import open_gguf
+    field = open_gguf(model).fields.get("mobilesam.image_size")
+    if field is None:
+        raise ValueError(f"{model} has no mobilesam.image_size: expected a GGUF made by `convert`")
+    return int(field.contents())
+
+
+def run(args) -> int:
+    """The job: plan, stream batches (in-process or on Ray), record every row, print the summary; exit status."""
+    images_dir, out_dir = Path(args.images).resolve(), Path(args.output).resolve()
+    manifest, todo, done_before = plan_job(images_dir, out_dir)
+    counts = dict.fromkeys(STATUSES, 0)
+    t0 = time.perf_counter()
+    if todo:
+        model = str(Path(model_or_random(args.model, "the embeddings are meaningless")).resolve())
+        size = encoder_image_size(model)
+        settings = {"model": model, "out_dir": str(out_dir), "backend": args.backend, "threads": args.threads,
+                    "dtype": args.dtype, "batch": args.batch}
+        items = [{"image": im, "path": str(images_dir / im)} for im in todo]
+        if args.ray is None:
+            batches = stream_in_process(items, settings, size)
+        else:
+            from .encode_dir_ray import stream_on_ray
+            batches = stream_on_ray(items, settings, size, args.ray)
+        record(batches, manifest, counts, len(todo))
+    elapsed = time.perf_counter() - t0
+    summary(counts, done_before, elapsed, manifest)
+    return 0 if counts["failed"] == 0 and sum(counts.values()) == len(todo) else 1
+
+
+def record(batches, manifest: Manifest, counts: dict, total: int):
+    """Append each batch's rows to the manifest as it arrives; a progress bar with images/s on stderr."""
+    with tqdm(total=total, unit="img", desc="encode-dir", dynamic_ncols=True) as bar:
+        for cols in batches:
+            rows = [row(im, st, err or None, sec) for im, st, err, sec in
+                    zip(cols["image"], cols["status"], cols["error"], cols["seconds"])]
+            manifest.append(rows)
+            for r in rows:
+                counts[r["status"]] += 1
+                if r["error"]:
+                    bar.write(f"{r['status']}: {r['image']}: {r['error']}", file=sys.stderr)
+            bar.update(len(rows))
+
+
+def summary(counts: dict, done_before: int, elapsed: float, manifest: Manifest):
+    """The last line: what this run did, its rate, and where the manifest is."""
+    handled = sum(counts.values())
+    rate = counts["ok"] / elapsed if elapsed > 0 else 0.0
+    print(f"encode-dir: {counts['ok']} encoded, {counts['unreadable']} unreadable, {counts['failed']} failed, "
+          f"{done_before} already done; {handled} images in {elapsed:.1f} s ({rate:.2f} images/s); "
+          f"manifest {manifest.path}")
+
+
+def add_parser(sub):
+    """Register the `encode-dir` subcommand."""
+    p = sub.add_parser("encode-dir", help="embeddings of every image under a directory (resumable; Ray optional)",
+                       description=__doc__.split("\n\n")[2].replace("\n", " "))
+    p.add_argument("images", metavar="IMAGES", help="directory of images (searched recursively)")
+    p.add_argument("-o", "--output", required=True, metavar="EMBEDDINGS",
+                   help="directory for <image>.npy and manifest.jsonl (created if missing)")
+    p.add_argument("-m", "--model", help="GGUF made by `convert` (default: seeded random weights)")
+    p.add_argument("-b", "--backend", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--batch", type=_positive, default=1, metavar="N", help="images per evaluation (default 1)")
+    p.add_argument("-t", "--threads", type=_positive, default=None,
+                   help="threads per encoder (default: every core in-process; 1 per Ray actor on the CPU)")
+    add_dtype_argument(p)
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run on Ray: a local cluster, or the one at ADDRESS (e.g. auto, HOST:6379, ray://HOST:10001)")
+    p.set_defaults(func=lambda args: sys.exit(run(args)))

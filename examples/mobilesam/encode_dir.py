@@ -28,6 +28,10 @@ MANIFEST = "manifest.jsonl"
 STATUSES = ("ok", "unreadable", "failed")
 
 
+class JobError(RuntimeError):
+    """The job cannot go on (the Ray cluster is unreachable or too small, an actor failed): a message, status 1."""
+
+
 def find_images(root: Path) -> list:
     """Relative POSIX paths of the image files under `root`, recursively, sorted."""
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
@@ -209,7 +213,7 @@ def run(args) -> int:
     manifest, todo, done_before = plan_job(images_dir, out_dir)
     counts = dict.fromkeys(STATUSES, 0)
     t0 = time.perf_counter()
-    if todo:
+    if todo:                                  # else nothing to load or start
         model = str(Path(model_or_random(args.model, "the embeddings are meaningless")).resolve())
         size = encoder_image_size(model)
         settings = {"model": model, "out_dir": str(out_dir), "backend": args.backend, "threads": args.threads,
@@ -220,9 +224,13 @@ def run(args) -> int:
         else:
             from .encode_dir_ray import stream_on_ray
             batches = stream_on_ray(items, settings, size, args.ray)
-        record(batches, manifest, counts, len(todo))
-    elapsed = time.perf_counter() - t0
-    summary(counts, done_before, elapsed, manifest)
+        try:
+            record(batches, manifest, counts, len(todo))
+        except JobError as e:
+            print(f"error: {e}", file=sys.stderr)
+        except KeyboardInterrupt:
+            print("interrupted: run the same command again to encode the rest", file=sys.stderr)
+    summary(counts, done_before, time.perf_counter() - t0, manifest)
     return 0 if counts["failed"] == 0 and sum(counts.values()) == len(todo) else 1
 
 
@@ -241,11 +249,10 @@ def record(batches, manifest: Manifest, counts: dict, total: int):
 
 
 def summary(counts: dict, done_before: int, elapsed: float, manifest: Manifest):
-    """The last line: what this run did, its rate, and where the manifest is."""
-    handled = sum(counts.values())
+    """The last line: what this run did, its rate (model loading and start-up included), where the manifest is."""
     rate = counts["ok"] / elapsed if elapsed > 0 else 0.0
     print(f"encode-dir: {counts['ok']} encoded, {counts['unreadable']} unreadable, {counts['failed']} failed, "
-          f"{done_before} already done; {handled} images in {elapsed:.1f} s ({rate:.2f} images/s); "
+          f"{done_before} already done; {sum(counts.values())} images in {elapsed:.1f} s ({rate:.2f} images/s); "
           f"manifest {manifest.path}")
 
 

@@ -1,0 +1,69 @@
+"""encode-dir on Ray: Ray Data streams the images (read and resized by tasks) through a pool of encoder actors,
+one per GPU or per THREADS CPU cores, each holding one planned ImageEncoder; the driver gets the manifest rows
+as batches finish. Paths are absolute: on several nodes, IMAGES, EMBEDDINGS and the model are on shared storage."""
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+from .encode_dir import BatchEncoder, JobError, read_image
+
+EXAMPLES = Path(__file__).resolve().parents[1]          # shipped to the workers (py_modules): ggpy is installed there
+
+
+def connect(address: str) -> bool:
+    """Join the cluster at `address` ('' starts a local one, or joins RAY_ADDRESS); True when this call did."""
+    import ray
+    if ray.is_initialized():
+        return False
+    try:
+        ray.init(address=address or None, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
+                 runtime_env={"py_modules": [str(EXAMPLES)]})
+    except (ConnectionError, ValueError, RuntimeError) as e:
+        raise JobError(f"cannot join the Ray cluster at {address!r}: {e}") from None
+    return True
+
+
+def pool_size(backend: str, threads: int) -> int:
+    """Encoder actors the cluster holds: one per GPU, or per `threads` CPUs of each node."""
+    import ray
+    nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
+    if backend == "cuda":
+        n = sum(int(r.get("GPU", 0)) for r in nodes)
+        if n == 0:
+            raise JobError("-b cuda: the Ray cluster has no GPU; expected nodes started with GPUs (or -b cpu)")
+        return n
+    n = sum(int(r.get("CPU", 0) // threads) for r in nodes)
+    if n == 0:
+        raise JobError(f"-t {threads}: no node of the Ray cluster has {threads} CPUs "
+                       f"(its nodes have {sorted(int(r.get('CPU', 0)) for r in nodes)}); expected a smaller -t")
+    return n
+
+
+def stream_on_ray(items: list, settings: dict, size: int, address: str):
+    """Manifest-row columns per finished batch (see BatchEncoder), computed on the Ray cluster at `address`."""
+    import ray
+    started = connect(address)
+    try:
+        cpu = settings["backend"] == "cpu"
+        settings = dict(settings, threads=settings["threads"] or 1) if cpu else settings
+        actors = min(pool_size(settings["backend"], settings["threads"] if cpu else 1),
+                     math.ceil(len(items) / settings["batch"]))
+        ray.data.DataContext.get_current().enable_progress_bars = False      # the driver's bar counts images
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+        logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)   # says the bars are off
+        ds = ray.data.from_items(items, override_num_blocks=min(len(items), 20_000))
+        # On the CPU the actors hold every core: reading (a small part of the work) takes none, a few at a time.
+        ds = ds.map(read_image, fn_kwargs={"size": size}, num_cpus=0 if cpu else 1,
+                    compute=ray.data.TaskPoolStrategy(size=2 * actors) if cpu else None)
+        ds = ds.map_batches(BatchEncoder, fn_constructor_kwargs=settings, batch_size=settings["batch"],
+                            batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
+                            num_cpus=settings["threads"] if cpu else 1, num_gpus=0 if cpu else 1)
+        try:
+            yield from ds.iter_batches(batch_size=None, batch_format="numpy")
+        except ray.exceptions.RayError as e:
+            raise JobError(f"the Ray job stopped: {e}") from None
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,153 @@
+"""`encode-dir`: a folder of small images (a nested folder, a corrupt JPEG, a text file named .png), a job killed
+part-way then finished on a local Ray cluster of 2 CPUs (shared by the module), the manifest, bad input."""
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from examples.mobilesam.__main__ import main
+from examples.mobilesam.encode_dir import MANIFEST, Manifest
+from examples.mobilesam.preprocess import load_image
+
+ROOT = Path(__file__).resolve().parents[1]
+READABLE = ["a.png", "b.jpg", "c.png", "sub/deeper/d.png", "sub/e.jpg"]
+UNREADABLE = ["broken.jpg", "sub/notes.png"]
+
+
+@pytest.fixture(scope="module")
+def ray_address():
+    """A local Ray cluster of 2 CPUs for the module; the CLI joins it by address."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    from examples.mobilesam.convert import convert_state_dict
+    from examples.mobilesam.random_weights import random_state_dict
+    path = tmp_path_factory.mktemp("model") / "random.gguf"
+    convert_state_dict(random_state_dict(seed=3), path, type="f32", progress=False)
+    return path
+
+
+def make_images(root: Path) -> Path:
+    """READABLE (small, odd sizes), a cut-off JPEG, a text file named .png and a file that is not an image."""
+    from PIL import Image
+    rng = np.random.default_rng(17)
+    for i, name in enumerate(READABLE):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (24 + 7 * i, 40 - 5 * i, 3), dtype=np.uint8)).save(root / name)
+    jpeg = (root / "b.jpg").read_bytes()
+    (root / "broken.jpg").write_bytes(jpeg[:len(jpeg) // 2])
+    (root / "sub" / "notes.png").write_text("not an image")
+    (root / "sub" / "readme.txt").write_text("not an image either: skipped by its name")
+    return root
+
+
+def cli(*args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "examples.mobilesam", "encode-dir", *map(str, args)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def manifest_rows(out: Path) -> list:
+    return [json.loads(line) for line in (out / MANIFEST).read_text().splitlines()]
+
+
+def kill_after_first_output(proc, out: Path, timeout: float = 300):
+    """SIGKILL `proc` as soon as one embedding is in `out`."""
+    t0 = time.monotonic()
+    while not any(p.name.endswith(".npy") and not p.name.startswith(".") for p in out.rglob("*")):
+        assert proc.poll() is None, f"the job ended before writing anything: {proc.communicate()}"
+        assert time.monotonic() - t0 < timeout
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+
+
+def test_killed_job_rerun_on_ray_encodes_every_image_once(tmp_path, model, ray_address):
+    images, out = make_images(tmp_path / "images"), tmp_path / "emb"
+    kill_after_first_output(cli(images, "-o", out, "-m", model, "-t", "2"), out)
+    first = manifest_rows(out) if (out / MANIFEST).exists() else []
+    assert len([r for r in first if r["status"] == "ok"]) < len(READABLE), "the kill came too late to test a rerun"
+    # As if the kill had come between an embedding's rename and its manifest row, in the middle of a write:
+    if first and first[-1]["status"] == "ok":
+        (out / MANIFEST).write_text("".join(json.dumps(r) + "\n" for r in first[:-1]) + '{"image": "a.p')
+    (out / "sub" / ".e.jpg.npy.0123abcd.tmp").parent.mkdir(parents=True, exist_ok=True)
+    (out / "sub" / ".e.jpg.npy.0123abcd.tmp").write_bytes(b"half an embedding")
+
+    rerun = cli(images, "-o", out, "-m", model, "-t", "1", "--batch", "2", "--ray", ray_address)
+    stdout, stderr = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, stderr
+    summary = stdout.strip().splitlines()[-1]
+    assert "2 unreadable, 0 failed" in summary and "img/s" in stderr
+    for name in UNREADABLE:
+        assert f"unreadable: {name}: cannot read" in stderr
+
+    rows = manifest_rows(out)
+    for name in READABLE:
+        ok = [r for r in rows if r["image"] == name and r["status"] == "ok"]
+        assert len(ok) == 1 and ok[0]["output"] == name + ".npy", rows
+    assert {r["image"] for r in rows if r["status"] == "unreadable" and r["error"]} == set(UNREADABLE)
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert written == sorted([MANIFEST] + [n + ".npy" for n in READABLE])       # no temporary left
+
+    from examples.mobilesam.runner import ImageEncoder
+    enc = ImageEncoder(model, n_threads=2)                  # what `encode` does with each image alone
+    for name in READABLE:
+        ref, got = enc.encode(load_image(images / name)), np.load(out / (name + ".npy"))
+        assert got.shape == (1, 256, 64, 64) and got.dtype == np.float32
+        assert np.abs(got - ref).max() <= 1e-6 * np.abs(ref).max(), name
+
+    again = cli(images, "-o", out, "-m", model, "--ray", ray_address)
+    stdout, stderr = again.communicate(timeout=600)
+    assert again.returncode == 0, stderr
+    assert f"0 encoded, 2 unreadable, 0 failed, {len(READABLE)} already done" in stdout.strip().splitlines()[-1]
+
+
+def test_an_embedding_that_cannot_be_written_fails_the_job(tmp_path, model):
+    """Exit status 1 and a summary line when a readable image is not encoded (here: its output is a directory)."""
+    from PIL import Image
+    images, out = tmp_path / "images", tmp_path / "emb"
+    images.mkdir()
+    for name in ("x.png", "y.png"):
+        Image.fromarray(np.full((16, 20, 3), 90, np.uint8)).save(images / name)
+    (out / "y.png.npy").mkdir(parents=True)
+    proc = cli(images, "-o", out, "-m", model, "-t", "2")
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 1
+    assert "1 encoded, 0 unreadable, 1 failed" in stdout.strip().splitlines()[-1]
+    assert "failed: y.png: cannot write the embedding" in stderr
+    assert [r["status"] for r in manifest_rows(out)] == ["ok", "failed"]
+
+
+def test_manifest_drops_a_partial_last_row_and_refuses_a_corrupt_one(tmp_path):
+    path = tmp_path / MANIFEST
+    path.write_text('{"image": "a.png", "status": "ok"}\n{"image": "b.p')
+    m = Manifest(path)
+    assert list(m.rows) == ["a.png"] and path.read_text().endswith("}\n")
+    m.append([{"image": "b.png", "status": "ok"}])
+    assert [json.loads(line)["image"] for line in path.read_text().splitlines()] == ["a.png", "b.png"]
+    path.write_text('{"image": "a.png"}\nnot json\n{"image": "b.png"}\n')
+    with pytest.raises(ValueError, match="line 2 is not a manifest row"):
+        Manifest(path)
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "output is a file"])
+def test_bad_directories_get_a_clear_error(tmp_path, case):
+    images, out = tmp_path / "images", tmp_path / "emb"
+    if case != "missing":
+        images.mkdir()
+        (images / "notes.txt").write_text("no image here")
+    if case == "output is a file":
+        (images / "a.png").write_bytes(b"")
+        out.write_text("")
+    expected = {"missing": "is not a directory", "empty": "holds no image", "output is a file": "is a file"}[case]
+    with pytest.raises(SystemExit, match=expected):
+        main(["encode-dir", str(images), "-o", str(out)])

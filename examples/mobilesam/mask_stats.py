@@ -1,0 +1,73 @@
+"""The automatic mask generator's post-processing of low-resolution masks as one planned ggpy graph.
+
+For a chunk of P low-resolution mask logits of one image (or crop), the graph upscales them to the image size (SAM's
+postprocess_masks), thresholds them, counts the pixels above threshold +- offset (the stability score's
+intersection and union), the area, and finds each mask's box from its rows and columns that hold a set pixel
+(argmax over index ramps, as SAM's batched_mask_to_box takes maxima over coordinates). Nothing loops over pixels
+in Python; only P binary masks, the counts and the box edges come back.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import ggpy
+
+from .predictor import _schedule, postprocess_masks
+
+
+def _edges(indicator, ramp_up, ramp_down):
+    """First and last index (I32 ne = (P,)) of the 1s of each column of an indicator ne = (n, P) of 0/1: argmax of
+    the indicator times n - i (first) and times i + 1 (last); both are 0 for a column of zeros."""
+    return ggpy.argmax(ggpy.mul(indicator, ramp_down)), ggpy.argmax(ggpy.mul(indicator, ramp_up))
+
+
+class MaskStatsGraph:
+    """Upscaling, thresholds, stability counts, areas and boxes of up to `capacity` masks of one image size,
+    planned once and re-evaluated per chunk."""
+
+    def __init__(self, hp, backends, input_size, image_size, capacity: int, mask_threshold: float = 0.0,
+                 stability_offset: float = 1.0):
+        """input_size: (h, w) of the image resized into the encoder's frame; image_size: (H, W) of the image."""
+        s, p = hp.mask_size, capacity
+        h, w = image_size
+        ctx = ggpy.Context()
+        self.capacity, self.image_size = p, (h, w)
+        self.low_res = ctx.new_tensor(ggpy.F32, (s, s, p, 1)).set_name("low_res").set_input()
+        self.ramps = {n: [ctx.new_tensor(ggpy.F32, (n, 1)).set_name(f"ramp_{k}_{n}").set_input() for k in ("up", "dn")]
+                      for n in {h, w}}
+        logits = postprocess_masks(self.low_res, input_size, image_size, hp.image_size)        # (W, H, P)
+        flat = ggpy.reshape_2d(logits, w * h, p)
+
+        def above(t):
+            return ggpy.step(ggpy.scale(flat, 1.0, -t))
+        self.binary = above(mask_threshold)                                                   # (W H, P) 0/1
+        self.intersections = ggpy.sum_rows(above(mask_threshold + stability_offset))
+        self.unions = ggpy.sum_rows(above(mask_threshold - stability_offset))
+        self.area = ggpy.sum_rows(self.binary)
+        rows = ggpy.step(ggpy.reshape_2d(ggpy.sum_rows(ggpy.reshape_2d(self.binary, w, h * p)), h, p))
+        cols = ggpy.reshape_2d(ggpy.pool_2d(ggpy.reshape_4d(self.binary, w, h, p, 1), "max", 1, h, 1, h), w, p)
+        self.y0, self.y1 = _edges(rows, *self.ramps[h])
+        self.x0, self.x1 = _edges(cols, *self.ramps[w])
+        self.outputs = (self.intersections, self.unions, self.area, self.x0, self.y0, self.x1, self.y1, self.binary)
+        self.graph = ggpy.Graph()
+        for t in self.outputs:
+            self.graph.build_forward_expand(t)
+        self.sched = _schedule(self.graph, backends)
+
+    def run(self, low_res: np.ndarray) -> dict:
+        """low_res float32 (n, 4E, 4E), n <= capacity -> {"intersections", "unions", "area": int64 (n,),
+        "boxes": int64 (n, 4) XYXY (zeros for an empty mask), "masks": bool (n, H, W)}."""
+        n = len(low_res)
+        x = np.zeros((self.capacity, *low_res.shape[1:]), np.float32)
+        x[:n] = low_res
+        self.low_res.set(x.reshape(1, *x.shape))
+        for size, (up, down) in self.ramps.items():
+            up.set(np.arange(1, size + 1, dtype=np.float32))
+            down.set(np.arange(size, 0, -1, dtype=np.float32))
+        self.sched.compute(self.graph)
+        counts = [np.rint(t.numpy().reshape(-1)[:n]).astype(np.int64) for t in self.outputs[:3]]
+        boxes = np.stack([t.numpy().reshape(-1)[:n].astype(np.int64) for t in self.outputs[3:7]], axis=1)
+        boxes[counts[2] == 0] = 0
+        h, w = self.image_size
+        masks = self.binary.numpy().reshape(self.capacity, h, w)[:n] > 0
+        return {"intersections": counts[0], "unions": counts[1], "area": counts[2], "boxes": boxes, "masks": masks}

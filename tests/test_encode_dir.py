@@ -37,6 +37,22 @@ def model(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def references(tmp_path_factory, model):
+    """{image: its embedding by `encode` alone} (an ImageEncoder of batch 1, as `encode` uses for one image)."""
+    from examples.mobilesam.runner import ImageEncoder
+    images, enc = make_images(tmp_path_factory.mktemp("images")), ImageEncoder(model, n_threads=2)
+    return {name: enc.encode(load_image(images / name)) for name in READABLE}
+
+
+def check_embeddings(out: Path, references: dict):
+    """Every embedding in `out` equals the image's own (up to the rounding of batched GEMMs)."""
+    for name, ref in references.items():
+        got = np.load(out / (name + ".npy"))
+        assert got.shape == (1, 256, 64, 64) and got.dtype == np.float32
+        assert np.abs(got - ref).max() <= 1e-6 * np.abs(ref).max(), name
+
+
 def make_images(root: Path) -> Path:
     """READABLE (small, odd sizes), a cut-off JPEG, a text file named .png and a file that is not an image."""
     from PIL import Image
@@ -71,44 +87,61 @@ def kill_after_first_output(proc, out: Path, timeout: float = 300):
     proc.communicate()
 
 
-def test_killed_job_rerun_on_ray_encodes_every_image_once(tmp_path, model, ray_address):
+def wait_for_idle(ray, cpus: float = 2.0, timeout: float = 120):
+    """Until the actors of a killed driver are gone (their CPUs free again), so that none writes during a rerun."""
+    t0 = time.monotonic()
+    while ray.available_resources().get("CPU", 0) < cpus:
+        assert time.monotonic() - t0 < timeout, ray.available_resources()
+        time.sleep(0.2)
+
+
+def test_killed_ray_job_rerun_encodes_every_image_once(tmp_path, model, references, ray_address):
+    import ray
     images, out = make_images(tmp_path / "images"), tmp_path / "emb"
-    kill_after_first_output(cli(images, "-o", out, "-m", model, "-t", "2"), out)
+    kill_after_first_output(cli(images, "-o", out, "-m", model, "-t", "1", "--ray", ray_address), out)
+    wait_for_idle(ray)
     first = manifest_rows(out) if (out / MANIFEST).exists() else []
     assert len([r for r in first if r["status"] == "ok"]) < len(READABLE), "the kill came too late to test a rerun"
-    # As if the kill had come between an embedding's rename and its manifest row, in the middle of a write:
-    if first and first[-1]["status"] == "ok":
-        (out / MANIFEST).write_text("".join(json.dumps(r) + "\n" for r in first[:-1]) + '{"image": "a.p')
-    (out / "sub" / ".e.jpg.npy.0123abcd.tmp").parent.mkdir(parents=True, exist_ok=True)
+    # As if the kill had come between the embeddings' renames and their rows, in the middle of a write:
+    kept = [r for r in first if r["status"] != "ok"]
+    (out / MANIFEST).write_text("".join(json.dumps(r) + "\n" for r in kept) + '{"image": "a.p')
+    (out / "sub").mkdir(exist_ok=True)
     (out / "sub" / ".e.jpg.npy.0123abcd.tmp").write_bytes(b"half an embedding")
 
-    rerun = cli(images, "-o", out, "-m", model, "-t", "1", "--batch", "2", "--ray", ray_address)
+    rerun = cli(images, "-o", out, "-m", model, "-t", "2", "--batch", "2")
     stdout, stderr = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, stderr
-    summary = stdout.strip().splitlines()[-1]
-    assert "2 unreadable, 0 failed" in summary and "img/s" in stderr
-    for name in UNREADABLE:
-        assert f"unreadable: {name}: cannot read" in stderr
+    assert " 0 failed" in stdout.strip().splitlines()[-1] and "img/s" in stderr
 
     rows = manifest_rows(out)
     for name in READABLE:
         ok = [r for r in rows if r["image"] == name and r["status"] == "ok"]
         assert len(ok) == 1 and ok[0]["output"] == name + ".npy", rows
-    assert {r["image"] for r in rows if r["status"] == "unreadable" and r["error"]} == set(UNREADABLE)
+    for name in UNREADABLE:
+        bad = [r for r in rows if r["image"] == name]
+        assert len(bad) == 1 and bad[0]["status"] == "unreadable" and "cannot read" in bad[0]["error"], rows
     written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert written == sorted([MANIFEST] + [n + ".npy" for n in READABLE])       # no temporary left
 
-    from examples.mobilesam.runner import ImageEncoder
-    enc = ImageEncoder(model, n_threads=2)                  # what `encode` does with each image alone
-    for name in READABLE:
-        ref, got = enc.encode(load_image(images / name)), np.load(out / (name + ".npy"))
-        assert got.shape == (1, 256, 64, 64) and got.dtype == np.float32
-        assert np.abs(got - ref).max() <= 1e-6 * np.abs(ref).max(), name
+    check_embeddings(out, references)
 
     again = cli(images, "-o", out, "-m", model, "--ray", ray_address)
     stdout, stderr = again.communicate(timeout=600)
     assert again.returncode == 0, stderr
-    assert f"0 encoded, 2 unreadable, 0 failed, {len(READABLE)} already done" in stdout.strip().splitlines()[-1]
+    assert "0 encoded, 0 unreadable, 0 failed in" in stdout
+    assert f"earlier runs: {len(READABLE)} encoded, 2 unreadable" in stdout
+    assert manifest_rows(out) == rows
+
+
+def test_a_ray_job_encodes_in_batches_on_two_actors(tmp_path, model, references, ray_address):
+    images, out = make_images(tmp_path / "images"), tmp_path / "emb"
+    proc = cli(images, "-o", out, "-m", model, "-t", "1", "--batch", "2", "--ray", ray_address)
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr
+    assert f"{len(READABLE)} encoded, 2 unreadable, 0 failed" in stdout.strip().splitlines()[-1]
+    for name in UNREADABLE:
+        assert f"unreadable: {name}: cannot read" in stderr
+    check_embeddings(out, references)
 
 
 def test_an_embedding_that_cannot_be_written_fails_the_job(tmp_path, model):

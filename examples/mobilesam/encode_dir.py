@@ -5,8 +5,9 @@
 
 Every image under IMAGES (recursively) gets EMBEDDINGS/<its relative path>.npy (float32 1x256x64x64, as `encode`
 writes it), written under a temporary name and renamed, and a row in EMBEDDINGS/manifest.jsonl: image, output,
-status (ok, unreadable or failed), error, seconds. A rerun skips the images whose .npy exists and does the rest.
-Exit status 0 when every readable image was encoded, else 1; a summary line ends the run.
+status (ok, unreadable or failed), error, seconds. A rerun skips the images whose .npy exists and those recorded
+unreadable (delete a row to retry its image), and does the rest. Exit status 0 when every readable image was
+encoded, else 1; a summary line ends the run.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import os
 import sys
 import time
 import uuid
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -107,8 +109,8 @@ def remove_stale_temporaries(out_dir: Path):
 
 
 def plan_job(images_dir: Path, out_dir: Path) -> tuple:
-    """(manifest, images to encode, number already done); images already encoded (their .npy exists) are skipped, and recorded in the
-    manifest when a killed job wrote the .npy but not the row."""
+    """(manifest, images to do, {status: images skipped}): the images encoded (their .npy exists; recorded when a
+    killed job wrote the .npy but not its row) and those recorded unreadable are skipped."""
     if not images_dir.is_dir():
         raise ValueError(f"IMAGES {images_dir} is not a directory; expected a directory of images")
     if out_dir.exists() and not out_dir.is_dir():
@@ -119,21 +121,25 @@ def plan_job(images_dir: Path, out_dir: Path) -> tuple:
     out_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out_dir)
     manifest = Manifest(out_dir / MANIFEST)
-    done = [im for im in images if (out_dir / output_name(im)).is_file()]
-    manifest.append([row(im, "ok") for im in done if manifest.rows.get(im, {}).get("status") != "ok"])
-    return manifest, [im for im in images if im not in set(done)], len(done)
+    done = {im for im in images if (out_dir / output_name(im)).is_file()}
+    manifest.append([row(im, "ok") for im in sorted(done) if manifest.rows.get(im, {}).get("status") != "ok"])
+    bad = {im for im in images if manifest.rows.get(im, {}).get("status") == "unreadable"} - done
+    return manifest, [im for im in images if im not in done | bad], {"ok": len(done), "unreadable": len(bad)}
 
 
 def read_image(item: dict, size: int) -> dict:
     """{image, path} -> with `pixels` (uint8 bytes of the image resized to longest side `size`), height, width,
-    error ('' or why it cannot be read) and seconds: the read stage, on a thread or a Ray task."""
+    status ('' when read, 'unreadable' when not an image, 'failed' when missing), error and seconds: the read
+    stage, on a thread or a Ray task."""
     t0 = time.perf_counter()
-    out = dict(item, pixels=b"", height=0, width=0, error="")
+    out = dict(item, pixels=b"", height=0, width=0, status="", error="")
     try:
         pixels = resize_longest_side(load_image(item["path"]), size)
         out.update(pixels=pixels.tobytes(), height=pixels.shape[0], width=pixels.shape[1])
-    except (OSError, ValueError) as e:
-        out["error"] = str(e)
+    except ValueError as e:
+        out.update(status="unreadable", error=str(e))
+    except OSError as e:
+        out.update(status="failed", error=str(e))
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -149,10 +155,9 @@ class BatchEncoder:
         self.out_dir = Path(out_dir)
 
     def __call__(self, batch: dict) -> dict:
-        n = len(batch["image"])
-        status, error = ["unreadable"] * n, list(batch["error"])
+        status, error = list(batch["status"]), list(batch["error"])
         seconds = [float(s) for s in batch["seconds"]]
-        ok = [i for i in range(n) if not error[i]]
+        ok = [i for i, st in enumerate(status) if not st]
         for start in range(0, len(ok), self.encoder.batch):
             self._encode([ok[i] for i in range(start, min(start + self.encoder.batch, len(ok)))], batch,
                          status, error, seconds)
@@ -185,17 +190,19 @@ def to_columns(items: list) -> dict:
     return {k: np.asarray([r[k] for r in items], dtype=object) for k in items[0]}
 
 
-def stream_in_process(items: list, settings: dict, size: int):
-    """Manifest-row columns per batch, from one BatchEncoder in this process; a thread reads the next batch's
-    images while this one is encoded (two batches in memory at most)."""
+def stream_in_process(items: list, settings: dict, size: int, readers: int = min(8, os.cpu_count() or 1)):
+    """Manifest-row columns per batch, from one BatchEncoder in this process; `readers` threads read (and resize)
+    the next images while a batch is encoded, batch + readers images in memory at most."""
     encoder = BatchEncoder(**settings)
-    b = settings["batch"]
-    with ThreadPoolExecutor(2) as pool:
-        pending = [pool.submit(read_image, it, size) for it in items[:b]]
-        for start in range(0, len(items), b):
-            following = [pool.submit(read_image, it, size) for it in items[start + b:start + 2 * b]]
-            yield encoder(to_columns([f.result() for f in pending]))
-            pending = following
+    ahead = settings["batch"] + readers
+    with ThreadPoolExecutor(readers) as pool:
+        pending = deque(pool.submit(read_image, it, size) for it in items[:ahead])
+        queued = len(pending)
+        while pending:
+            batch = [pending.popleft().result() for _ in range(min(settings["batch"], len(pending)))]
+            pending.extend(pool.submit(read_image, it, size) for it in items[queued:queued + len(batch)])
+            queued += len(batch)
+            yield encoder(to_columns(batch))
 
 
 def encoder_image_size(model: str) -> int:
@@ -210,7 +217,7 @@ def encoder_image_size(model: str) -> int:
 def run(args) -> int:
     """The job: plan, stream batches (in-process or on Ray), record every row, print the summary; exit status."""
     images_dir, out_dir = Path(args.images).resolve(), Path(args.output).resolve()
-    manifest, todo, done_before = plan_job(images_dir, out_dir)
+    manifest, todo, before = plan_job(images_dir, out_dir)
     counts = dict.fromkeys(STATUSES, 0)
     t0 = time.perf_counter()
     if todo:                                  # else nothing to load or start
@@ -230,7 +237,7 @@ def run(args) -> int:
             print(f"error: {e}", file=sys.stderr)
         except KeyboardInterrupt:
             print("interrupted: run the same command again to encode the rest", file=sys.stderr)
-    summary(counts, done_before, time.perf_counter() - t0, manifest)
+    summary(counts, before, time.perf_counter() - t0, manifest)
     return 0 if counts["failed"] == 0 and sum(counts.values()) == len(todo) else 1
 
 
@@ -248,12 +255,12 @@ def record(batches, manifest: Manifest, counts: dict, total: int):
             bar.update(len(rows))
 
 
-def summary(counts: dict, done_before: int, elapsed: float, manifest: Manifest):
-    """The last line: what this run did, its rate (model loading and start-up included), where the manifest is."""
+def summary(counts: dict, before: dict, elapsed: float, manifest: Manifest):
+    """The last line: what this run did, its rate (model loading and start-up included), what earlier runs did."""
     rate = counts["ok"] / elapsed if elapsed > 0 else 0.0
-    print(f"encode-dir: {counts['ok']} encoded, {counts['unreadable']} unreadable, {counts['failed']} failed, "
-          f"{done_before} already done; {sum(counts.values())} images in {elapsed:.1f} s ({rate:.2f} images/s); "
-          f"manifest {manifest.path}")
+    print(f"encode-dir: {counts['ok']} encoded, {counts['unreadable']} unreadable, {counts['failed']} failed in "
+          f"{elapsed:.1f} s ({rate:.2f} images/s); earlier runs: {before['ok']} encoded, {before['unreadable']} "
+          f"unreadable; manifest {manifest.path}")
 
 
 def add_parser(sub):

@@ -290,6 +290,8 @@ def main(argv=None):
     add_segment_parser(sub)
     from .encode_dir import add_parser as add_encode_dir_parser   # here: encode_dir imports this module
     add_encode_dir_parser(sub)
+    from .everything import add_parser as add_everything_parser   # here: everything imports this module
+    add_everything_parser(sub)
     args = parser.parse_args(argv)
     try:
         args.func(args)

@@ -184,3 +184,13 @@ def test_bad_directories_get_a_clear_error(tmp_path, case):
     expected = {"missing": "is not a directory", "empty": "holds no image", "output is a file": "is a file"}[case]
     with pytest.raises(SystemExit, match=expected):
         main(["encode-dir", str(images), "-o", str(out)])
+
+
+@pytest.mark.parametrize("address, expected", [("127.0.0.1:1", "cannot reach the Ray cluster at 127.0.0.1:1"),
+                                               ("head-node", "'head-node' is not an address")])
+def test_a_wrong_ray_address_is_named(tmp_path, model, capsys, address, expected):
+    pytest.importorskip("ray")
+    images = make_images(tmp_path / "images")
+    with pytest.raises(SystemExit) as exit_:
+        main(["encode-dir", str(images), "-o", str(tmp_path / "emb"), "-m", str(model), "--ray", address])
+    assert exit_.value.code == 1 and expected in capsys.readouterr().err

@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+import ggpy
+
 from .__main__ import IMAGE_SUFFIXES, _positive, add_dtype_argument, model_or_random
 from .preprocess import load_image, resize_longest_side
 
@@ -159,8 +161,7 @@ class BatchEncoder:
         seconds = [float(s) for s in batch["seconds"]]
         ok = [i for i, st in enumerate(status) if not st]
         for start in range(0, len(ok), self.encoder.batch):
-            self._encode([ok[i] for i in range(start, min(start + self.encoder.batch, len(ok)))], batch,
-                         status, error, seconds)
+            self._encode(ok[start:start + self.encoder.batch], batch, status, error, seconds)
         return {"image": np.asarray(batch["image"], dtype=object), "status": np.asarray(status, dtype=object),
                 "error": np.asarray(error, dtype=object), "seconds": np.asarray(seconds)}
 
@@ -170,7 +171,7 @@ class BatchEncoder:
             images = [np.frombuffer(batch["pixels"][i], np.uint8).reshape(batch["height"][i], batch["width"][i], 3)
                       for i in idx]
             embeddings = self.encoder.encode_many(images)
-        except Exception as e:  # noqa: BLE001 - an encoder failure is recorded per image; the job goes on
+        except (ggpy.GGPYError, ValueError) as e:         # recorded per image; the job goes on
             for i in idx:
                 status[i], error[i] = "failed", f"{type(e).__name__}: {e}"
             return
@@ -226,12 +227,12 @@ def run(args) -> int:
         settings = {"model": model, "out_dir": str(out_dir), "backend": args.backend, "threads": args.threads,
                     "dtype": args.dtype, "batch": args.batch}
         items = [{"image": im, "path": str(images_dir / im)} for im in todo]
-        if args.ray is None:
-            batches = stream_in_process(items, settings, size)
-        else:
-            from .encode_dir_ray import stream_on_ray
-            batches = stream_on_ray(items, settings, size, args.ray)
         try:
+            if args.ray is None:
+                batches = stream_in_process(items, settings, size)
+            else:
+                from .encode_dir_ray import stream_on_ray
+                batches = stream_on_ray(items, settings, size, args.ray)
             record(batches, manifest, counts, len(todo))
         except JobError as e:
             print(f"error: {e}", file=sys.stderr)

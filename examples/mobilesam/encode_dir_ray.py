@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 from pathlib import Path
 
 from .encode_dir import BatchEncoder, JobError, read_image
@@ -12,9 +13,23 @@ from .encode_dir import BatchEncoder, JobError, read_image
 EXAMPLES = Path(__file__).resolve().parents[1]          # shipped to the workers (py_modules): ggpy is installed there
 
 
+def check_reachable(address: str, timeout: float = 10):
+    """A HOST:PORT or ray://HOST:PORT address answers (ray.init would retry a wrong one for minutes); JobError if not."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise JobError(f"--ray {address!r} is not an address: expected HOST:PORT (`ray start --head` prints it, "
+                       "port 6379 by default), ray://HOST:PORT (Ray Client, port 10001), auto, or nothing (a local cluster)")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise JobError(f"cannot reach the Ray cluster at {address} ({e}); expected a running head node there") from None
+
+
 def connect(address: str) -> bool:
     """Join the cluster at `address` ('' starts a local one, or joins RAY_ADDRESS); True when this call did."""
     import ray
+    if address not in ("", "auto"):
+        check_reachable(address)
     if ray.is_initialized():
         return False
     try:
@@ -42,28 +57,44 @@ def pool_size(backend: str, threads: int) -> int:
 
 
 def stream_on_ray(items: list, settings: dict, size: int, address: str):
-    """Manifest-row columns per finished batch (see BatchEncoder), computed on the Ray cluster at `address`."""
+    """Manifest-row columns per finished batch (see BatchEncoder), computed on the Ray cluster at `address`;
+    joins it (or starts a local one) before returning, JobError when it cannot."""
     import ray
     started = connect(address)
     try:
-        cpu = settings["backend"] == "cpu"
-        settings = dict(settings, threads=settings["threads"] or 1) if cpu else settings
-        actors = min(pool_size(settings["backend"], settings["threads"] if cpu else 1),
-                     math.ceil(len(items) / settings["batch"]))
-        ray.data.DataContext.get_current().enable_progress_bars = False      # the driver's bar counts images
-        logging.getLogger("ray.data").setLevel(logging.WARNING)
-        logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)   # says the bars are off
-        ds = ray.data.from_items(items, override_num_blocks=min(len(items), 20_000))
-        # On the CPU the actors hold every core: reading (a small part of the work) takes none, a few at a time.
-        ds = ds.map(read_image, fn_kwargs={"size": size}, num_cpus=0 if cpu else 1,
-                    compute=ray.data.TaskPoolStrategy(size=2 * actors) if cpu else None)
-        ds = ds.map_batches(BatchEncoder, fn_constructor_kwargs=settings, batch_size=settings["batch"],
-                            batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
-                            num_cpus=settings["threads"] if cpu else 1, num_gpus=0 if cpu else 1)
-        try:
-            yield from ds.iter_batches(batch_size=None, batch_format="numpy")
-        except ray.exceptions.RayError as e:
-            raise JobError(f"the Ray job stopped: {e}") from None
+        return _batches(dataset(items, settings, size), started)
+    except BaseException:
+        if started:
+            ray.shutdown()
+        raise
+
+
+def dataset(items: list, settings: dict, size: int):
+    """The Ray Data pipeline: items -> read tasks -> a pool of BatchEncoder actors -> manifest-row columns."""
+    import ray
+    cpu = settings["backend"] == "cpu"
+    settings = dict(settings, threads=settings["threads"] or 1) if cpu else settings
+    actors = min(pool_size(settings["backend"], settings["threads"] if cpu else 1),
+                 math.ceil(len(items) / settings["batch"]))
+    ray.data.DataContext.get_current().enable_progress_bars = False      # the driver's bar counts images
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)   # says the bars are off
+    ds = ray.data.from_items(items, override_num_blocks=min(len(items), 20_000))
+    # On the CPU the actors hold every core: reading (a small part of the work) takes none, a few at a time.
+    ds = ds.map(read_image, fn_kwargs={"size": size}, num_cpus=0 if cpu else 1,
+                compute=ray.data.TaskPoolStrategy(size=2 * actors) if cpu else None)
+    return ds.map_batches(BatchEncoder, fn_constructor_kwargs=settings, batch_size=settings["batch"],
+                          batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
+                          num_cpus=settings["threads"] if cpu else 1, num_gpus=0 if cpu else 1)
+
+
+def _batches(ds, started: bool):
+    """Iterate the pipeline as it streams; a Ray failure becomes a JobError; shut down a cluster this job started."""
+    import ray
+    try:
+        yield from ds.iter_batches(batch_size=None, batch_format="numpy")
+    except ray.exceptions.RayError as e:
+        raise JobError(f"the Ray job stopped: {e}") from None
     finally:
         if started:
             ray.shutdown()

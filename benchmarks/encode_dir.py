@@ -1,0 +1,108 @@
+"""encode-dir throughput on the CPU: in-process vs Ray with 1 and 2 encoder actors, side by side in one run.
+
+    python benchmarks/encode_dir.py [--images 24] [--size 640 480] [--batch 1]
+
+Writes --images random JPEGs of --size pixels into a temporary folder, starts a local Ray cluster (one per run,
+its start-up timed and reported apart), then encodes the folder three ways into fresh output folders, with the
+seeded random-weights model (the CLI's default) and the job's own code (`stream_in_process`, `stream_on_ray`):
+
+- in-process: one encoder of every core's threads (`encode-dir ... -t CORES`);
+- Ray, 1 actor: one encoder actor of CORES threads (`--ray -t CORES`);
+- Ray, N actors: one single-thread actor per core (`--ray -t 1`).
+
+Per way: the job's wall time from the first image submitted (the encoder's loading and planning included, Ray's
+cluster start-up not), images/s over the whole job and after the first batch has arrived (the steady rate, once
+every actor has loaded its model), and the steady rate relative to in-process.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from examples.mobilesam.__main__ import random_model  # noqa: E402 - after the path is set
+from examples.mobilesam.encode_dir import encoder_image_size, stream_in_process  # noqa: E402
+from examples.mobilesam.encode_dir_ray import stream_on_ray  # noqa: E402
+
+
+def make_images(folder: Path, n: int, size: tuple) -> list:
+    """n random JPEGs (smooth noise, so they compress like photos) of `size` (W, H); the job's items."""
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    w, h = size
+    items = []
+    for i in range(n):
+        small = rng.integers(0, 256, (h // 16, w // 16, 3), dtype=np.uint8)
+        Image.fromarray(small).resize((w, h), Image.BILINEAR).save(folder / f"im{i:04d}.jpg", quality=90)
+        items.append({"image": f"im{i:04d}.jpg", "path": str(folder / f"im{i:04d}.jpg")})
+    return items
+
+
+def timed(batches) -> tuple:
+    """(wall seconds, images, arrival time of the first batch, images in it, ok count) of a stream of batches."""
+    t0 = time.perf_counter()
+    first_t = first_n = n = ok = 0
+    for cols in batches:
+        n += len(cols["image"])
+        ok += sum(s == "ok" for s in cols["status"])
+        if not first_t:
+            first_t, first_n = time.perf_counter() - t0, n
+    return time.perf_counter() - t0, n, first_t, first_n, ok
+
+
+def start_ray(cores: int) -> float:
+    """Start a local cluster of `cores` CPUs (the encoders then join it); its start-up seconds."""
+    import ray
+    t0 = time.perf_counter()
+    ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
+    return time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--images", type=int, default=24)
+    ap.add_argument("--size", type=int, nargs=2, default=(640, 480), metavar=("W", "H"))
+    ap.add_argument("--batch", type=int, default=1)
+    args = ap.parse_args()
+    cores = os.cpu_count() or 1
+    model = str(random_model())
+    size = encoder_image_size(model)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        (tmp / "images").mkdir()
+        items = make_images(tmp / "images", args.images, tuple(args.size))
+        ways = [("in-process", 1, cores, None), ("Ray, 1 actor", 1, cores, ""), (f"Ray, {cores} actors", cores, 1, "")]
+        rows, ray_start = [], None
+        for i, (name, actors, threads, address) in enumerate(ways):
+            settings = {"model": model, "out_dir": str(tmp / f"out{i}"), "backend": "cpu", "threads": threads,
+                        "dtype": "f32", "batch": args.batch}
+            if address is None:
+                stream = stream_in_process(items, settings, size)
+            else:
+                if ray_start is None:               # after the in-process run: Ray's idle workers start with it
+                    ray_start = start_ray(cores)
+                stream = stream_on_ray(items, settings, size, address)
+            wall, n, first_t, first_n, ok = timed(stream)
+            assert ok == n == len(items), f"{name}: {ok} of {len(items)} images encoded"
+            steady = (n - first_n) / (wall - first_t) if n > first_n else float("nan")
+            rows.append((name, actors, threads, wall, n / wall, steady))
+        import ray
+        ray.shutdown()
+    print(f"{args.images} JPEGs {args.size[0]}x{args.size[1]}, batch {args.batch}, {cores} cores; Ray's local "
+          f"cluster started in {ray_start:.1f} s (not counted below)\n")
+    print("| way | actors x threads | wall s | images/s (job) | images/s (after the first batch) | steady vs in-process |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    base = rows[0][5]
+    for name, actors, threads, wall, rate, steady in rows:
+        print(f"| {name} | {actors} x {threads} | {wall:.1f} | {rate:.2f} | {steady:.2f} | {steady / base:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

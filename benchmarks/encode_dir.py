@@ -28,7 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from examples.mobilesam.__main__ import random_model  # noqa: E402 - after the path is set
-from examples.mobilesam.encode_dir import encoder_image_size, stream_in_process  # noqa: E402
+from examples.mobilesam.encode_dir import input_params, stream_in_process  # noqa: E402
 from examples.mobilesam.encode_dir_ray import stream_on_ray  # noqa: E402
 
 
@@ -73,7 +73,7 @@ def main():
     args = ap.parse_args()
     cores = os.cpu_count() or 1
     model = str(random_model())
-    size = encoder_image_size(model)
+    prep = input_params(model)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "images").mkdir()
@@ -84,11 +84,11 @@ def main():
             settings = {"model": model, "out_dir": str(tmp / f"out{i}"), "backend": "cpu", "threads": threads,
                         "dtype": "f32", "batch": args.batch}
             if address is None:
-                stream = stream_in_process(items, settings, size)
+                stream = stream_in_process(items, settings, prep)
             else:
                 if ray_start is None:               # after the in-process run: Ray's idle workers start with it
                     ray_start = start_ray(cores)
-                stream = stream_on_ray(items, settings, size, address)
+                stream = stream_on_ray(items, settings, prep, address)
             wall, n, first_t, first_n, ok = timed(stream)
             assert ok == n == len(items), f"{name}: {ok} of {len(items)} images encoded"
             steady = (n - first_n) / (wall - first_t) if n > first_n else float("nan")

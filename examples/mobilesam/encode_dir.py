@@ -26,7 +26,7 @@ from tqdm import tqdm
 import ggpy
 
 from .__main__ import IMAGE_SUFFIXES, _positive, add_dtype_argument, model_or_random
-from .preprocess import load_image, resize_longest_side
+from .preprocess import load_image, preprocess
 
 MANIFEST = "manifest.jsonl"
 STATUSES = ("ok", "unreadable", "failed")
@@ -129,15 +129,15 @@ def plan_job(images_dir: Path, out_dir: Path) -> tuple:
     return manifest, [im for im in images if im not in done | bad], {"ok": len(done), "unreadable": len(bad)}
 
 
-def read_image(item: dict, size: int) -> dict:
-    """{image, path} -> with `pixels` (uint8 bytes of the image resized to longest side `size`), height, width,
-    status ('' when read, 'unreadable' when not an image, 'failed' when missing), error and seconds: the read
-    stage, on a thread or a Ray task."""
+def read_image(item: dict, prep: dict) -> dict:
+    """{image, path} -> with `input` (the bytes of the encoder's input, float32 (3, S, S), pre-processed as
+    `encode` does with `prep`: image_size, pixel_mean, pixel_std), status ('' when read, 'unreadable' when not an
+    image, 'failed' when missing), error and seconds: the read stage, on a thread or a Ray task."""
     t0 = time.perf_counter()
-    out = dict(item, pixels=b"", height=0, width=0, status="", error="")
+    out = dict(item, input=b"", status="", error="")
     try:
-        pixels = resize_longest_side(load_image(item["path"]), size)
-        out.update(pixels=pixels.tobytes(), height=pixels.shape[0], width=pixels.shape[1])
+        out["input"] = preprocess(load_image(item["path"]), prep["image_size"], prep["pixel_mean"],
+                                  prep["pixel_std"]).tobytes()
     except ValueError as e:
         out.update(status="unreadable", error=str(e))
     except OSError as e:
@@ -167,10 +167,12 @@ class BatchEncoder:
 
     def _encode(self, idx: list, batch: dict, status: list, error: list, seconds: list):
         t0 = time.perf_counter()
+        s = self.encoder.hp.image_size
+        x = np.zeros((self.encoder.batch, 3, s, s), np.float32)          # a batch not full: zero images
+        for k, i in enumerate(idx):
+            x[k] = np.frombuffer(batch["input"][i], np.float32).reshape(3, s, s)
         try:
-            images = [np.frombuffer(batch["pixels"][i], np.uint8).reshape(batch["height"][i], batch["width"][i], 3)
-                      for i in idx]
-            embeddings = self.encoder.encode_many(images)
+            embeddings = self.encoder.encode_preprocessed(x)[:len(idx)]
         except (ggpy.GGPYError, ValueError) as e:         # recorded per image; the job goes on
             for i in idx:
                 status[i], error[i] = "failed", f"{type(e).__name__}: {e}"
@@ -191,28 +193,31 @@ def to_columns(items: list) -> dict:
     return {k: np.asarray([r[k] for r in items], dtype=object) for k in items[0]}
 
 
-def stream_in_process(items: list, settings: dict, size: int, readers: int = min(8, os.cpu_count() or 1)):
-    """Manifest-row columns per batch, from one BatchEncoder in this process; `readers` threads read (and resize)
-    the next images while a batch is encoded, batch + readers images in memory at most."""
+def stream_in_process(items: list, settings: dict, prep: dict, readers: int = min(8, os.cpu_count() or 1)):
+    """Manifest-row columns per batch, from one BatchEncoder in this process; `readers` threads read and
+    pre-process the next images while a batch is encoded, batch + readers images in memory at most."""
     encoder = BatchEncoder(**settings)
     ahead = settings["batch"] + readers
     with ThreadPoolExecutor(readers) as pool:
-        pending = deque(pool.submit(read_image, it, size) for it in items[:ahead])
+        pending = deque(pool.submit(read_image, it, prep) for it in items[:ahead])
         queued = len(pending)
         while pending:
             batch = [pending.popleft().result() for _ in range(min(settings["batch"], len(pending)))]
-            pending.extend(pool.submit(read_image, it, size) for it in items[queued:queued + len(batch)])
+            pending.extend(pool.submit(read_image, it, prep) for it in items[queued:queued + len(batch)])
             queued += len(batch)
             yield encoder(to_columns(batch))
 
 
-def encoder_image_size(model: str) -> int:
-    """The encoder's input side (mobilesam.image_size), read from the model file's metadata (checks the file)."""
+def input_params(model: str) -> dict:
+    """The pre-processing of the model's encoder (image_size, pixel_mean, pixel_std) from its metadata; checks the
+    file before any encoder loads it."""
     from ggpy.model_file import open_gguf
-    field = open_gguf(model).fields.get("mobilesam.image_size")
-    if field is None:
-        raise ValueError(f"{model} has no mobilesam.image_size: expected a GGUF made by `convert`")
-    return int(field.contents())
+    fields = open_gguf(model).fields
+    names = ("image_size", "pixel_mean", "pixel_std")
+    missing = [n for n in names if f"mobilesam.{n}" not in fields]
+    if missing:
+        raise ValueError(f"{model} has no mobilesam.{', mobilesam.'.join(missing)}: expected a GGUF made by `convert`")
+    return {n: fields[f"mobilesam.{n}"].contents() for n in names}
 
 
 def run(args) -> int:
@@ -223,16 +228,16 @@ def run(args) -> int:
     t0 = time.perf_counter()
     if todo:                                  # else nothing to load or start
         model = str(Path(model_or_random(args.model, "the embeddings are meaningless")).resolve())
-        size = encoder_image_size(model)
+        prep = input_params(model)
         settings = {"model": model, "out_dir": str(out_dir), "backend": args.backend, "threads": args.threads,
                     "dtype": args.dtype, "batch": args.batch}
         items = [{"image": im, "path": str(images_dir / im)} for im in todo]
         try:
             if args.ray is None:
-                batches = stream_in_process(items, settings, size)
+                batches = stream_in_process(items, settings, prep)
             else:
                 from .encode_dir_ray import stream_on_ray
-                batches = stream_on_ray(items, settings, size, args.ray)
+                batches = stream_on_ray(items, settings, prep, args.ray)
             record(batches, manifest, counts, len(todo))
         except JobError as e:
             print(f"error: {e}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""encode-dir on Ray: Ray Data streams the images (read and resized by tasks) through a pool of encoder actors,
+"""encode-dir on Ray: Ray Data streams the images (read and pre-processed by tasks) through a pool of encoder actors,
 one per GPU or per THREADS CPU cores, each holding one planned ImageEncoder; the driver gets the manifest rows
 as batches finish. Paths are absolute: on several nodes, IMAGES, EMBEDDINGS and the model are on shared storage."""
 from __future__ import annotations
@@ -56,20 +56,20 @@ def pool_size(backend: str, threads: int) -> int:
     return n
 
 
-def stream_on_ray(items: list, settings: dict, size: int, address: str):
+def stream_on_ray(items: list, settings: dict, prep: dict, address: str):
     """Manifest-row columns per finished batch (see BatchEncoder), computed on the Ray cluster at `address`;
     joins it (or starts a local one) before returning, JobError when it cannot."""
     import ray
     started = connect(address)
     try:
-        return _batches(dataset(items, settings, size), started)
+        return _batches(dataset(items, settings, prep), started)
     except BaseException:
         if started:
             ray.shutdown()
         raise
 
 
-def dataset(items: list, settings: dict, size: int):
+def dataset(items: list, settings: dict, prep: dict):
     """The Ray Data pipeline: items -> read tasks -> a pool of BatchEncoder actors -> manifest-row columns."""
     import ray
     cpu = settings["backend"] == "cpu"
@@ -81,7 +81,7 @@ def dataset(items: list, settings: dict, size: int):
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)   # says the bars are off
     ds = ray.data.from_items(items, override_num_blocks=min(len(items), 20_000))
     # On the CPU the actors hold every core: reading (a small part of the work) takes none, a few at a time.
-    ds = ds.map(read_image, fn_kwargs={"size": size}, num_cpus=0 if cpu else 1,
+    ds = ds.map(read_image, fn_kwargs={"prep": prep}, num_cpus=0 if cpu else 1,
                 compute=ray.data.TaskPoolStrategy(size=2 * actors) if cpu else None)
     return ds.map_batches(BatchEncoder, fn_constructor_kwargs=settings, batch_size=settings["batch"],
                           batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),

@@ -194,3 +194,16 @@ def test_a_wrong_ray_address_is_named(tmp_path, model, capsys, address, expected
     with pytest.raises(SystemExit) as exit_:
         main(["encode-dir", str(images), "-o", str(tmp_path / "emb"), "-m", str(model), "--ray", address])
     assert exit_.value.code == 1 and expected in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")     # Ray Data's own settings
+def test_an_actor_that_cannot_start_stops_the_job_with_its_cause(tmp_path, ray_address):
+    """An encoder actor failing in its constructor (its node lacks the model) ends the stream with a JobError."""
+    from examples.mobilesam.encode_dir import JobError
+    from examples.mobilesam.encode_dir_ray import stream_on_ray
+    images = make_images(tmp_path / "images")
+    settings = {"model": str(tmp_path / "elsewhere.gguf"), "out_dir": str(tmp_path / "emb"), "backend": "cpu",
+                "threads": 1, "dtype": "f32", "batch": 1}
+    prep = {"image_size": 1024, "pixel_mean": [0.0] * 3, "pixel_std": [1.0] * 3}
+    with pytest.raises(JobError, match="ModelFileError: model file .*elsewhere.gguf does not exist"):
+        list(stream_on_ray([{"image": "a.png", "path": str(images / "a.png")}], settings, prep, ray_address))

@@ -93,8 +93,10 @@ def _batches(ds, started: bool):
     import ray
     try:
         yield from ds.iter_batches(batch_size=None, batch_format="numpy")
-    except ray.exceptions.RayError as e:
-        raise JobError(f"the Ray job stopped: {e}") from None
+    except ray.exceptions.RayError as e:                 # its text ends with the cause, after the remote traceback
+        cause = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise JobError(f"the Ray job stopped: {cause} (the traceback is in Ray's logs, "
+                       "/tmp/ray/session_latest/logs on the node that failed)") from None
     finally:
         if started:
             ray.shutdown()

@@ -79,10 +79,11 @@ def dataset(items: list, settings: dict, prep: dict):
     ray.data.DataContext.get_current().enable_progress_bars = False      # the driver's bar counts images
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)   # says the bars are off
-    ds = ray.data.from_items(items, override_num_blocks=min(len(items), 20_000))
+    blocks = min(len(items), 20_000)
+    ds = ray.data.from_items(items, override_num_blocks=blocks)
     # On the CPU the actors hold every core: reading (a small part of the work) takes none, a few at a time.
     ds = ds.map(read_image, fn_kwargs={"prep": prep}, num_cpus=0 if cpu else 1,
-                compute=ray.data.TaskPoolStrategy(size=2 * actors) if cpu else None)
+                compute=ray.data.TaskPoolStrategy(size=min(2 * actors, blocks)) if cpu else None)
     return ds.map_batches(BatchEncoder, fn_constructor_kwargs=settings, batch_size=settings["batch"],
                           batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
                           num_cpus=settings["threads"] if cpu else 1, num_gpus=0 if cpu else 1)

@@ -2,7 +2,8 @@
 the same parameters, defaults and mask records.
 
 Per image (and per crop with crop_n_layers): encode once; decode the point grid points_per_batch single-point
-prompts at a time through one planned decoder graph (the image embedding stays on the backend); keep the
+prompts at a time through one planned decoder graph (grid_decoder: the image embedding stays on the backend, the
+first block's work common to all prompts is done once); keep the
 multimask outputs whose predicted IoU passes pred_iou_thresh; run only those through the post-processing graph
 (mask_stats: upscaling, thresholds, stability counts, areas, boxes) in chunks; keep stable masks away from crop
 edges, run-length encode them; then box NMS within the crop and across crops, and optionally the small-region
@@ -18,6 +19,7 @@ import numpy as np
 from . import mask_rle
 from .box_nms import batched_nms
 from .crops import crop_boxes, layer_point_grids, near_crop_edge
+from .grid_decoder import GridDecoderGraph
 from .mask_stats import MaskStatsGraph
 from .predictor import Predictor
 from .prompt_encoder import KIND_NOT_A_POINT, KIND_POSITIVE
@@ -79,6 +81,7 @@ class AutomaticMaskGenerator:
         self.crop_n_layers, self.crop_nms_thresh = int(crop_n_layers), crop_nms_thresh
         self.crop_overlap_ratio, self.min_mask_region_area = crop_overlap_ratio, min_mask_region_area
         self.output_mode, self.progress = output_mode, progress
+        self.decoders = {}            # batch -> GridDecoderGraph
         self.stats_graphs = {}        # (input size, crop size) -> MaskStatsGraph
         self.timings = dict.fromkeys(STAGES, 0.0)
 
@@ -134,10 +137,10 @@ class AutomaticMaskGenerator:
         self.timings["encode"] += time.perf_counter() - t0
         h, w = y1 - y0, x1 - x0
         points = self.point_grids[layer] * np.array([[w, h]])
-        b = self.batch = min(self.points_per_batch, len(points))      # the decoder graph's batch
+        b = min(self.points_per_batch, len(points))      # the decoder graph's batch
         parts = []
         for n, start in enumerate(range(0, len(points), b)):
-            parts.append(self._process_batch(points[start:start + b], crop_box, image_size))
+            parts.append(self._process_batch(points[start:start + b], b, crop_box, image_size))
             if self.progress is not None:
                 self.progress(n + 1, -(-len(points) // b))
         data = _cat(parts)
@@ -152,24 +155,26 @@ class AutomaticMaskGenerator:
         self.timings["nms"] += time.perf_counter() - t0
         return data
 
-    def _decode(self, points: np.ndarray):
-        """Single positive points (n, 2) in crop pixels -> (low-res logits (3n, 4E, 4E), IoU predictions (3n,)) of
-        the three multimask outputs of each point, point by point; a last partial batch is padded by repeating
-        its first point."""
+    def _decode(self, points: np.ndarray, b: int):
+        """Single positive points (n, 2) in crop pixels, n <= b -> (low-res logits (3n, 4E, 4E), IoU predictions
+        (3n,)) of the three multimask outputs of each point, point by point, from the decoder graph of batch b (a
+        partial batch is padded by repeating its first point)."""
         p = self.predictor
-        n, b = len(points), self.batch
+        n = len(points)
         pad = np.concatenate([points, np.repeat(points[:1], b - n, axis=0)])
         scale = np.array([p.input_size[1] / p.original_size[1], p.input_size[0] / p.original_size[0]])
         coords = np.zeros((b, 2, 2), np.float32)
         coords[:, 0] = pad * scale                                       # ResizeLongestSide.apply_coords
         kinds = np.tile(np.array([KIND_POSITIVE, KIND_NOT_A_POINT], np.int32), (b, 1))
         keep = np.tile(np.array([[1.0], [0.0]], np.float32), (b, 1, 1))
-        low_res, iou = p.decoder(2, False, b).run(coords, kinds, keep, None)
+        if b not in self.decoders:
+            self.decoders[b] = GridDecoderGraph(p.model, p.hp, p.backends, p.image_embedding, p.image_pe, 2, b)
+        low_res, iou = self.decoders[b].run(coords, kinds, keep, None)
         return low_res[:n, 1:].reshape(3 * n, *low_res.shape[2:]), iou[:n, 1:].reshape(3 * n)
 
-    def _process_batch(self, points, crop_box, image_size) -> dict:
+    def _process_batch(self, points, batch: int, crop_box, image_size) -> dict:
         t0 = time.perf_counter()
-        low_res, iou = self._decode(points)
+        low_res, iou = self._decode(points, batch)
         t1 = time.perf_counter()
         self.timings["decode"] += t1 - t0
         keep = np.flatnonzero(iou > np.float32(self.pred_iou_thresh)) if self.pred_iou_thresh > 0 else \

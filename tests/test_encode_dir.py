@@ -207,3 +207,12 @@ def test_an_actor_that_cannot_start_stops_the_job_with_its_cause(tmp_path, ray_a
     prep = {"image_size": 1024, "pixel_mean": [0.0] * 3, "pixel_std": [1.0] * 3}
     with pytest.raises(JobError, match="ModelFileError: model file .*elsewhere.gguf does not exist"):
         list(stream_on_ray([{"image": "a.png", "path": str(images / "a.png")}], settings, prep, ray_address))
+
+
+def test_more_threads_than_a_node_has_is_refused(tmp_path, ray_address):
+    from examples.mobilesam.encode_dir import JobError
+    from examples.mobilesam.encode_dir_ray import stream_on_ray
+    settings = {"model": "unused.gguf", "out_dir": str(tmp_path), "backend": "cpu", "threads": 3, "dtype": "f32",
+                "batch": 1}
+    with pytest.raises(JobError, match=r"-t 3: no node of the Ray cluster has 3 CPUs \(its nodes have \[2\]\)"):
+        stream_on_ray([{"image": "a.png", "path": "a.png"}], settings, {}, ray_address)

@@ -5,9 +5,9 @@
 
 Every image under IMAGES (recursively) gets EMBEDDINGS/<its relative path>.npy (float32 1x256x64x64, as `encode`
 writes it), written under a temporary name and renamed, and a row in EMBEDDINGS/manifest.jsonl: image, output,
-status (ok, unreadable or failed), error, seconds. A rerun skips the images whose .npy exists and those recorded
-unreadable (delete a row to retry its image), and does the rest. Exit status 0 when every readable image was
-encoded, else 1; a summary line ends the run.
+status (ok, unreadable or failed), error, seconds (reading, its share of the batch's evaluation, writing). A rerun
+skips the images whose .npy exists and those recorded unreadable (delete a row to retry its image), and does the
+rest. Exit status 0 when every readable image was encoded, else 1; a summary line ends the run.
 """
 from __future__ import annotations
 
@@ -275,7 +275,7 @@ def add_parser(sub):
                        description=__doc__.split("\n\n")[2].replace("\n", " "))
     p.add_argument("images", metavar="IMAGES", help="directory of images (searched recursively)")
     p.add_argument("-o", "--output", required=True, metavar="EMBEDDINGS",
-                   help="directory for <image>.npy and manifest.jsonl (created if missing)")
+                   help="directory for <relative path>.npy and manifest.jsonl (created if missing)")
     p.add_argument("-m", "--model", help="GGUF made by `convert` (default: seeded random weights)")
     p.add_argument("-b", "--backend", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--batch", type=_positive, default=1, metavar="N", help="images per evaluation (default 1)")
@@ -283,5 +283,6 @@ def add_parser(sub):
                    help="threads per encoder (default: every core in-process; 1 per Ray actor on the CPU)")
     add_dtype_argument(p)
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                   help="run on Ray: a local cluster, or the one at ADDRESS (e.g. auto, HOST:6379, ray://HOST:10001)")
+                   help="run on Ray: a local cluster, or the one at ADDRESS (auto, HOST:6379, ray://HOST:10001); "
+                        "put it after IMAGES, or write --ray=ADDRESS")
     p.set_defaults(func=lambda args: sys.exit(run(args)))

@@ -11,6 +11,7 @@ rest. Exit status 0 when every readable image was encoded, else 1; a summary lin
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import sys
@@ -36,10 +37,16 @@ class JobError(RuntimeError):
     """The job cannot go on (the Ray cluster is unreachable or too small, an actor failed): a message, status 1."""
 
 
+def walk_files(root: Path):
+    """Relative POSIX paths of the files under `root` (os.walk: no stat per file, which counts on shared storage)."""
+    for folder, _, files in os.walk(root):
+        rel = Path(folder).relative_to(root)
+        yield from ((rel / f).as_posix() for f in files)
+
+
 def find_images(root: Path) -> list:
     """Relative POSIX paths of the image files under `root`, recursively, sorted."""
-    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
-                  if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    return sorted(f for f in walk_files(root) if Path(f).suffix.lower() in IMAGE_SUFFIXES)
 
 
 def output_name(image: str) -> str:
@@ -104,10 +111,16 @@ def row(image: str, status: str, error: str | None = None, seconds: float | None
             "error": error, "seconds": None if seconds is None else round(seconds, 4)}
 
 
-def remove_stale_temporaries(out_dir: Path):
-    """Delete the temporary files (.<name>.npy.<id>.tmp) that a killed job left."""
-    for p in out_dir.rglob(".*.npy.*.tmp"):
-        p.unlink(missing_ok=True)
+def existing_outputs(out_dir: Path) -> set:
+    """The .npy files under `out_dir` (relative paths); deletes the temporaries (.<name>.npy.<id>.tmp) that a
+    killed job left."""
+    found = set()
+    for f in walk_files(out_dir):
+        if fnmatch.fnmatch(f.rpartition("/")[2], ".*.npy.*.tmp"):
+            (out_dir / f).unlink(missing_ok=True)
+        elif f.endswith(".npy"):
+            found.add(f)
+    return found
 
 
 def plan_job(images_dir: Path, out_dir: Path) -> tuple:
@@ -121,9 +134,9 @@ def plan_job(images_dir: Path, out_dir: Path) -> tuple:
     if not images:
         raise ValueError(f"{images_dir} holds no image (expected files ending in {', '.join(IMAGE_SUFFIXES)})")
     out_dir.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(out_dir)
+    outputs = existing_outputs(out_dir)
     manifest = Manifest(out_dir / MANIFEST)
-    done = {im for im in images if (out_dir / output_name(im)).is_file()}
+    done = {im for im in images if output_name(im) in outputs}
     manifest.append([row(im, "ok") for im in sorted(done) if manifest.rows.get(im, {}).get("status") != "ok"])
     bad = {im for im in images if manifest.rows.get(im, {}).get("status") == "unreadable"} - done
     return manifest, [im for im in images if im not in done | bad], {"ok": len(done), "unreadable": len(bad)}

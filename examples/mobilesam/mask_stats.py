@@ -15,6 +15,16 @@ import ggpy
 from .predictor import _schedule, postprocess_masks
 
 
+def column_max(x, band: int = 16):
+    """Max over dim 1 of x.ne = (W, H, C, 1) -> ne = (W, C): pooled in bands of `band` rows first (their rows
+    stream in order; one H-row window would walk each column alone), then over the bands. The band pool pads the
+    rows with ceil(r / 2) (r = band * ceil(H / band) - H), which never win a max, so its windows cover every row."""
+    w, h, c = x.ne[:3]
+    pad = (band * -(-h // band) - h + 1) // 2
+    bands = ggpy.pool_2d(x, "max", 1, band, 1, band, 0, pad) if h > band else x
+    return ggpy.reshape_2d(ggpy.pool_2d(bands, "max", 1, bands.ne[1], 1, bands.ne[1]), w, c)
+
+
 def _edges(indicator, ramp_up, ramp_down):
     """First and last index (I32 ne = (P,)) of the 1s of each column of an indicator ne = (n, P) of 0/1: argmax of
     the indicator times n - i (first) and times i + 1 (last); both are 0 for a column of zeros."""
@@ -45,7 +55,7 @@ class MaskStatsGraph:
         self.unions = ggpy.sum_rows(above(mask_threshold - stability_offset))
         self.area = ggpy.sum_rows(self.binary)
         rows = ggpy.step(ggpy.reshape_2d(ggpy.sum_rows(ggpy.reshape_2d(self.binary, w, h * p)), h, p))
-        cols = ggpy.reshape_2d(ggpy.pool_2d(ggpy.reshape_4d(self.binary, w, h, p, 1), "max", 1, h, 1, h), w, p)
+        cols = column_max(ggpy.reshape_4d(self.binary, w, h, p, 1))
         self.y0, self.y1 = _edges(rows, *self.ramps[h])
         self.x0, self.x1 = _edges(cols, *self.ramps[w])
         self.outputs = (self.intersections, self.unions, self.area, self.x0, self.y0, self.x1, self.y1, self.binary)

@@ -1,18 +1,20 @@
-"""encode-dir throughput on the CPU: in-process vs Ray with 1 and 2 encoder actors, side by side in one run.
+"""encode-dir throughput: in-process vs Ray (CPU: 1 actor of every core, one single-thread actor per core; CUDA:
+one actor per GPU), per batch size, side by side in one run.
 
-    python benchmarks/encode_dir.py [--images 24] [--size 640 480] [--batch 1]
+    python benchmarks/encode_dir.py [--images 24] [--size 640 480] [--batch 1 [8 ...]] [-b cpu|cuda]
 
-Writes --images random JPEGs of --size pixels into a temporary folder, starts a local Ray cluster (one per run,
-its start-up timed and reported apart), then encodes the folder three ways into fresh output folders, with the
-seeded random-weights model (the CLI's default) and the job's own code (`stream_in_process`, `stream_on_ray`):
+Writes --images random JPEGs of --size pixels into a temporary folder, then encodes the folder each way into a
+fresh output folder, with the seeded random-weights model (the CLI's default) and the job's own code
+(`stream_in_process`, `stream_on_ray`); a local Ray cluster is started after the in-process runs (its start-up
+timed and reported apart):
 
-- in-process: one encoder of every core's threads (`encode-dir ... -t CORES`);
-- Ray, 1 actor: one encoder actor of CORES threads (`--ray -t CORES`);
-- Ray, N actors: one single-thread actor per core (`--ray -t 1`).
+- in-process: one encoder (CPU: of every core's threads, `encode-dir ... -t CORES`);
+- Ray, 1 actor (CPU): one encoder actor of CORES threads (`--ray -t CORES`);
+- Ray, N actors (CPU): one single-thread actor per core (`--ray -t 1`); CUDA: one actor per GPU (`-b cuda --ray`).
 
 Per way: the job's wall time from the first image submitted (the encoder's loading and planning included, Ray's
 cluster start-up not), images/s over the whole job and after the first batch has arrived (the steady rate, once
-every actor has loaded its model), and the steady rate relative to in-process.
+every actor has loaded its model), and the steady rate relative to in-process at the same batch size.
 """
 from __future__ import annotations
 
@@ -65,43 +67,53 @@ def start_ray(cores: int) -> float:
     return time.perf_counter() - t0
 
 
+def ways(backend: str, cores: int) -> list:
+    """(name, actors x threads, threads, Ray address or None for in-process) of each way to run."""
+    if backend == "cuda":
+        return [("in-process", "1 x GPU", None, None), ("Ray, 1 actor per GPU", "GPUs x 1", None, "")]
+    return [("in-process", f"1 x {cores}", cores, None), ("Ray, 1 actor", f"1 x {cores}", cores, ""),
+            (f"Ray, {cores} actors", f"{cores} x 1", 1, "")]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=24)
     ap.add_argument("--size", type=int, nargs=2, default=(640, 480), metavar=("W", "H"))
-    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--batch", type=int, nargs="+", default=[1])
+    ap.add_argument("-b", "--backend", choices=("cpu", "cuda"), default="cpu")
     args = ap.parse_args()
     cores = os.cpu_count() or 1
     model = str(random_model())
     prep = input_params(model)
+    rows, ray_start = [], None
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "images").mkdir()
         items = make_images(tmp / "images", args.images, tuple(args.size))
-        ways = [("in-process", 1, cores, None), ("Ray, 1 actor", 1, cores, ""), (f"Ray, {cores} actors", cores, 1, "")]
-        rows, ray_start = [], None
-        for i, (name, actors, threads, address) in enumerate(ways):
-            settings = {"model": model, "out_dir": str(tmp / f"out{i}"), "backend": "cpu", "threads": threads,
-                        "dtype": "f32", "batch": args.batch}
+        runs = sorted(((w, b) for w in ways(args.backend, cores) for b in args.batch), key=lambda r: r[0][3] is not None)
+        for i, ((name, shape, threads, address), batch) in enumerate(runs):
+            settings = {"model": model, "out_dir": str(tmp / f"out{i}"), "backend": args.backend, "threads": threads,
+                        "dtype": "f32", "batch": batch}
             if address is None:
                 stream = stream_in_process(items, settings, prep)
             else:
-                if ray_start is None:               # after the in-process run: Ray's idle workers start with it
+                if ray_start is None:               # after the in-process runs: Ray's idle workers start with it
                     ray_start = start_ray(cores)
                 stream = stream_on_ray(items, settings, prep, address)
             wall, n, first_t, first_n, ok = timed(stream)
             assert ok == n == len(items), f"{name}: {ok} of {len(items)} images encoded"
             steady = (n - first_n) / (wall - first_t) if n > first_n else float("nan")
-            rows.append((name, actors, threads, wall, n / wall, steady))
+            rows.append((name, shape, batch, wall, n / wall, steady))
         import ray
         ray.shutdown()
-    print(f"{args.images} JPEGs {args.size[0]}x{args.size[1]}, batch {args.batch}, {cores} cores; Ray's local "
-          f"cluster started in {ray_start:.1f} s (not counted below)\n")
-    print("| way | actors x threads | wall s | images/s (job) | images/s (after the first batch) | steady vs in-process |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    base = rows[0][5]
-    for name, actors, threads, wall, rate, steady in rows:
-        print(f"| {name} | {actors} x {threads} | {wall:.1f} | {rate:.2f} | {steady:.2f} | {steady / base:.2f} |")
+    print(f"{args.images} JPEGs {args.size[0]}x{args.size[1]}, {args.backend}, {cores} cores; Ray's local cluster "
+          f"started in {ray_start:.1f} s (not counted below)\n")
+    print("| way | actors x threads | batch | wall s | images/s (job) | images/s (after the first batch) | "
+          "steady vs in-process |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    base = {batch: steady for name, _, batch, _, _, steady in rows if name == "in-process"}
+    for name, shape, batch, wall, rate, steady in rows:
+        print(f"| {name} | {shape} | {batch} | {wall:.1f} | {rate:.2f} | {steady:.2f} | {steady / base[batch]:.2f} |")
 
 
 if __name__ == "__main__":

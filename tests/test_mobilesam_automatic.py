@@ -351,3 +351,18 @@ def test_grid_decoder_equals_decoder_graph(predictor, image):
 def test_bad_parameters(predictor, kw, match):
     with pytest.raises(ValueError, match=match):
         AutomaticMaskGenerator(predictor, **kw)
+
+
+def test_cuda_generator(predictor, spread_checkpoint, image):
+    """On a GPU (F32): the decoder graph, the post-processing graph and the records equal the CPU generator's."""
+    pytest.importorskip("cuda.bindings.driver")
+    import ggpy
+    try:
+        gpu = Predictor(spread_checkpoint.with_suffix(".gguf"), backend="cuda")
+    except ggpy.CudaError as e:
+        pytest.skip(f"no usable GPU: {e}")
+    kw = dict(points_per_side=4, points_per_batch=8, box_nms_thresh=1.0, **PERMISSIVE)
+    ref = AutomaticMaskGenerator(predictor, **kw).generate(image)
+    got = AutomaticMaskGenerator(gpu, **kw).generate(image)
+    assert len(got) == len(ref) == 48
+    check_records(got, ref)

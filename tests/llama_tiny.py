@@ -78,14 +78,18 @@ def _quantized(w: np.ndarray, qtype) -> tuple:
 def write_tiny_llama(path, *, arch: str = "llama", seed: int = 0, n_layer: int = 2, n_embd: int = 64,
                      n_head: int = 4, n_head_kv: int = 2, n_ff: int = 128, n_ctx: int = 256, vocab_size: int = 320,
                      types: dict | None = None, tied: bool = False, pre: str | None = None, add_bos: bool = True,
-                     rope_base: float = 10000.0, metadata: dict | None = None, skip: tuple = ()) -> Path:
+                     rope_base: float = 10000.0, metadata: dict | None = None, skip: tuple = (),
+                     n_vocab: int | None = None) -> Path:
     """Write a random `arch` ("llama" or "qwen2") GGUF to `path` and return it. `types` maps matrix names
     (token_embd, output, attn_q, ..., ffn_down) to GGML types over DEFAULT_TYPES; `tied` leaves out output.weight;
-    `metadata` adds or replaces keys (value None removes one); `skip` leaves out the named tensors."""
+    `metadata` adds or replaces keys (value None removes one); `skip` leaves out the named tensors; `n_vocab` pads
+    the trained vocabulary with unused tokens to that size (a real model's embedding and output sizes)."""
     rng = np.random.default_rng(seed)
     types = {**DEFAULT_TYPES, **(types or {})}
     pre = pre or ("qwen2" if arch == "qwen2" else "smollm")
     tokens, token_types, merges = _vocab(pre, vocab_size)
+    pad = max(0, (n_vocab or 0) - len(tokens))
+    tokens, token_types = tokens + [f"<unused{i}>" for i in range(pad)], token_types + [gguf.TokenType.UNUSED] * pad
     head_dim = n_embd // n_head
     keys = {f"{arch}.block_count": n_layer, f"{arch}.context_length": n_ctx, f"{arch}.embedding_length": n_embd,
             f"{arch}.feed_forward_length": n_ff, f"{arch}.attention.head_count": n_head,

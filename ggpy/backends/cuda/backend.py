@@ -31,7 +31,7 @@ from .compiler import Module, compile_cubin
 from .device import Event, Stream, get_device
 from .driver import check, driver
 from .graphs import capture
-from .kernels import HEADER, attention, conv, generated, norm
+from .kernels import HEADER, attention, conv, generated, norm, quant
 from .kernels.common import elementwise_config, extent, pack_args, tensor_ptr
 from .kernels.matmul import gemm_type
 from .launch import Launch, dim3
@@ -141,6 +141,8 @@ class CUDABackend(Backend):
             return False
         out = f.add_node.type           # D's type: F32, or a fused cast's (the operands' type in the GEMM)
         if f.head.op == "mul_mat":
+            if quant.uses_mmv(f.head):
+                return False
             if f.cast_node is not None and gemm_type(f.head) != out:
                 return False
             return f.add_node.ne == f.head.ne and f.add_node.is_contiguous() and f.head.is_contiguous()

@@ -14,14 +14,6 @@ from .device import Device, Stream
 from .driver import check, driver
 
 
-def _span(tensor) -> tuple[int, int]:
-    """(first byte, byte count) that the tensor's elements cover in its buffer."""
-    if tensor.nelements == 0:
-        return tensor.offset, 0
-    last = sum((n - 1) * b for n, b in zip(tensor.ne, tensor.nb))
-    return tensor.offset, last + tensor.type.size
-
-
 def _free(ptr: int, device: Device):
     device.activate()
     driver.cuMemFree(ptr)
@@ -96,24 +88,21 @@ class CUDABuffer(Buffer):
         return self.read(offset, size).tobytes()
 
     # -- tensors ------------------------------------------------------------------------------------
-    def _host_view(self, tensor, raw: np.ndarray, start: int) -> np.ndarray:
-        """The tensor (shape reversed(ne)) as a strided view into `raw`, a host copy of bytes from `start`."""
-        return np.ndarray(tuple(reversed(tensor.ne)), dtype=tensor.type.dtype, buffer=raw,
-                          offset=tensor.offset - start, strides=tuple(reversed(tensor.nb)))
+    @staticmethod
+    def _host_view(tensor, raw: np.ndarray) -> np.ndarray:
+        """The tensor (its storage_shape) as a strided view into `raw`, a host copy of its bytes from its offset."""
+        return np.ndarray(tensor.storage_shape, dtype=tensor.type.dtype, buffer=raw, strides=tensor.storage_strides)
 
     def set_tensor(self, tensor, array):
         values = np.asarray(array).astype(tensor.type.dtype, copy=False)
         if tensor.is_contiguous():
-            self.write(tensor.offset, np.ascontiguousarray(values.reshape(tuple(reversed(tensor.ne)))))
+            self.write(tensor.offset, np.ascontiguousarray(values.reshape(tensor.storage_shape)))
             return
-        start, size = _span(tensor)          # a strided view: read its span, write the elements, put it back
-        raw = self.read(start, size)
-        self._host_view(tensor, raw, start)[...] = values
-        self.write(start, raw)
+        raw = self.read(tensor.offset, tensor.nbytes)   # a strided view: read its span, write the elements, put it back
+        self._host_view(tensor, raw)[...] = values
+        self.write(tensor.offset, raw)
 
     def get_tensor(self, tensor) -> np.ndarray:
-        shape = tuple(reversed(tensor.ne))
         if tensor.is_contiguous():
-            return self.read(tensor.offset, tensor.nbytes).view(tensor.type.dtype).reshape(shape)
-        start, size = _span(tensor)
-        return self._host_view(tensor, self.read(start, size), start).copy()
+            return self.read(tensor.offset, tensor.nbytes).view(tensor.type.dtype).reshape(tensor.storage_shape)
+        return self._host_view(tensor, self.read(tensor.offset, tensor.nbytes)).copy()

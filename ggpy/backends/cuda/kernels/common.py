@@ -10,11 +10,11 @@ from __future__ import annotations
 import ctypes
 
 from ....errors import AllocationError
-from ....types import BF16, F16, F32, I32
+from ....types import BF16, F16, F32, I32, QUANT_TYPES
 
 FLOATS = (F32, F16, BF16)
 C_TYPES = {F32: "float", F16: "half_t", BF16: "bf16_t", I32: "int"}
-SUFFIX = {F32: "f32", F16: "f16", BF16: "bf16", I32: "i32"}
+SUFFIX = {F32: "f32", F16: "f16", BF16: "bf16", I32: "i32"} | {t: t.name for t in QUANT_TYPES}   # kernel names
 
 HEADER = r"""
 typedef unsigned short half_t;                   // F16 bits; converted with the PTX cvt instructions
@@ -42,10 +42,14 @@ template <> __device__ __forceinline__ half_t from_f<half_t>(float x) {
 struct bf16_t { unsigned short x; };             // BF16 bits: the upper half of a float32
 __device__ __forceinline__ float to_f(bf16_t b) { return __uint_as_float((unsigned)b.x << 16); }
 template <> __device__ __forceinline__ bf16_t from_f<bf16_t>(float v) {   // round to nearest even, nan kept
-    const unsigned u = __float_as_uint(v);
     bf16_t b;
+#if __CUDA_ARCH__ >= 800
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b.x) : "f"(v));       // one instruction from sm_80 on
+#else
+    const unsigned u = __float_as_uint(v);
     b.x = (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)(((u >> 16) & 0x8000u) | 0x7fc0u)
                                           : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+#endif
     return b;
 }
 template <typename D, typename S> __device__ __forceinline__ D convert(S x) { return from_f<D>(to_f(x)); }

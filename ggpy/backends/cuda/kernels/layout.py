@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ....types import BF16, F16, F32, I32
 from ..registry import register
+from . import quant
 from .common import C_TYPES, FLOATS, SUFFIX, elementwise_config, iparam32
 
 COPY_PAIRS = tuple((s, d) for s in (F32, F16, BF16) for d in (F32, F16, BF16)) + ((I32, I32),)
@@ -82,6 +83,8 @@ def copy_kernel_name(node) -> str:
 
 def copy_refusal(node) -> str | None:
     a = node.src[0]
+    if a.type.quantized or node.type.quantized:
+        return quant.copy_refusal(node)
     if (a.type, node.type) not in COPY_PAIRS:
         return f"{node.op} on CUDA copies float types to float types and I32 to I32, not {a.type.name} -> {node.type.name}"
     if a.nelements != node.nelements:
@@ -101,7 +104,7 @@ def kernel_name(node) -> str:
 
 def refusal(node) -> str | None:
     a, b = node.src[0], node.src[1] if len(node.src) > 1 else None
-    if a.type not in TYPES:
+    if a.type not in TYPES and not (node.op == "get_rows" and a.type.quantized):
         return f"{node.op} on CUDA takes F32, F16, BF16 or I32, not {a.type.name}"
     if node.op == "get_rows":
         ok = b is not None and b.type == I32 and node.type == (I32 if a.type == I32 else F32)

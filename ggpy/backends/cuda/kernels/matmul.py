@@ -1,5 +1,6 @@
 """mul_mat as cuBLASLt GEMMs (cublas.py): no CUDA C of its own, the node runs as Python-side steps.
-a.ne = (K, M, A2, A3), b.ne = (K, N, B2, B3), F32, F16 or BF16 each; result F32 (M, N, B2, B3), or the
+a.ne = (K, M, A2, A3), b.ne = (K, N, B2, B3), F32, F16 or BF16 each (a also quantized: quant.py's dot-product kernel
+for few columns, else a dequantized F16 copy in the GEMM); result F32 (M, N, B2, B3), or the
 operands' type when both have it and a cast of the result is fused (the fusion pass's epilogue). Operands that cuBLASLt
 cannot read in place are copied into the temp block.
 
@@ -17,25 +18,30 @@ from types import SimpleNamespace
 from ....types import BF16, F16, F32
 from ..cublas import MISSING, WORKSPACE, Gemm
 from ..registry import register
+from . import quant
 from .common import FLOATS, SUFFIX, tensor_ptr
 
 ALIGN = 256
 
 
 def refusal(node) -> str | None:
-    if any(s.type not in FLOATS for s in node.src[:2]):
-        return f"mul_mat on CUDA takes F32, F16 and BF16 operands, not {node.src[0].type.name} x {node.src[1].type.name}"
-    return None if MISSING is None else f"mul_mat on CUDA {MISSING}"
+    a, b = node.src[:2]
+    if (a.type not in FLOATS and not a.type.quantized) or b.type not in FLOATS:
+        return f"mul_mat on CUDA takes F32, F16, BF16 or quantized a and a float b, not {a.type.name} x {b.type.name}"
+    return None if MISSING is None or quant.uses_mmv(node) else f"mul_mat on CUDA {MISSING}"
 
 
 def kernel_name(node) -> str:
     a, b = node.src[:2]
-    return f"cublaslt_{a.type.name.lower()}_{b.type.name.lower()}"
+    return quant.mmv_name(node) if quant.uses_mmv(node) else f"cublaslt_{a.type.name.lower()}_{b.type.name.lower()}"
 
 
 def gemm_type(node):
-    """The operands' type in the GEMM: F16 or BF16 when both have it (F32 accumulation), else F32."""
+    """The operands' type in the GEMM: F16 or BF16 when both have it (F32 accumulation), F16 for a quantized a (a
+    dequantized copy, ggml's cuBLAS path too), else F32."""
     a, b = node.src[:2]
+    if a.type.quantized:
+        return F16
     return a.type if a.type == b.type and a.type in (F16, BF16) else F32
 
 
@@ -80,7 +86,9 @@ def conversions(node) -> list:
 
 
 def temp_size(node) -> int:
-    """The workspace plus the operand copies."""
+    """The workspace plus the operand copies (none for the dot-product kernel)."""
+    if quant.uses_mmv(node):
+        return 0
     return WORKSPACE + sum(_align(c.nbytes) for _, _, c in conversions(node))
 
 
@@ -130,7 +138,10 @@ def gemm_steps(backend, node, add=None, residual_node=None, residual=None) -> li
     """The steps of a mul_mat node: copies of operands cuBLASLt cannot read in place, then the GEMMs. With
     `add` (an add of a bias vector over ne[0] fused after the node, perhaps through a cast: the add's type is D's),
     D goes to add's memory with the bias added by cuBLASLt's BIAS epilogue; with `residual_node` too (an add of the contiguous `residual` after the
-    bias add, add and node contiguous), D goes to residual_node's memory and C = residual with beta = 1."""
+    bias add, add and node contiguous), D goes to residual_node's memory and C = residual with beta = 1. A quantized
+    a with few columns of b runs as quant.py's dot-product kernel instead (never fused)."""
+    if quant.uses_mmv(node):
+        return quant.mmv_steps(backend, node)
     temp = backend.temp_ptr(node)
     gtype = gemm_type(node)
     ops = [[tensor_ptr(t), t, operand_layout(t, gtype)] for t in node.src[:2]]
@@ -156,5 +167,5 @@ def gemm_steps(backend, node, add=None, residual_node=None, residual=None) -> li
     return steps
 
 
-register(ops=("mul_mat",), source=lambda: "", refusal=refusal, kernel_name=kernel_name, temp_size=temp_size,
+register(ops=("mul_mat",), source=quant.source, refusal=refusal, kernel_name=kernel_name, temp_size=temp_size,
          steps=gemm_steps)

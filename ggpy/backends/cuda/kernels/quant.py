@@ -1,0 +1,193 @@
+"""ggml's block-quantized types on CUDA: dequantizing, quantizing, get_rows from them and mul_mat with a quantized a.
+
+Every type is a functor `dq_<type>::at(row, e)`: element e of a row of blocks (ggml's dequantize_row_* formulas, in
+float32). On it:
+- `copy_<q>_<f>`: dequantizing copies (cpy, cast, cont from a quantized tensor; mul_mat's dequantized operand), a
+  thread per element, any strides between rows;
+- `copy_f32_<q>`: quantizing copies into Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (ggml's quantize_row_*_ref, as gguf.quants,
+  without fused multiply-adds): a warp per 32-block, its lanes the block's elements;
+- `get_rows_<q>`: rows dequantized into F32, a thread per element;
+- `mmv_<q>_<f>`: mul_mat with at most MMV_MAX_N columns of b per matrix (generation): a warp per row of a, which it
+  dequantizes once and dots with every column, F32 accumulation. More columns run as cuBLASLt F16 GEMMs on a
+  dequantized copy of a (matmul.py).
+"""
+from __future__ import annotations
+
+from ....ops.layout import QUANTIZE_TO
+from ....types import F32, QUANT_TYPES
+from .common import C_TYPES, FLOATS, SUFFIX, tensor_ptr
+
+MMV_MAX_N = 8           # columns of b per matrix the dot-product kernel takes (ggml's mmvq takes 8 too)
+MMV_WARPS = 4           # rows of a per block
+
+_FUNCTORS = r"""
+__device__ __forceinline__ float half_at(const char* p) { return to_f(*(const half_t*)p); }
+__device__ __forceinline__ unsigned u32_at(const unsigned char* p) { return p[0] | p[1] << 8 | p[2] << 16 | p[3] << 24; }
+__device__ __forceinline__ int nibble(const unsigned char* qs, int j) { return (qs[j & 15] >> ((j >> 4) << 2)) & 15; }
+struct dq_q4_0 { static __device__ float at(const char* r, int e) {
+    const char* b = r + (e >> 5) * 18; return half_at(b) * (float)(nibble((const unsigned char*)b + 2, e & 31) - 8); } };
+struct dq_q4_1 { static __device__ float at(const char* r, int e) {
+    const char* b = r + (e >> 5) * 20; return half_at(b) * (float)nibble((const unsigned char*)b + 4, e & 31) + half_at(b + 2); } };
+struct dq_q5_0 { static __device__ float at(const char* r, int e) {
+    const char* b = r + (e >> 5) * 22; const int j = e & 31;
+    const int q = nibble((const unsigned char*)b + 6, j) | ((u32_at((const unsigned char*)b + 2) >> j) & 1) << 4;
+    return half_at(b) * (float)(q - 16); } };
+struct dq_q5_1 { static __device__ float at(const char* r, int e) {
+    const char* b = r + (e >> 5) * 24; const int j = e & 31;
+    const int q = nibble((const unsigned char*)b + 8, j) | ((u32_at((const unsigned char*)b + 4) >> j) & 1) << 4;
+    return half_at(b) * (float)q + half_at(b + 2); } };
+struct dq_q8_0 { static __device__ float at(const char* r, int e) {
+    const char* b = r + (e >> 5) * 34; return half_at(b) * (float)(signed char)b[2 + (e & 31)]; } };
+// Q4_K / Q5_K: 8 sub-blocks of 32; sub-block s has a 6-bit scale and min packed in 12 bytes (get_scale_min_k4)
+__device__ __forceinline__ void scale_min_k4(const unsigned char* q, int s, float* sc, float* m) {
+    if (s < 4) { *sc = q[s] & 63; *m = q[s + 4] & 63; }
+    else { *sc = (q[s + 4] & 15) | ((q[s - 4] >> 6) << 4); *m = (q[s + 4] >> 4) | ((q[s] >> 6) << 4); }
+}
+template <int SIZE, bool HIGH> __device__ __forceinline__ float dq_k(const char* r, int e) {
+    const unsigned char* b = (const unsigned char*)r + (e >> 8) * SIZE;
+    const int j = e & 255, s = j >> 5, l = j & 31;
+    const unsigned char* qs = b + (HIGH ? 48 : 16);
+    int q = (qs[((s >> 1) << 5) + l] >> ((s & 1) << 2)) & 15;
+    if (HIGH) q |= ((b[16 + l] >> s) & 1) << 4;
+    float sc, m;
+    scale_min_k4(b + 4, s, &sc, &m);
+    return half_at((const char*)b) * sc * (float)q - half_at((const char*)b + 2) * m;
+}
+struct dq_q4_k { static __device__ float at(const char* r, int e) { return dq_k<144, false>(r, e); } };
+struct dq_q5_k { static __device__ float at(const char* r, int e) { return dq_k<176, true>(r, e); } };
+// Q6_K: halves of 128; quarter k of a half: low nibbles (k < 2) or high ones of ql, 2 bits of qh at 2k, scale 2k + l/16
+struct dq_q6_k { static __device__ float at(const char* r, int e) {
+    const unsigned char* b = (const unsigned char*)r + (e >> 8) * 210;
+    const int j = e & 255, h = j >> 7, k = (j >> 5) & 3, l = j & 31;
+    const int lo = (b[64 * h + l + ((k & 1) << 5)] >> ((k >> 1) << 2)) & 15;
+    const int q = (lo | ((b[128 + 32 * h + l] >> (2 * k)) & 3) << 4) - 32;
+    return half_at((const char*)b + 208) * (float)(signed char)b[192 + 8 * h + (l >> 4) + 2 * k] * (float)q; } };
+
+// dst (any float type) = src0 dequantized, element for element in ne order
+template <typename Q, typename D> __device__ void dequantize_k(const Args& a) {
+    FOR_EACH_ELEMENT(a, i) {
+        i64 cs[4], cd[4];
+        unravel(i, a.ne0, cs);
+        unravel(i, a.ne, cd);
+        const char* row = a.src0 + cs[1] * a.nb0[1] + cs[2] * a.nb0[2] + cs[3] * a.nb0[3];
+        *(D*)(a.dst + byte_offset(cd, a.nb)) = from_f<D>(Q::at(row, (int)cs[0]));
+    }
+}
+template <typename Q> __device__ void get_rows_q_k(const Args& a) {
+    FOR_EACH_ELEMENT(a, i) {
+        i64 c[4]; unravel(i, a.ne, c);
+        const i64 r = *(const int*)(a.src1 + c[1] * a.nb1[0] + c[2] * a.nb1[1] + c[3] * a.nb1[2]);
+        const char* row = a.src0 + r * a.nb0[1] + c[2] * a.nb0[2] + c[3] * a.nb0[3];
+        *(float*)(a.dst + byte_offset(c, a.nb)) = Q::at(row, (int)c[0]);
+    }
+}
+
+// dst F32 (M, N, B2, B3) = a (K, M, A2, A3) quantized x b (K, N, B2, B3): a warp per row m of a, blockIdx.y the
+// matrix (i2, i3) of b (a's broadcast over it), every column n < N <= MMV_MAX_N at once
+template <typename Q, typename TB> __device__ void mmv_k(const Args& a) {
+    const int lane = threadIdx.x & 31;
+    const i64 m = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (m >= a.ne0[1]) return;
+    const i64 i2 = blockIdx.y % a.ne1[2], i3 = blockIdx.y / a.ne1[2];
+    const char* row = a.src0 + m * a.nb0[1] + i2 / (a.ne1[2] / a.ne0[2]) * a.nb0[2] + i3 / (a.ne1[3] / a.ne0[3]) * a.nb0[3];
+    const char* col = a.src1 + i2 * a.nb1[2] + i3 * a.nb1[3];
+    const int K = (int)a.ne0[0], N = (int)a.ne1[1];
+    float acc[%(max_n)d];
+    #pragma unroll
+    for (int n = 0; n < %(max_n)d; ++n) acc[n] = 0.f;
+    for (int e = lane; e < K; e += 32) {
+        const float w = Q::at(row, e);
+        const char* x = col + e * a.nb1[0];
+        #pragma unroll
+        for (int n = 0; n < %(max_n)d; ++n) if (n < N) acc[n] += w * to_f(*(const TB*)(x + n * a.nb1[1]));
+    }
+    #pragma unroll
+    for (int n = 0; n < %(max_n)d; ++n) {
+        if (n >= N) break;
+        float v = acc[n];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0) *(float*)(a.dst + m * a.nb[0] + n * a.nb[1] + i2 * a.nb[2] + i3 * a.nb[3]) = v;
+    }
+}
+
+// quantizing copies: a warp per 32-block of dst (its rows contiguous blocks), lane j its element j; src0 F32 read
+// in ne order. BITS 8: Q8_0; 4, 5 with SYM: Q4_0, Q5_0 (d = -max / 2^(BITS-1), max the element of largest
+// magnitude, the first of equal ones), without: Q4_1, Q5_1 (d = (max - min) / (2^BITS - 1), m = min)
+template <int BITS, bool SYM, int SIZE> __device__ void quantize_k(const Args& a) {
+    const unsigned full = 0xffffffffu;
+    FOR_EACH_ELEMENT(a, i) {
+        i64 cs[4], cd[4];
+        unravel(i, a.ne0, cs);
+        unravel(i, a.ne, cd);
+        const int j = (int)(cd[0] & 31);
+        const float x = *(const float*)(a.src0 + byte_offset(cs, a.nb0));
+        unsigned char* b = (unsigned char*)a.dst + cd[1] * a.nb[1] + cd[2] * a.nb[2] + cd[3] * a.nb[3] + (cd[0] >> 5) * SIZE;
+        float big = x != 0.f ? x : 0.f, lo = x, hi = x;          // +0 as ggml's search starts from
+        int at = j;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ob = __shfl_xor_sync(full, big, o); const int oat = __shfl_xor_sync(full, at, o);
+            if (fabsf(ob) > fabsf(big) || (fabsf(ob) == fabsf(big) && oat < at)) { big = ob; at = oat; }
+            lo = fminf(lo, __shfl_xor_sync(full, lo, o)); hi = fmaxf(hi, __shfl_xor_sync(full, hi, o));
+        }
+        float d;
+        if (BITS == 8) d = __fdiv_rn(fabsf(big), 127.f);
+        else d = SYM ? __fdiv_rn(big, (float)(-(1 << (BITS - 1)))) : __fdiv_rn(__fsub_rn(hi, lo), (float)((1 << BITS) - 1));
+        const float inv = d != 0.f ? __fdiv_rn(1.f, d) : 0.f;
+        int q;
+        if (BITS == 8) q = (int)roundf(__fmul_rn(x, inv));
+        else if (SYM) q = min((1 << BITS) - 1, (int)(signed char)(int)__fadd_rn(__fmul_rn(x, inv), (float)(1 << (BITS - 1)) + 0.5f));
+        else q = min((1 << BITS) - 1, (int)(unsigned char)(int)__fadd_rn(__fmul_rn(__fsub_rn(x, lo), inv), 0.5f));
+        if (j == 0) { *(half_t*)b = from_f<half_t>(d); if (!SYM && BITS != 8) *(half_t*)(b + 2) = from_f<half_t>(lo); }
+        if (BITS == 8) { b[2 + j] = (unsigned char)(signed char)q; continue; }
+        const int qs = (SYM ? 2 : 4) + (BITS == 5 ? 4 : 0);
+        const unsigned qh = __ballot_sync(full, (q >> 4) & 1);
+        const int partner = __shfl_down_sync(full, q, 16);
+        if (j < 16) b[qs + j] = (unsigned char)((q & 15) | (partner & 15) << 4);
+        if (BITS == 5 && j < 4) b[qs - 4 + j] = (unsigned char)(qh >> (8 * j));
+    }
+}
+"""
+_QUANTIZE_ARGS = {"q4_0": (4, "true", 18), "q4_1": (4, "false", 20), "q5_0": (5, "true", 22),
+                  "q5_1": (5, "false", 24), "q8_0": (8, "true", 34)}
+
+
+def source() -> str:
+    parts = [_FUNCTORS % {"max_n": MMV_MAX_N}]
+    for t in QUANT_TYPES:
+        q = t.name
+        parts.append(f'extern "C" __global__ void get_rows_{q}(const Args a) {{ get_rows_q_k<dq_{q}>(a); }}\n')
+        for f in FLOATS:
+            c, s = C_TYPES[f], SUFFIX[f]
+            parts.append(f'extern "C" __global__ void copy_{q}_{s}(const Args a) {{ dequantize_k<dq_{q}, {c}>(a); }}\n'
+                         f'extern "C" __global__ void mmv_{q}_{s}(const Args a) {{ mmv_k<dq_{q}, {c}>(a); }}\n')
+    for t in QUANTIZE_TO:
+        bits, sym, size = _QUANTIZE_ARGS[t.name]
+        parts.append(f'extern "C" __global__ void copy_f32_{t.name}(const Args a) {{ quantize_k<{bits}, {sym}, {size}>(a); }}\n')
+    return "".join(parts)
+
+
+def copy_refusal(node) -> str | None:
+    """Why a copy from or into a quantized type cannot run on CUDA (None: it can)."""
+    a = node.src[0]
+    if a.type.quantized and node.type in FLOATS:
+        return None
+    if node.type in QUANTIZE_TO and a.type == F32:
+        return None if node.nelements % 32 == 0 else f"{node.op} into {node.type.name}: whole blocks of 32 only"
+    return (f"{node.op} on CUDA copies a quantized type into F32, F16 or BF16, or F32 into "
+            f"{', '.join(t.name for t in QUANTIZE_TO)}, not {a.type.name} -> {node.type.name}")
+
+
+def uses_mmv(node) -> bool:
+    """Whether a mul_mat with a quantized a runs as the dot-product kernel (few columns of b per matrix)."""
+    return node.src[0].type.quantized and node.src[1].ne[1] <= MMV_MAX_N
+
+
+def mmv_steps(backend, node) -> list:
+    a, b = node.src[:2]
+    grid = (-(-a.ne[1] // MMV_WARPS), b.ne[2] * b.ne[3])
+    return [backend.launch(node, mmv_name(node), tensor_ptr(node), node, [(tensor_ptr(a), a), (tensor_ptr(b), b)],
+                           config=(grid, 32 * MMV_WARPS))]
+
+
+def mmv_name(node) -> str:
+    return f"mmv_{node.src[0].type.name}_{SUFFIX[node.src[1].type]}"

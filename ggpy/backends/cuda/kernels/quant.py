@@ -88,7 +88,7 @@ template <typename Q, typename TB> __device__ void mmv_k(const Args& a) {
     const int lane = threadIdx.x & 31;
     const i64 m = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (m >= a.ne0[1]) return;
-    const i64 i2 = blockIdx.y % a.ne1[2], i3 = blockIdx.y / a.ne1[2];
+    const i64 i2 = blockIdx.y %% a.ne1[2], i3 = blockIdx.y / a.ne1[2];
     const char* row = a.src0 + m * a.nb0[1] + i2 / (a.ne1[2] / a.ne0[2]) * a.nb0[2] + i3 / (a.ne1[3] / a.ne0[3]) * a.nb0[3];
     const char* col = a.src1 + i2 * a.nb1[2] + i3 * a.nb1[3];
     const int K = (int)a.ne0[0], N = (int)a.ne1[1];

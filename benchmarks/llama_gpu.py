@@ -1,6 +1,6 @@
 """Text generation on the GPU: ggpy's llama graph on CUDA, prompt processing and generation tokens/s per weight type.
 
-    python benchmarks/llama_gpu.py [-m MODEL.gguf ...] [--weights q4_1,q8_0,q4_k,f16] [--prompt 512] [--gen 128]
+    python benchmarks/llama_gpu.py [-m MODEL.gguf ...] [--weights q4_1,q8_0,f16] [--prompt 512] [--gen 128]
                                    [--rounds 3]
 
 With -m, those files. Without, models of SmolLM2-135M's shape (30 blocks, width 576, 9 query / 3 KV heads, MLP
@@ -101,7 +101,7 @@ class _LlamaCpp:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-m", "--model", action="append", help="GGUF file(s); default: SmolLM2-shaped random models")
-    p.add_argument("--weights", default="q4_1,q8_0,q4_k,f16", help="weight types of the random models")
+    p.add_argument("--weights", default="q4_1,q8_0,f16", help="weight types of the random models")
     p.add_argument("--prompt", type=int, default=512)
     p.add_argument("--gen", type=int, default=128)
     p.add_argument("--rounds", type=int, default=3)

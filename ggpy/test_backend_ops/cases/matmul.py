@@ -141,7 +141,7 @@ def gqa_cases():
     per KV head), a generated token and a prompt, from F32 and F16 caches."""
     out = []
     for t in (F32, F16):
-        for hd, n_kv, n, heads, kv_heads in ((64, 37, 1, 9, 3), (64, 37, 7, 9, 3), (32, 20, 20, 8, 1)):
+        for hd, n_kv, n, heads, kv_heads in ((64, 37, 1, 9, 3), (64, 37, 7, 9, 3), (32, 48, 3, 12, 4), (32, 20, 20, 8, 1)):
             for product in ("kq", "kqv"):
                 out.append(OpCase("mul_mat", f"gqa,{product},cache={t.name},HD={hd},n_kv={n_kv},n={n},heads={heads}/"
                                   f"{kv_heads}", lambda ctx, t=t, hd=hd, nk=n_kv, n=n, h=heads, kh=kv_heads, p=product:

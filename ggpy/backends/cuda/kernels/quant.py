@@ -1,15 +1,16 @@
-"""ggml's block-quantized types on CUDA: dequantizing, quantizing, get_rows from them and mul_mat with a quantized a.
+"""ggml's block-quantized types on CUDA: dequantizing, quantizing, get_rows from them, and the dot-product kernel of
+mul_mat with few columns (a quantized, or a float a broadcast over b's matrices).
 
-Every type is a functor `dq_<type>::at(row, e)`: element e of a row of blocks (ggml's dequantize_row_* formulas, in
-float32). On it:
+Every type is a functor `dq_<type>::at8(row, nb0, c, v)`: elements 8c .. 8c + 7 of a row (ggml's dequantize_row_*
+formulas, in float32; dq_float<T> reads a float row of element stride nb0). On it:
 - `copy_<q>_<f>`: dequantizing copies (cpy, cast, cont from a quantized tensor; mul_mat's dequantized operand), a
-  thread per element, any strides between rows;
+  thread per 8 elements, any strides between rows;
 - `copy_f32_<q>`: quantizing copies into Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (ggml's quantize_row_*_ref, as gguf.quants,
   without fused multiply-adds): a warp per 32-block, its lanes the block's elements;
-- `get_rows_<q>`: rows dequantized into F32, a thread per element;
-- `mmv_<q>_<f>`: mul_mat with at most MMV_MAX_N columns of b per matrix (generation): a warp per row of a, which it
-  dequantizes once and dots with every column, F32 accumulation. More columns run as cuBLASLt F16 GEMMs on a
-  dequantized copy of a (matmul.py).
+- `get_rows_<q>`: rows dequantized into F32, a thread per 8 elements;
+- `mmv_<a>_<b>`: mul_mat with at most MMV_MAX_N columns of b per matrix (generation): a warp per row of a, which it
+  reads once for every column, F32 accumulation. A quantized a with more columns runs as a cuBLASLt F16 GEMM on a
+  dequantized copy (matmul.py).
 """
 from __future__ import annotations
 
@@ -23,67 +24,99 @@ MMV_WARPS = 4           # rows of a per block
 _FUNCTORS = r"""
 __device__ __forceinline__ float half_at(const char* p) { return to_f(*(const half_t*)p); }
 __device__ __forceinline__ unsigned u32_at(const unsigned char* p) { return p[0] | p[1] << 8 | p[2] << 16 | p[3] << 24; }
-__device__ __forceinline__ int nibble(const unsigned char* qs, int j) { return (qs[j & 15] >> ((j >> 4) << 2)) & 15; }
-struct dq_q4_0 { static __device__ float at(const char* r, int e) {
-    const char* b = r + (e >> 5) * 18; return half_at(b) * (float)(nibble((const unsigned char*)b + 2, e & 31) - 8); } };
-struct dq_q4_1 { static __device__ float at(const char* r, int e) {
-    const char* b = r + (e >> 5) * 20; return half_at(b) * (float)nibble((const unsigned char*)b + 4, e & 31) + half_at(b + 2); } };
-struct dq_q5_0 { static __device__ float at(const char* r, int e) {
-    const char* b = r + (e >> 5) * 22; const int j = e & 31;
-    const int q = nibble((const unsigned char*)b + 6, j) | ((u32_at((const unsigned char*)b + 2) >> j) & 1) << 4;
-    return half_at(b) * (float)(q - 16); } };
-struct dq_q5_1 { static __device__ float at(const char* r, int e) {
-    const char* b = r + (e >> 5) * 24; const int j = e & 31;
-    const int q = nibble((const unsigned char*)b + 8, j) | ((u32_at((const unsigned char*)b + 4) >> j) & 1) << 4;
-    return half_at(b) * (float)q + half_at(b + 2); } };
-struct dq_q8_0 { static __device__ float at(const char* r, int e) {
-    const char* b = r + (e >> 5) * 34; return half_at(b) * (float)(signed char)b[2 + (e & 31)]; } };
-// Q4_K / Q5_K: 8 sub-blocks of 32; sub-block s has a 6-bit scale and min packed in 12 bytes (get_scale_min_k4)
+// Q4_0, Q4_1, Q5_0, Q5_1: 32-blocks of SIZE bytes: f16 d (and m), QH: byte of the 32 fifth bits (0: none), QS: the
+// nibbles (element j low in byte j & 15 when j < 16, else high); value d * (q - OFFSET), or d * q + m
+template <int SIZE, int QS, int QH, bool MIN, int OFFSET> __device__ __forceinline__ void dq32(const char* r, int c, float* v) {
+    const char* b = r + (c >> 2) * SIZE;
+    const int j0 = (c & 3) << 3, sh = (j0 >> 4) << 2;
+    const float d = half_at(b), m = MIN ? half_at(b + 2) : 0.f;
+    const unsigned char* q = (const unsigned char*)b + QS + (j0 & 15);
+    const unsigned h = QH ? u32_at((const unsigned char*)b + QH) >> j0 : 0u;
+    #pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int x = ((q[j] >> sh) & 15) | (QH ? ((h >> j) & 1) << 4 : 0);
+        v[j] = MIN ? d * (float)x + m : d * (float)(x - OFFSET);
+    }
+}
+// Every type is a functor: at8(row, nb0, c, v) puts elements 8c .. 8c + 7 of a row in v (quantized rows are
+// contiguous blocks and ignore nb0, the element stride of the float types)
+struct dq_q4_0 { static __device__ void at8(const char* r, i64, int c, float* v) { dq32<18, 2, 0, false, 8>(r, c, v); } };
+struct dq_q4_1 { static __device__ void at8(const char* r, i64, int c, float* v) { dq32<20, 4, 0, true, 0>(r, c, v); } };
+struct dq_q5_0 { static __device__ void at8(const char* r, i64, int c, float* v) { dq32<22, 6, 2, false, 16>(r, c, v); } };
+struct dq_q5_1 { static __device__ void at8(const char* r, i64, int c, float* v) { dq32<24, 8, 4, true, 0>(r, c, v); } };
+struct dq_q8_0 { static __device__ void at8(const char* r, i64, int c, float* v) {
+    const char* b = r + (c >> 2) * 34;
+    const float d = half_at(b);
+    #pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = d * (float)(signed char)b[2 + ((c & 3) << 3) + j];
+} };
+// Q4_K / Q5_K: 256-blocks of 8 sub-blocks of 32; sub-block s has a 6-bit scale and min packed in 12 bytes
+// (get_scale_min_k4); its nibbles are the low (s even) or high halves of 32 bytes, Q5_K's fifth bits bit s of 32 more
 __device__ __forceinline__ void scale_min_k4(const unsigned char* q, int s, float* sc, float* m) {
     if (s < 4) { *sc = q[s] & 63; *m = q[s + 4] & 63; }
     else { *sc = (q[s + 4] & 15) | ((q[s - 4] >> 6) << 4); *m = (q[s + 4] >> 4) | ((q[s] >> 6) << 4); }
 }
-template <int SIZE, bool HIGH> __device__ __forceinline__ float dq_k(const char* r, int e) {
-    const unsigned char* b = (const unsigned char*)r + (e >> 8) * SIZE;
-    const int j = e & 255, s = j >> 5, l = j & 31;
-    const unsigned char* qs = b + (HIGH ? 48 : 16);
-    int q = (qs[((s >> 1) << 5) + l] >> ((s & 1) << 2)) & 15;
-    if (HIGH) q |= ((b[16 + l] >> s) & 1) << 4;
+template <int SIZE, bool HIGH> __device__ __forceinline__ void dq_k(const char* r, int c, float* v) {
+    const unsigned char* b = (const unsigned char*)r + (c >> 5) * SIZE;
+    const int j0 = (c & 31) << 3, s = j0 >> 5, l0 = j0 & 31;
     float sc, m;
     scale_min_k4(b + 4, s, &sc, &m);
-    return half_at((const char*)b) * sc * (float)q - half_at((const char*)b + 2) * m;
+    const float d = half_at((const char*)b) * sc, dm = half_at((const char*)b + 2) * m;
+    const unsigned char* q = b + (HIGH ? 48 : 16) + ((s >> 1) << 5) + l0;
+    #pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int x = ((q[j] >> ((s & 1) << 2)) & 15) | (HIGH ? ((b[16 + l0 + j] >> s) & 1) << 4 : 0);
+        v[j] = d * (float)x - dm;
+    }
 }
-struct dq_q4_k { static __device__ float at(const char* r, int e) { return dq_k<144, false>(r, e); } };
-struct dq_q5_k { static __device__ float at(const char* r, int e) { return dq_k<176, true>(r, e); } };
-// Q6_K: halves of 128; quarter k of a half: low nibbles (k < 2) or high ones of ql, 2 bits of qh at 2k, scale 2k + l/16
-struct dq_q6_k { static __device__ float at(const char* r, int e) {
-    const unsigned char* b = (const unsigned char*)r + (e >> 8) * 210;
-    const int j = e & 255, h = j >> 7, k = (j >> 5) & 3, l = j & 31;
-    const int lo = (b[64 * h + l + ((k & 1) << 5)] >> ((k >> 1) << 2)) & 15;
-    const int q = (lo | ((b[128 + 32 * h + l] >> (2 * k)) & 3) << 4) - 32;
-    return half_at((const char*)b + 208) * (float)(signed char)b[192 + 8 * h + (l >> 4) + 2 * k] * (float)q; } };
+struct dq_q4_k { static __device__ void at8(const char* r, i64, int c, float* v) { dq_k<144, false>(r, c, v); } };
+struct dq_q5_k { static __device__ void at8(const char* r, i64, int c, float* v) { dq_k<176, true>(r, c, v); } };
+// Q6_K: halves h of 128; quarter k of a half: the low (k < 2) or high nibbles of 32 bytes of ql, 2 bits at 2k of qh,
+// the int8 scale 8h + l / 16 + 2k, d last
+struct dq_q6_k { static __device__ void at8(const char* r, i64, int c, float* v) {
+    const unsigned char* b = (const unsigned char*)r + (c >> 5) * 210;
+    const int j0 = (c & 31) << 3, h = j0 >> 7, k = (j0 >> 5) & 3, l0 = j0 & 31;
+    const float d = half_at((const char*)b + 208) * (float)(signed char)b[192 + 8 * h + (l0 >> 4) + 2 * k];
+    const unsigned char* ql = b + 64 * h + ((k & 1) << 5) + l0;
+    const unsigned char* qh = b + 128 + 32 * h + l0;
+    #pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = d * (float)((((ql[j] >> ((k >> 1) << 2)) & 15) | ((qh[j] >> (2 * k)) & 3) << 4) - 32);
+} };
+template <typename T> struct dq_float { static __device__ void at8(const char* r, i64 nb0, int c, float* v) {
+    #pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = to_f(*(const T*)(r + (i64)(8 * c + j) * nb0));
+} };
 
-// dst (any float type) = src0 dequantized, element for element in ne order
+// dst (any float type, src0's element count) = src0 dequantized, in ne order: a thread per 8 elements of a row
 template <typename Q, typename D> __device__ void dequantize_k(const Args& a) {
-    FOR_EACH_ELEMENT(a, i) {
+    for (i64 ch = (i64)blockIdx.x * blockDim.x + threadIdx.x; ch < a.n >> 3; ch += (i64)gridDim.x * blockDim.x) {
         i64 cs[4], cd[4];
-        unravel(i, a.ne0, cs);
-        unravel(i, a.ne, cd);
-        const char* row = a.src0 + cs[1] * a.nb0[1] + cs[2] * a.nb0[2] + cs[3] * a.nb0[3];
-        *(D*)(a.dst + byte_offset(cd, a.nb)) = from_f<D>(Q::at(row, (int)cs[0]));
+        unravel(ch << 3, a.ne0, cs);
+        float v[8];
+        Q::at8(a.src0 + cs[1] * a.nb0[1] + cs[2] * a.nb0[2] + cs[3] * a.nb0[3], 0, (int)(cs[0] >> 3), v);
+        #pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            unravel((ch << 3) + j, a.ne, cd);
+            *(D*)(a.dst + byte_offset(cd, a.nb)) = from_f<D>(v[j]);
+        }
     }
 }
+// get_rows: dst F32 (K, n, A2, A3) = rows src1[i3, i2, i1] of src0 (K, R, A2, A3), dequantized 8 elements a thread
 template <typename Q> __device__ void get_rows_q_k(const Args& a) {
-    FOR_EACH_ELEMENT(a, i) {
-        i64 c[4]; unravel(i, a.ne, c);
+    for (i64 ch = (i64)blockIdx.x * blockDim.x + threadIdx.x; ch < a.n >> 3; ch += (i64)gridDim.x * blockDim.x) {
+        i64 c[4]; unravel(ch << 3, a.ne, c);
         const i64 r = *(const int*)(a.src1 + c[1] * a.nb1[0] + c[2] * a.nb1[1] + c[3] * a.nb1[2]);
-        const char* row = a.src0 + r * a.nb0[1] + c[2] * a.nb0[2] + c[3] * a.nb0[3];
-        *(float*)(a.dst + byte_offset(c, a.nb)) = Q::at(row, (int)c[0]);
+        float v[8];
+        Q::at8(a.src0 + r * a.nb0[1] + c[2] * a.nb0[2] + c[3] * a.nb0[3], 0, (int)(c[0] >> 3), v);
+        char* d = a.dst + byte_offset(c, a.nb);
+        #pragma unroll
+        for (int j = 0; j < 8; ++j) *(float*)(d + j * a.nb[0]) = v[j];
     }
 }
 
-// dst F32 (M, N, B2, B3) = a (K, M, A2, A3) quantized x b (K, N, B2, B3): a warp per row m of a, blockIdx.y the
-// matrix (i2, i3) of b (a's broadcast over it), every column n < N <= MMV_MAX_N at once
+// dst F32 (M, N, B2, B3) = a (K, M, A2, A3) x b (K, N, B2, B3), K a multiple of 8: a warp per row m of a, which
+// its lanes read 8 elements at a time (lane l: elements 8l .. 8l + 7, then 256 further), blockIdx.y the matrix
+// (i2, i3) of b (a's broadcast over it); every column n < N <= MMV_MAX_N at once, F32 accumulation
 template <typename Q, typename TB> __device__ void mmv_k(const Args& a) {
     const int lane = threadIdx.x & 31;
     const i64 m = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -91,15 +124,21 @@ template <typename Q, typename TB> __device__ void mmv_k(const Args& a) {
     const i64 i2 = blockIdx.y %% a.ne1[2], i3 = blockIdx.y / a.ne1[2];
     const char* row = a.src0 + m * a.nb0[1] + i2 / (a.ne1[2] / a.ne0[2]) * a.nb0[2] + i3 / (a.ne1[3] / a.ne0[3]) * a.nb0[3];
     const char* col = a.src1 + i2 * a.nb1[2] + i3 * a.nb1[3];
-    const int K = (int)a.ne0[0], N = (int)a.ne1[1];
+    const int chunks = (int)(a.ne0[0] >> 3), N = (int)a.ne1[1];
     float acc[%(max_n)d];
     #pragma unroll
     for (int n = 0; n < %(max_n)d; ++n) acc[n] = 0.f;
-    for (int e = lane; e < K; e += 32) {
-        const float w = Q::at(row, e);
-        const char* x = col + e * a.nb1[0];
+    for (int c = lane; c < chunks; c += 32) {
+        float w[8];
+        Q::at8(row, a.nb0[0], c, w);
+        const char* x = col + (i64)(8 * c) * a.nb1[0];
         #pragma unroll
-        for (int n = 0; n < %(max_n)d; ++n) if (n < N) acc[n] += w * to_f(*(const TB*)(x + n * a.nb1[1]));
+        for (int n = 0; n < %(max_n)d; ++n) {
+            if (n < N) {
+                #pragma unroll
+                for (int j = 0; j < 8; ++j) acc[n] += w[j] * to_f(*(const TB*)(x + j * a.nb1[0] + n * a.nb1[1]));
+            }
+        }
     }
     #pragma unroll
     for (int n = 0; n < %(max_n)d; ++n) {
@@ -160,6 +199,10 @@ def source() -> str:
             c, s = C_TYPES[f], SUFFIX[f]
             parts.append(f'extern "C" __global__ void copy_{q}_{s}(const Args a) {{ dequantize_k<dq_{q}, {c}>(a); }}\n'
                          f'extern "C" __global__ void mmv_{q}_{s}(const Args a) {{ mmv_k<dq_{q}, {c}>(a); }}\n')
+    for f in FLOATS:
+        for g in FLOATS:
+            parts.append(f'extern "C" __global__ void mmv_{SUFFIX[f]}_{SUFFIX[g]}(const Args a) '
+                         f'{{ mmv_k<dq_float<{C_TYPES[f]}>, {C_TYPES[g]}>(a); }}\n')
     for t in QUANTIZE_TO:
         bits, sym, size = _QUANTIZE_ARGS[t.name]
         parts.append(f'extern "C" __global__ void copy_f32_{t.name}(const Args a) {{ quantize_k<{bits}, {sym}, {size}>(a); }}\n')
@@ -178,8 +221,13 @@ def copy_refusal(node) -> str | None:
 
 
 def uses_mmv(node) -> bool:
-    """Whether a mul_mat with a quantized a runs as the dot-product kernel (few columns of b per matrix)."""
-    return node.src[0].type.quantized and node.src[1].ne[1] <= MMV_MAX_N
+    """Whether a mul_mat runs as the dot-product kernel: few columns of b per matrix, and a quantized, or a float a
+    (K a multiple of 8) broadcast over b's matrices (grouped-query attention), which cuBLASLt would take a matrix at
+    a time."""
+    a, b = node.src[:2]
+    if b.ne[1] > MMV_MAX_N or b.type not in FLOATS:
+        return False
+    return a.type.quantized or (a.type in FLOATS and a.ne[0] % 8 == 0 and a.ne[2:] != b.ne[2:])
 
 
 def mmv_steps(backend, node) -> list:
@@ -190,4 +238,4 @@ def mmv_steps(backend, node) -> list:
 
 
 def mmv_name(node) -> str:
-    return f"mmv_{node.src[0].type.name}_{SUFFIX[node.src[1].type]}"
+    return f"mmv_{SUFFIX[node.src[0].type]}_{SUFFIX[node.src[1].type]}"

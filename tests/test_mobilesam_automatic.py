@@ -178,6 +178,30 @@ def test_generator_vs_official(sam, predictor, image, config):
         assert 0 < len(got) < 3 * 16                   # the filters keep some and drop some
 
 
+def connected_components_with_stats(image, connectivity):
+    """cv2.connectedComponentsWithStats for the official small-region cleanup, through SciPy's labelling: (labels
+    including the background 0, label image, stats whose last column is each label's area, centroids)."""
+    from scipy import ndimage
+    labels, n = ndimage.label(image, structure=np.ones((3, 3)) if connectivity == 8 else None)
+    stats = np.zeros((n + 1, 5), np.int32)
+    stats[:, -1] = np.bincount(labels.ravel(), minlength=n + 1)
+    return n + 1, labels, stats, None
+
+
+def test_small_regions_vs_official(sam, predictor, image, monkeypatch):
+    """min_mask_region_area > 0 (OpenCV's components replaced by SciPy's in the official code): holes filled,
+    islands dropped, unchanged masks preferred in the new NMS, changed masks' RLEs and boxes taken."""
+    import types
+    monkeypatch.setitem(__import__("sys").modules, "cv2",
+                        types.SimpleNamespace(connectedComponentsWithStats=connected_components_with_stats))
+    kw = dict(points_per_side=3, points_per_batch=9, box_nms_thresh=1.0, **PERMISSIVE)
+    ref = official.SamAutomaticMaskGenerator(sam, **kw, min_mask_region_area=400).generate(image)
+    got = AutomaticMaskGenerator(predictor, **kw, min_mask_region_area=400).generate(image)
+    check_records(got, ref)
+    before = AutomaticMaskGenerator(predictor, **kw).generate(image)
+    assert len(got) == 27 and sorted(r["area"] for r in got) != sorted(r["area"] for r in before)   # it changed some
+
+
 def test_filters_have_work(sam, predictor, image):
     """The spread checkpoint puts predicted IoUs and stability scores on both sides of the default thresholds."""
     got = AutomaticMaskGenerator(predictor, points_per_side=4, points_per_batch=16, box_nms_thresh=1.0,

@@ -62,6 +62,7 @@ def timed(batches) -> tuple:
 def start_ray(cores: int) -> float:
     """Start a local cluster of `cores` CPUs (the encoders then join it); its start-up seconds."""
     import ray
+    os.environ.setdefault("RAY_worker_niceness", "0")      # as encode-dir's local cluster: actors not niced by 15
     t0 = time.perf_counter()
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
     return time.perf_counter() - t0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import socket
 from pathlib import Path
 
@@ -32,6 +33,8 @@ def connect(address: str) -> bool:
         check_reachable(address)
     if ray.is_initialized():
         return False
+    if not address:        # a local cluster's encoders at the driver's priority: Ray nices workers by 15 by default
+        os.environ.setdefault("RAY_worker_niceness", "0")
     try:
         ray.init(address=address or None, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
                  runtime_env={"py_modules": [str(EXAMPLES)]})

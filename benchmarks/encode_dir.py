@@ -23,6 +23,7 @@ import os
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -47,11 +48,12 @@ def make_images(folder: Path, n: int, size: tuple) -> list:
     return items
 
 
-def timed(batches) -> tuple:
-    """(wall seconds, images, arrival time of the first batch, images in it, ok count) of a stream of batches."""
+def timed(make_stream) -> tuple:
+    """(wall seconds, images, arrival time of the first batch, images in it, ok count) of the stream of batches
+    that make_stream() starts (its encoders' loading included)."""
     t0 = time.perf_counter()
     first_t = first_n = n = ok = 0
-    for cols in batches:
+    for cols in make_stream():
         n += len(cols["image"])
         ok += sum(s == "ok" for s in cols["status"])
         if not first_t:
@@ -95,13 +97,10 @@ def main():
         for i, ((name, shape, threads, address), batch) in enumerate(runs):
             settings = {"model": model, "out_dir": str(tmp / f"out{i}"), "backend": args.backend, "threads": threads,
                         "dtype": "f32", "batch": batch}
-            if address is None:
-                stream = stream_in_process(items, settings, prep)
-            else:
-                if ray_start is None:               # after the in-process runs: Ray's idle workers start with it
-                    ray_start = start_ray(cores)
-                stream = stream_on_ray(items, settings, prep, address)
-            wall, n, first_t, first_n, ok = timed(stream)
+            if address is not None and ray_start is None:   # after the in-process runs: Ray's idle workers start with it
+                ray_start = start_ray(cores)
+            wall, n, first_t, first_n, ok = timed(partial(stream_in_process, items, settings, prep) if address is None
+                                                  else partial(stream_on_ray, items, settings, prep, address))
             assert ok == n == len(items), f"{name}: {ok} of {len(items)} images encoded"
             steady = (n - first_n) / (wall - first_t) if n > first_n else float("nan")
             rows.append((name, shape, batch, wall, n / wall, steady))

@@ -207,15 +207,19 @@ def to_columns(items: list) -> dict:
 
 
 def stream_in_process(items: list, settings: dict, prep: dict, readers: int = min(8, os.cpu_count() or 1)):
-    """Manifest-row columns per batch, from one BatchEncoder in this process; `readers` threads read and
-    pre-process the next images while a batch is encoded, batch + readers images in memory at most."""
-    encoder = BatchEncoder(**settings)
-    ahead = settings["batch"] + readers
+    """Manifest-row columns per batch, from one BatchEncoder in this process (loaded and planned before returning);
+    `readers` threads read and pre-process the next images while a batch is encoded, batch + readers images in
+    memory at most."""
+    return _read_and_encode(BatchEncoder(**settings), items, prep, readers)
+
+
+def _read_and_encode(encoder: BatchEncoder, items: list, prep: dict, readers: int):
+    ahead = encoder.encoder.batch + readers
     with ThreadPoolExecutor(readers) as pool:
         pending = deque(pool.submit(read_image, it, prep) for it in items[:ahead])
         queued = len(pending)
         while pending:
-            batch = [pending.popleft().result() for _ in range(min(settings["batch"], len(pending)))]
+            batch = [pending.popleft().result() for _ in range(min(encoder.encoder.batch, len(pending)))]
             pending.extend(pool.submit(read_image, it, prep) for it in items[queued:queued + len(batch)])
             queued += len(batch)
             yield encoder(to_columns(batch))

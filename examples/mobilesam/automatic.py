@@ -94,6 +94,7 @@ class AutomaticMaskGenerator:
         _check("image shape", image.shape, image.ndim == 3 and image.shape[2] == 3 and image.dtype == np.uint8,
                "a uint8 (H, W, 3) RGB array")
         self.timings = dict.fromkeys(STAGES, 0.0)
+        self.stats_graphs.clear()         # planned for this image's crop sizes only: images of new sizes add none
         data = self._generate_masks(image)
         if self.min_mask_region_area > 0 and data:
             t0 = time.perf_counter()

@@ -128,6 +128,7 @@ template <typename Q, typename TB> __device__ void mmv_k(const Args& a) {
     float acc[%(max_n)d];
     #pragma unroll
     for (int n = 0; n < %(max_n)d; ++n) acc[n] = 0.f;
+    #pragma unroll 4                              // the loads of several chunks in flight at once
     for (int c = lane; c < chunks; c += 32) {
         float w[8];
         Q::at8(row, a.nb0[0], c, w);

@@ -223,12 +223,12 @@ def copy_refusal(node) -> str | None:
 
 def uses_mmv(node) -> bool:
     """Whether a mul_mat runs as the dot-product kernel: few columns of b per matrix, and a quantized, or a float a
-    (K a multiple of 8) broadcast over b's matrices (grouped-query attention), which cuBLASLt would take a matrix at
-    a time."""
+    (K a multiple of 8) that cuBLASLt would take a matrix at a time (broadcast over b's matrices: grouped-query
+    attention) or convert whole for the product (F16 weights times F32 activations)."""
     a, b = node.src[:2]
     if b.ne[1] > MMV_MAX_N or b.type not in FLOATS:
         return False
-    return a.type.quantized or (a.type in FLOATS and a.ne[0] % 8 == 0 and a.ne[2:] != b.ne[2:])
+    return a.type.quantized or (a.type in FLOATS and a.ne[0] % 8 == 0 and (a.ne[2:] != b.ne[2:] or a.type != b.type))
 
 
 def mmv_steps(backend, node) -> list:

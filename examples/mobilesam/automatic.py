@@ -22,6 +22,7 @@ from .crops import crop_boxes, layer_point_grids, near_crop_edge
 from .grid_decoder import GridDecoderGraph
 from .mask_stats import MaskStatsGraph
 from .predictor import Predictor
+from .preprocess import resized_shape
 from .prompt_encoder import KIND_NOT_A_POINT, KIND_POSITIVE
 from .regions import mask_to_box, remove_small_regions
 
@@ -94,7 +95,6 @@ class AutomaticMaskGenerator:
         _check("image shape", image.shape, image.ndim == 3 and image.shape[2] == 3 and image.dtype == np.uint8,
                "a uint8 (H, W, 3) RGB array")
         self.timings = dict.fromkeys(STAGES, 0.0)
-        self.stats_graphs.clear()         # planned for this image's crop sizes only: images of new sizes add none
         data = self._generate_masks(image)
         if self.min_mask_region_area > 0 and data:
             t0 = time.perf_counter()
@@ -105,6 +105,9 @@ class AutomaticMaskGenerator:
     def _generate_masks(self, image) -> dict:
         size = image.shape[:2]
         boxes, layers = crop_boxes(size, self.crop_n_layers, self.crop_overlap_ratio)
+        sizes = {(y1 - y0, x1 - x0) for x0, y0, x1, y1 in boxes}        # keep the graphs of this image's crop sizes
+        s = self.predictor.hp.image_size
+        self.stats_graphs = {k: g for k, g in self.stats_graphs.items() if k in {(resized_shape(*c, s), c) for c in sizes}}
         data = _cat([self._process_crop(image, box, layer, size) for box, layer in zip(boxes, layers)])
         if len(boxes) > 1 and data:
             t0 = time.perf_counter()

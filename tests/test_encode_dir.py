@@ -1,6 +1,7 @@
 """`encode-dir`: a folder of small images (a nested folder, a corrupt JPEG, a text file named .png), a job killed
 part-way then finished on a local Ray cluster of 2 CPUs (shared by the module), the manifest, bad input."""
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -21,9 +22,10 @@ UNREADABLE = ["broken.jpg", "sub/notes.png"]
 
 @pytest.fixture(scope="module")
 def ray_address():
-    """A local Ray cluster of 2 CPUs for the module; the CLI joins it by address."""
+    """A local Ray cluster of 2 CPUs and 1 GPU (declared: the -b cuda actor is placed even where there is none) for
+    the module; the CLI joins it by address."""
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 
@@ -217,3 +219,27 @@ def test_more_threads_than_a_node_has_is_refused(tmp_path, ray_address):
                 "batch": 1}
     with pytest.raises(JobError, match=r"-t 3: no node of the Ray cluster has 3 CPUs \(its nodes have \[2\]\)"):
         stream_on_ray([{"image": "a.png", "path": "a.png"}], settings, {}, ray_address)
+
+
+def cuda_works() -> bool:
+    from ggpy.backends import make_backend
+    try:
+        make_backend("cuda", None)
+    except Exception:  # noqa: BLE001 - no cuda-python, no driver or no GPU: all mean no CUDA here
+        return False
+    return True
+
+
+def test_cuda_actor_takes_the_gpu(tmp_path, model, references, ray_address):
+    """-b cuda --ray: one actor with num_gpus=1 on the declared GPU. With CUDA it encodes like the CPU; without, its
+    backend fails in the actor and the job stops naming that cause."""
+    images, out = make_images(tmp_path / "images"), tmp_path / "emb"
+    proc = cli(images, "-o", out, "-m", model, "-b", "cuda", "--batch", "2", "--ray", ray_address)
+    stdout, stderr = proc.communicate(timeout=600)
+    if cuda_works():
+        assert proc.returncode == 0, stderr
+        for name, ref in references.items():
+            assert np.abs(np.load(out / (name + ".npy")) - ref).max() <= 1e-3 * np.abs(ref).max(), name
+    else:
+        assert proc.returncode == 1 and re.search(r"error: the Ray job stopped: .*cuda", stderr, re.I), stderr
+        assert "0 encoded" in stdout.strip().splitlines()[-1]

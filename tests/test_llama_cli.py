@@ -100,7 +100,8 @@ def test_chat_uses_the_template(tiny):
 
 @pytest.mark.parametrize("args,words", [(["-n", "-1"], "-n/--n-predict"), (["--top-p", "2"], "--top-p"),
                                         (["--temp", "x"], "--temp"), (["-b", "tpu"], "-b/--backend"),
-                                        (["-t", "0"], "-t/--threads"), ([], "-p/--prompt")])
+                                        (["-t", "0"], "-t/--threads"), ([], "-p/--prompt"),
+                                        (["-fa", "-b", "cuda"], "-fa runs on the CPU")])
 def test_bad_arguments_exit_2(tiny, args, words):
     r = cli("-m", tiny, *(["-p", "x"] if args else []), *args)
     assert r.returncode == 2 and "error:" in r.stderr and words in r.stderr, r.stderr

@@ -125,7 +125,10 @@ def run(args):
 
 
 def main(argv=None):
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.flash_attn and args.backend == "cuda":
+        p.error("-fa runs on the CPU backend only (flash_attn_ext has no CUDA kernel yet); drop -fa for -b cuda")
     try:
         run(args)
     except (ggpy.GGPYError, FetchError, ChatTemplateError, OSError, ValueError) as e:

@@ -105,9 +105,9 @@ class AutomaticMaskGenerator:
     def _generate_masks(self, image) -> dict:
         size = image.shape[:2]
         boxes, layers = crop_boxes(size, self.crop_n_layers, self.crop_overlap_ratio)
-        sizes = {(y1 - y0, x1 - x0) for x0, y0, x1, y1 in boxes}        # keep the graphs of this image's crop sizes
         s = self.predictor.hp.image_size
-        self.stats_graphs = {k: g for k, g in self.stats_graphs.items() if k in {(resized_shape(*c, s), c) for c in sizes}}
+        wanted = {(resized_shape(y1 - y0, x1 - x0, s), (y1 - y0, x1 - x0)) for x0, y0, x1, y1 in boxes}
+        self.stats_graphs = {k: g for k, g in self.stats_graphs.items() if k in wanted}   # this image's crop sizes
         data = _cat([self._process_crop(image, box, layer, size) for box, layer in zip(boxes, layers)])
         if len(boxes) > 1 and data:
             t0 = time.perf_counter()

@@ -27,7 +27,8 @@ def check_reachable(address: str, timeout: float = 10):
 
 
 def connect(address: str) -> bool:
-    """Join the cluster at `address` ('' starts a local one, or joins RAY_ADDRESS); True when this call did."""
+    """Join the cluster at `address` ('': the one RAY_ADDRESS names or `ray start` started on this machine, else a
+    new local one, as ray.init does); True when this call started or joined it (and so shuts it down)."""
     import ray
     if address not in ("", "auto"):
         check_reachable(address)

@@ -41,6 +41,8 @@ STAGES = ("encode", "decode", "postprocess")
 def torch_batched_nms(boxes, scores, idxs, iou_threshold):
     """torchvision.ops.batched_nms's result without torchvision: kept indices, highest score first."""
     import torch
+    if boxes.numel() == 0:
+        return torch.zeros(0, dtype=torch.long)
     boxes = boxes.float() + idxs[:, None].float() * (boxes.max() + 1)
     order = torch.sort(scores, descending=True, stable=True).indices
     b = boxes[order]

@@ -243,3 +243,30 @@ def test_cuda_actor_takes_the_gpu(tmp_path, model, references, ray_address):
     else:
         assert proc.returncode == 1 and re.search(r"error: the Ray job stopped: .*cuda", stderr, re.I), stderr
         assert "0 encoded" in stdout.strip().splitlines()[-1]
+
+
+def test_a_write_killed_midway_leaves_no_embedding_and_its_temporary_is_removed(tmp_path):
+    """SIGKILL while an embedding is being written (np.save made to stop half-way): no <image>.npy, and the next
+    run's listing deletes the temporary."""
+    from examples.mobilesam.encode_dir import existing_outputs
+    script = """if True:
+        import sys, time, numpy as np
+        from pathlib import Path
+        from examples.mobilesam import encode_dir
+        def half(f, a):
+            f.write(b"half an embedding")
+            f.flush()
+            time.sleep(600)
+        encode_dir.np.save = half
+        encode_dir.save_atomic(Path(sys.argv[1]), np.zeros((1, 256, 64, 64), np.float32))
+    """
+    target = tmp_path / "sub" / "a.png.npy"
+    proc = subprocess.Popen([sys.executable, "-c", script, str(target)], cwd=ROOT)
+    t0 = time.monotonic()
+    while not list(tmp_path.rglob(".a.png.npy.*.tmp")):
+        assert proc.poll() is None and time.monotonic() - t0 < 120
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait()
+    assert not target.exists() and len(list(tmp_path.rglob("*.tmp"))) == 1
+    assert existing_outputs(tmp_path) == set() and not list(tmp_path.rglob("*.tmp"))

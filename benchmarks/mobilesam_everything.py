@@ -12,7 +12,8 @@ decode (prompt encoder + mask decoder over the point grid) and post-processing (
 thresholds, stability scores, boxes, RLE, NMS). ggpy reports its stages itself; for the official generator,
 encode is the time inside SamPredictor.set_image and decode the span from the prompt encoder's start to the mask
 decoder's end (forward hooks, synchronised on CUDA). The official generator's batched_nms comes from torchvision
-when it is installed, else from a torch stand-in (the IoU matrix, then the greedy pass), as ggpy's numpy one.
+when it is installed, else from a torch stand-in (the IoU matrix, then the greedy pass), as ggpy's numpy one; its
+box_area gets (N, 4) boxes also when no crop kept a mask (the official code then passes an empty 1-d tensor).
 Records are compared (count; each official mask's best IoU with a ggpy mask of the same point). Needs torch and
 mobile_sam. The first ggpy run of a process compiles no kernel that the numba cache holds already; the table's
 times are medians over the rounds.
@@ -91,6 +92,8 @@ class TorchRuntime:
         import mobile_sam.automatic_mask_generator as official
         if not real_torchvision:
             official.batched_nms = torch_batched_nms
+        box_area = official.box_area      # the official generator gives it a 1-d tensor when no crop kept a mask
+        official.box_area = lambda boxes: box_area(boxes.reshape(-1, 4))
         self.nms = "torchvision" if real_torchvision else "torch stand-in"
         torch.set_num_threads(threads)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False

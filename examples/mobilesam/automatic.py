@@ -160,9 +160,9 @@ class AutomaticMaskGenerator:
         return data
 
     def _decode(self, points: np.ndarray, b: int):
-        """Single positive points (n, 2) in crop pixels, n <= b -> (low-res logits (3n, 4E, 4E), IoU predictions
-        (3n,)) of the three multimask outputs of each point, point by point, from the decoder graph of batch b (a
-        partial batch is padded by repeating its first point)."""
+        """Single positive points (n, 2) in crop pixels, n <= b -> (low-res logits (b, M, 4E, 4E) of every mask token,
+        a view of the graph's output; IoU predictions (3n,) of the three multimask outputs, point by point) from the
+        decoder graph of batch b (a partial batch is padded by repeating its first point)."""
         p = self.predictor
         n = len(points)
         pad = np.concatenate([points, np.repeat(points[:1], b - n, axis=0)])
@@ -174,7 +174,7 @@ class AutomaticMaskGenerator:
         if b not in self.decoders:
             self.decoders[b] = GridDecoderGraph(p.model, p.hp, p.backends, p.image_embedding, p.image_pe, 2, b)
         low_res, iou = self.decoders[b].run(coords, kinds, keep, None)
-        return low_res[:n, 1:].reshape(3 * n, *low_res.shape[2:]), iou[:n, 1:].reshape(3 * n)
+        return low_res, iou[:n, 1:].reshape(3 * n)
 
     def _process_batch(self, points, batch: int, crop_box, image_size) -> dict:
         t0 = time.perf_counter()
@@ -183,7 +183,7 @@ class AutomaticMaskGenerator:
         self.timings["decode"] += t1 - t0
         keep = np.flatnonzero(iou > np.float32(self.pred_iou_thresh)) if self.pred_iou_thresh > 0 else \
             np.arange(len(iou))
-        parts = [self._process_chunk(low_res[idx], iou[idx], np.repeat(points, 3, axis=0)[idx], crop_box, image_size)
+        parts = [self._process_chunk(low_res[idx // 3, idx % 3 + 1], iou[idx], points[idx // 3], crop_box, image_size)
                  for idx in np.array_split(keep, -(-len(keep) // self.chunk))] if len(keep) else []
         self.timings["postprocess"] += time.perf_counter() - t1
         return _cat(parts)

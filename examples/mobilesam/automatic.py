@@ -3,12 +3,11 @@ the same parameters, defaults and mask records.
 
 Per image (and per crop with crop_n_layers): encode once; decode the point grid points_per_batch single-point
 prompts at a time through one planned decoder graph (grid_decoder: the image embedding stays on the backend, the
-first block's work common to all prompts is done once); keep the
-multimask outputs whose predicted IoU passes pred_iou_thresh; run only those through the post-processing graph
-(mask_stats: upscaling, thresholds, stability counts, areas, boxes) in chunks; keep stable masks away from crop
-edges, run-length encode them; then box NMS within the crop and across crops, and optionally the small-region
-cleanup. Skipping the upscaling of masks the IoU filter drops anyway gives results equal to the official
-generator's, which upscales every mask first.
+first block's work common to all prompts is done once); keep the multimask outputs whose predicted IoU passes
+pred_iou_thresh; run only those through the post-processing graph (mask_stats: upscaling, thresholds, stability
+counts, areas, boxes) in chunks; keep stable masks away from crop edges, run-length encode them; then box NMS
+within the crop and across crops, and optionally the small-region cleanup. Skipping the upscaling of masks the IoU
+filter drops anyway gives results equal to the official generator's, which upscales every mask first.
 """
 from __future__ import annotations
 
@@ -68,6 +67,7 @@ class AutomaticMaskGenerator:
         if points_per_side is not None:
             _check("points_per_side", points_per_side, int(points_per_side) >= 1, "a positive number")
         _check("points_per_batch", points_per_batch, int(points_per_batch) >= 1, "a positive number")
+        _check("chunk", chunk, int(chunk) >= 1, "a positive number")
         _check("crop_n_layers", crop_n_layers, int(crop_n_layers) >= 0, "0 or more")
         _check("output_mode", output_mode, output_mode in OUTPUT_MODES, f"one of {', '.join(OUTPUT_MODES)}")
         _check("min_mask_region_area", min_mask_region_area, min_mask_region_area >= 0, "0 or more")
@@ -92,8 +92,8 @@ class AutomaticMaskGenerator:
         "point_coords", "stability_score", "crop_box" (XYWH)}, as SamAutomaticMaskGenerator.generate.
         self.timings holds the seconds of each stage."""
         image = np.asarray(image)
-        _check("image shape", image.shape, image.ndim == 3 and image.shape[2] == 3 and image.dtype == np.uint8,
-               "a uint8 (H, W, 3) RGB array")
+        _check("image", f"{image.dtype} {image.shape}", image.ndim == 3 and image.shape[2] == 3
+               and image.dtype == np.uint8, "a uint8 (H, W, 3) RGB array")
         self.timings = dict.fromkeys(STAGES, 0.0)
         data = self._generate_masks(image)
         if self.min_mask_region_area > 0 and data:

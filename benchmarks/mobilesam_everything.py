@@ -40,11 +40,14 @@ STAGES = ("encode", "decode", "postprocess")
 
 
 def torch_batched_nms(boxes, scores, idxs, iou_threshold):
-    """torchvision.ops.batched_nms's result without torchvision: kept indices, highest score first."""
+    """torchvision.ops.batched_nms's result without torchvision: kept indices, highest score first (computed on
+    the CPU, returned on the boxes' device)."""
     import torch
+    device = boxes.device
     if boxes.numel() == 0:
-        return torch.zeros(0, dtype=torch.long)
-    boxes = boxes.float() + idxs[:, None].float() * (boxes.max() + 1)
+        return torch.zeros(0, dtype=torch.long, device=device)
+    boxes, scores, idxs = boxes.float().cpu(), scores.float().cpu(), idxs.cpu()
+    boxes = boxes + idxs[:, None].float() * (boxes.max() + 1)
     order = torch.sort(scores, descending=True, stable=True).indices
     b = boxes[order]
     area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
@@ -57,7 +60,7 @@ def torch_batched_nms(boxes, scores, idxs, iou_threshold):
         if not dropped[i]:
             keep.append(i)
             dropped |= over[i]
-    return order[torch.as_tensor(keep, dtype=torch.long)]
+    return order[torch.as_tensor(keep, dtype=torch.long)].to(device)
 
 
 class GgpyRuntime:

@@ -48,6 +48,7 @@ def test_overlay_colours_each_mask_and_its_outline():
 
 @pytest.mark.parametrize("args,message", [
     (["-i", "missing.jpg"], "image missing.jpg does not exist"),
+    (["-m", "missing.gguf"], "model missing.gguf does not exist"),
     (["--points-per-side", "0"], "argument --points-per-side: expected a whole number >= 1, got '0'"),
     (["--points-per-batch", "x"], "argument --points-per-batch: expected a whole number >= 1, got 'x'"),
     (["--pred-iou-thresh", "1.5"], "argument --pred-iou-thresh: expected a number from 0 to 1, got '1.5'"),

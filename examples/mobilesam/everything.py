@@ -79,9 +79,10 @@ def add_parser(sub):
 
 
 def _check_paths(args):
-    """Refuse (exit status 2) an image that does not exist and outputs whose folder does not."""
-    if not Path(args.image).is_file():
-        args.parser.error(f"image {args.image} does not exist")
+    """Refuse (exit status 2) an image or model that does not exist and outputs whose folder does not."""
+    for what, path in (("image", args.image), ("model", args.model)):
+        if path is not None and not Path(path).is_file():
+            args.parser.error(f"{what} {path} does not exist")
     for path in (args.output, args.overlay):
         if path is not None and not Path(path).resolve().parent.is_dir():
             args.parser.error(f"the folder of {path} does not exist")

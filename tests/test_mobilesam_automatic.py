@@ -89,6 +89,8 @@ class CachedPredictor(Predictor):
 
 @pytest.fixture(scope="module")
 def sam(spread_checkpoint):
+    """The official model; while the module runs, SamPredictor.set_image keeps each distinct image's features (the
+    official generator sets every crop again for each configuration)."""
     model = load_reference_model(spread_checkpoint)
     features = {}
     set_image = official.SamPredictor.set_image

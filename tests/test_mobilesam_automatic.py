@@ -167,6 +167,12 @@ CONFIGS = {
     "permissive, no nms": dict(PERMISSIVE, box_nms_thresh=1.0),
     "default, crop layer": {"crop_n_layers": 1, "points_per_side": 2},
     "permissive, crop layer": dict(PERMISSIVE, crop_n_layers=1, points_per_side=2),
+    "other parameters": {"crop_n_layers": 1, "crop_n_points_downscale_factor": 2, "pred_iou_thresh": 0.5,
+                         "stability_score_thresh": 0.3, "stability_score_offset": 0.5, "box_nms_thresh": 0.9,
+                         "crop_nms_thresh": 0.5},
+    "point grids": {"points_per_side": None, "crop_n_layers": 1, "point_grids": [
+        np.random.default_rng(8).uniform(0, 1, (10, 2)), np.random.default_rng(9).uniform(0, 1, (3, 2))],
+        **PERMISSIVE},
 }
 
 

@@ -26,8 +26,8 @@ def column_max(x, band: int = 16):
 
 
 def _edges(indicator, ramp_up, ramp_down):
-    """First and last index (I32 ne = (P,)) of the 1s of each column of an indicator ne = (n, P) of 0/1: argmax of
-    the indicator times n - i (first) and times i + 1 (last); both are 0 for a column of zeros."""
+    """First and last index (I32 ne = (P,)) of the 1s along ne[0] of an indicator ne = (n, P) of 0/1 (a row or
+    column per mask): argmax of the indicator times n - i (first) and times i + 1 (last); both 0 for no 1."""
     return ggpy.argmax(ggpy.mul(indicator, ramp_down)), ggpy.argmax(ggpy.mul(indicator, ramp_up))
 
 

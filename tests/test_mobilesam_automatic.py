@@ -383,6 +383,8 @@ def test_grid_decoder_equals_decoder_graph(predictor, image):
     ({"output_mode": "png"}, "output_mode is 'png'; expected one of binary_mask"),
     ({"points_per_batch": 0}, "points_per_batch is 0"),
     ({"crop_n_layers": -1}, "crop_n_layers is -1"),
+    ({"crop_n_layers": 1, "crop_n_points_downscale_factor": 0}, "crop_n_points_downscale_factor is 0; expected 1"),
+    ({"chunk": 0}, "chunk is 0; expected a positive number"),
     ({"points_per_side": None, "point_grids": [np.zeros((4, 2))], "crop_n_layers": 1}, "a grid for each of the 2"),
 ])
 def test_bad_parameters(predictor, kw, match):

@@ -69,6 +69,8 @@ class AutomaticMaskGenerator:
         _check("points_per_batch", points_per_batch, int(points_per_batch) >= 1, "a positive number")
         _check("chunk", chunk, int(chunk) >= 1, "a positive number")
         _check("crop_n_layers", crop_n_layers, int(crop_n_layers) >= 0, "0 or more")
+        _check("crop_n_points_downscale_factor", crop_n_points_downscale_factor, crop_n_points_downscale_factor >= 1,
+               "1 or more")
         _check("output_mode", output_mode, output_mode in OUTPUT_MODES, f"one of {', '.join(OUTPUT_MODES)}")
         _check("min_mask_region_area", min_mask_region_area, min_mask_region_area >= 0, "0 or more")
         self.point_grids = (layer_point_grids(int(points_per_side), int(crop_n_layers), crop_n_points_downscale_factor)

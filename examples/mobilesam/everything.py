@@ -121,8 +121,8 @@ def cmd_everything(args):
     print(f"model {model} on {generator.predictor.encoder.backend}: built in {(time.perf_counter() - t0) * 1e3:.0f} ms")
     h, w = image.shape[:2]
     bar = tqdm(total=_batches(generator, (h, w)), unit="batch", desc="decoding", leave=False)
-    print(f"image {args.image} ({w}x{h}): {len(generator.point_grids[0])} points a crop layer 0, "
-          f"{bar.total} batches of up to {args.points_per_batch} points")
+    print(f"image {args.image} ({w}x{h}): {len(generator.point_grids[0])} points (crop layer 0), "
+          f"{bar.total} batch{'es' * (bar.total != 1)} of up to {args.points_per_batch} points")
     t0 = time.perf_counter()
     records = generator.generate(image)
     total = time.perf_counter() - t0

@@ -351,9 +351,10 @@ def test_mask_stats_graph_vs_official(sam, predictor, image):
     with np.errstate(invalid="ignore"):
         stability = got["intersections"] / got["unions"]                     # 0 / 0 for the empty mask, as SAM's
     np.testing.assert_allclose(stability, ref_stability, rtol=0, atol=1e-3)
-    assert (got["masks"] != masks.numpy()).mean() < 1e-4
-    np.testing.assert_array_equal(got["area"], got["masks"].sum(axis=(1, 2)))
-    np.testing.assert_array_equal(got["boxes"], amg.batched_mask_to_box(torch.as_tensor(got["masks"])).numpy())
+    binary = got["binary"] > 0
+    assert set(np.unique(got["binary"])) == {0.0, 1.0} and (binary != masks.numpy()).mean() < 1e-4
+    np.testing.assert_array_equal(got["area"], binary.sum(axis=(1, 2)))
+    np.testing.assert_array_equal(got["boxes"], amg.batched_mask_to_box(torch.as_tensor(binary)).numpy())
     assert np.abs(got["boxes"] - amg.batched_mask_to_box(masks).numpy()).max() <= 1
     assert got["area"][1] == 0 and got["unions"][1] == 0 and (got["boxes"][1] == 0).all()
     assert got["area"][2] == got["unions"][2] == got["intersections"][2] == IMAGE_SHAPE[0] * IMAGE_SHAPE[1]

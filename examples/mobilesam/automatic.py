@@ -212,7 +212,7 @@ class AutomaticMaskGenerator:
         if not len(idx):
             return {}
         x0, y0, x1, y1 = crop_box
-        masks = s["masks"][idx]
+        masks = s["binary"][idx] > 0
         if (x0, y0, x1, y1) != (0, 0, w, h):
             placed = np.zeros((len(idx), h, w), bool)
             placed[:, y0:y1, x0:x1] = masks

@@ -66,7 +66,8 @@ class MaskStatsGraph:
 
     def run(self, low_res: np.ndarray) -> dict:
         """low_res float32 (n, 4E, 4E), n <= capacity -> {"intersections", "unions", "area": int64 (n,),
-        "boxes": int64 (n, 4) XYXY (zeros for an empty mask), "masks": bool (n, H, W)}."""
+        "boxes": int64 (n, 4) XYXY (zeros for an empty mask), "binary": float32 (n, H, W) 0/1, a view of the graph's
+        output until the next run}."""
         n = len(low_res)
         x = np.zeros((self.capacity, *low_res.shape[1:]), np.float32)
         x[:n] = low_res
@@ -79,5 +80,5 @@ class MaskStatsGraph:
         boxes = np.stack([t.numpy().reshape(-1)[:n].astype(np.int64) for t in self.outputs[3:7]], axis=1)
         boxes[counts[2] == 0] = 0
         h, w = self.image_size
-        masks = self.binary.numpy().reshape(self.capacity, h, w)[:n] > 0
-        return {"intersections": counts[0], "unions": counts[1], "area": counts[2], "boxes": boxes, "masks": masks}
+        binary = self.binary.numpy().reshape(self.capacity, h, w)[:n]
+        return {"intersections": counts[0], "unions": counts[1], "area": counts[2], "boxes": boxes, "binary": binary}

@@ -1,5 +1,6 @@
-"""`encode-dir`: a folder of small images (a nested folder, a corrupt JPEG, a text file named .png), a job killed
-part-way then finished on a local Ray cluster of 2 CPUs (shared by the module), the manifest, bad input."""
+"""`encode-dir` on a folder of small images (a nested folder, a corrupt JPEG, a text file named .png), with a local
+Ray cluster of 2 CPUs (and one declared GPU) shared by the module: a Ray job killed part-way then rerun in-process,
+a whole Ray job in batches, a write killed half-way, failures (a write, an actor, a wrong address), the manifest."""
 import json
 import re
 import signal

@@ -8,9 +8,12 @@ cd "$(dirname "$0")/.." || exit 1
 PY=${PYTHON:-python3}
 export GGPY_CUDA_CACHE=${GGPY_CUDA_CACHE:-/tmp/ggpy-cuda-cache}
 if compgen -G "wheels/*.whl" >/dev/null; then
-    $PY -m pip install -q --no-index --no-deps --target /tmp/ggpy-wheels wheels/*.whl 2>&1 | tail -n 3
+    $PY -m pip install -q --no-index --no-deps --target /tmp/ggpy-wheels wheels/*.whl 2>&1 | grep -v "^WARNING" | tail -n 3
     export PYTHONPATH=/tmp/ggpy-wheels${PYTHONPATH:+:$PYTHONPATH}
 fi
+# packages too big for a wheel under the carry limit travel as pruned trees (wheels/*.tar.xz, e.g. Ray without rllib,
+# tune, serve and the dashboard's web client), unpacked beside the wheels
+for tree in wheels/*.tar.xz; do [ -e "$tree" ] && tar -xJf "$tree" -C /tmp/ggpy-wheels; done
 $PY -c "from nvmath.bindings import cublasLt; import nvmath; print('nvmath', nvmath.__version__, 'cublasLt', cublasLt.get_version())" 2>&1 | tail -n 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 $PY -c "import cuda.bindings, numpy, numba; print('cuda-bindings', cuda.bindings.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__)"

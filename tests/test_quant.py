@@ -280,20 +280,34 @@ def test_ops_refuse_quantized_sources_at_build_time():
         ctx.new_tensor(Q5_0, (48, 2))
 
 
-def test_cuda_refuses_quantized_nodes_with_their_types():
-    """No GPU needed: the CUDA entries' refusals name the quantized type (the CPU runs these nodes meanwhile)."""
-    ctx = ggpy.Context()
-    w = ctx.new_tensor(Q4_1, (64, 4))
-    nodes = [ggpy.mul_mat(w, ctx.new_tensor(ggpy.F32, (64, 2))), ggpy.get_rows(w, ctx.new_tensor(ggpy.I32, (3,))),
-             ggpy.cpy(ctx.new_tensor(ggpy.F32, (64, 4)), ctx.new_tensor(Q4_1, (64, 4)))]
-    for node in nodes:
-        reason = CUDA_KERNELS[node.op].refusal(node)
-        assert reason is not None and "q4_1" in reason, reason
+def test_cuda_takes_every_quantized_node():
+    """No GPU needed: the CUDA entries accept get_rows, mul_mat (few columns: the dot-product kernel, no scratch; more:
+    a cuBLASLt GEMM whose scratch holds the F16 copies of a and b) and copies into the quantized types ggpy writes,
+    and every kernel they name is in the CUDA source."""
+    from ggpy.backends.cuda.kernels import source
+    from ggpy.backends.cuda.kernels.matmul import temp_size
+    from ggpy.backends.cuda.cublas import WORKSPACE
+    from ggpy.ops.layout import QUANTIZE_TO
+    text = source()
+    for t in QUANT_TYPES:
+        ctx = ggpy.Context()
+        w = ctx.new_tensor(t, (512, 48))
+        few, many = (ggpy.mul_mat(w, ctx.new_tensor(ggpy.F32, (512, n))) for n in (3, 16))
+        nodes = [few, many, ggpy.get_rows(w, ctx.new_tensor(ggpy.I32, (5,)))]
+        if t in QUANTIZE_TO:
+            nodes.append(ggpy.cpy(ctx.new_tensor(ggpy.F32, (512, 4)), ctx.new_tensor(t, (512, 4))))
+        for node in nodes:
+            entry = CUDA_KERNELS[node.op]
+            assert entry.refusal(node) is None, (t, node.op, entry.refusal(node))
+            name = entry.kernel_name(node)
+            assert name.startswith("cublaslt") or f"void {name}(" in text, (t, node.op, name)
+        assert CUDA_KERNELS["mul_mat"].kernel_name(few) == f"mmv_{t.name}_f32" and temp_size(few) == 0
+        assert temp_size(many) >= WORKSPACE + 2 * 512 * (48 + 16)
 
 
-def test_cuda_scheduler_runs_quantized_nodes_on_the_cpu():
-    """With a GPU: a graph mixing quantized weights and float ops plans and runs across CUDA and the CPU (the
-    quantized nodes on the CPU) and gives the CPU's results."""
+def test_cuda_scheduler_runs_quantized_nodes_on_the_gpu():
+    """With a GPU: a graph mixing quantized weights and float ops plans and runs on CUDA, before the CPU, and gives
+    the CPU's results."""
     try:
         cuda = ggpy.backends.make_backend("cuda")
     except ggpy.CudaError as e:
@@ -317,5 +331,5 @@ def test_cuda_scheduler_runs_quantized_nodes_on_the_cpu():
         t.set(values[t.name])
     sched.compute(graph)
     placed = {n.op: sp.backend.name for sp in sched.splits for n in sp.nodes}
-    assert placed["mul_mat"] == placed["get_rows"] == "cpu" and placed["soft_max"].startswith("cuda"), placed
+    assert all(name.startswith("cuda") for name in placed.values()), placed
     assert np.allclose(out.numpy(), want, rtol=1e-5, atol=1e-7)

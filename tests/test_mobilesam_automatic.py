@@ -334,16 +334,24 @@ def test_remove_small_regions():
 
 
 def test_mask_stats_graph_vs_official(sam, predictor, image):
-    """Upscaling, stability counts and boxes of random low-res logits vs Sam.postprocess_masks,
-    calculate_stability_score and batched_mask_to_box (including an empty and a full mask)."""
+    """Upscaling, stability counts and boxes of random low-res logits, gathered from a store in another order, vs
+    Sam.postprocess_masks, calculate_stability_score and batched_mask_to_box (including an empty and a full mask)."""
     predictor.set_image(image)
     rng = np.random.default_rng(4)
     low = rng.normal(0, 1, (5, 64, 64)).repeat(4, 1).repeat(4, 2).astype(np.float32) * 3
     low += rng.normal(0, 0.3, low.shape).astype(np.float32)
     low[1] = -5.0
     low[2] = 5.0
-    graph = MaskStatsGraph(predictor.hp, predictor.backends, predictor.input_size, predictor.original_size, 7)
-    got = graph.run(low)
+    import ggpy
+    ctx = ggpy.Context()
+    store = ctx.new_tensor(ggpy.F32, (256 * 256, 6))                     # the masks as a decoder graph stores them
+    ggpy.alloc_ctx_tensors(ctx, predictor.backends[0])
+    order = np.array([3, 0, 5, 1, 2, 4])                                  # row of each mask in the store
+    stored = np.zeros((6, 256 * 256), np.float32)
+    stored[order] = low.reshape(5, -1)[[0, 1, 2, 3, 4, 4]]
+    store.set(stored)
+    graph = MaskStatsGraph(predictor.hp, predictor.backends, store, predictor.input_size, predictor.original_size, 7)
+    got = graph.run(order[:5])
     with torch.inference_mode():
         logits = sam.postprocess_masks(torch.as_tensor(low)[:, None], predictor.input_size, predictor.original_size)[:, 0]
     masks = logits > 0
@@ -372,7 +380,8 @@ def test_grid_decoder_equals_decoder_graph(predictor, image):
     keep = np.tile(np.array([[1.0], [0.0]], np.float32), (b, 1, 1))
     p = predictor
     grid = GridDecoderGraph(p.model, p.hp, p.backends, p.image_embedding, p.image_pe, 2, b)
-    got = [x.copy() for x in grid.run(coords, kinds, keep, None)]
+    iou = grid.run(coords, kinds, keep).copy()
+    got = grid.masks(), iou
     ref = p.decoder(2, False, b).run(coords, kinds, keep, None)
     for g, r in zip(got, ref):
         assert g.shape == r.shape and np.abs(g - r).max() <= 1e-5 * np.abs(r).max()

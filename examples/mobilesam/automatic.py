@@ -85,7 +85,7 @@ class AutomaticMaskGenerator:
         self.crop_overlap_ratio, self.min_mask_region_area = crop_overlap_ratio, min_mask_region_area
         self.output_mode, self.progress = output_mode, progress
         self.decoders = {}            # batch -> GridDecoderGraph
-        self.stats_graphs = {}        # (input size, crop size) -> MaskStatsGraph
+        self.stats_graphs = {}        # (input size, crop size, batch) -> MaskStatsGraph
         self.timings = dict.fromkeys(STAGES, 0.0)
 
     # -- the whole image ----------------------------------------------------------------------------------------
@@ -109,7 +109,7 @@ class AutomaticMaskGenerator:
         boxes, layers = crop_boxes(size, self.crop_n_layers, self.crop_overlap_ratio)
         s = self.predictor.hp.image_size
         wanted = {(resized_shape(y1 - y0, x1 - x0, s), (y1 - y0, x1 - x0)) for x0, y0, x1, y1 in boxes}
-        self.stats_graphs = {k: g for k, g in self.stats_graphs.items() if k in wanted}   # this image's crop sizes
+        self.stats_graphs = {k: g for k, g in self.stats_graphs.items() if k[:2] in wanted}   # this image's crop sizes
         data = _cat([self._process_crop(image, box, layer, size) for box, layer in zip(boxes, layers)])
         if len(boxes) > 1 and data:
             t0 = time.perf_counter()
@@ -161,10 +161,10 @@ class AutomaticMaskGenerator:
         self.timings["nms"] += time.perf_counter() - t0
         return data
 
-    def _decode(self, points: np.ndarray, b: int):
-        """Single positive points (n, 2) in crop pixels, n <= b -> (low-res logits (b, M, 4E, 4E) of every mask token,
-        a view of the graph's output; IoU predictions (3n,) of the three multimask outputs, point by point) from the
-        decoder graph of batch b (a partial batch is padded by repeating its first point)."""
+    def _decode(self, points: np.ndarray, b: int) -> np.ndarray:
+        """Single positive points (n, 2) in crop pixels, n <= b -> IoU predictions (3n,) of the three multimask
+        outputs, point by point, from the decoder graph of batch b, whose store then holds the masks (a partial
+        batch is padded by repeating its first point)."""
         p = self.predictor
         n = len(points)
         pad = np.concatenate([points, np.repeat(points[:1], b - n, axis=0)])
@@ -175,33 +175,37 @@ class AutomaticMaskGenerator:
         keep = np.tile(np.array([[1.0], [0.0]], np.float32), (b, 1, 1))
         if b not in self.decoders:
             self.decoders[b] = GridDecoderGraph(p.model, p.hp, p.backends, p.image_embedding, p.image_pe, 2, b)
-        low_res, iou = self.decoders[b].run(coords, kinds, keep, None)
-        return low_res, iou[:n, 1:].reshape(3 * n)
+        return self.decoders[b].run(coords, kinds, keep)[:n, 1:].reshape(3 * n)
 
     def _process_batch(self, points, batch: int, crop_box, image_size) -> dict:
         t0 = time.perf_counter()
-        low_res, iou = self._decode(points, batch)
+        iou = self._decode(points, batch)
         t1 = time.perf_counter()
         self.timings["decode"] += t1 - t0
         keep = np.flatnonzero(iou > np.float32(self.pred_iou_thresh)) if self.pred_iou_thresh > 0 else \
             np.arange(len(iou))
-        parts = [self._process_chunk(low_res[idx // 3, idx % 3 + 1], iou[idx], points[idx // 3], crop_box, image_size)
-                 for idx in np.array_split(keep, -(-len(keep) // self.chunk))] if len(keep) else []
+        parts = []
+        if len(keep):
+            stats, m = self._stats_graph(batch), self.predictor.hp.num_mask_tokens
+            parts = [self._process_chunk(stats, idx % 3 + 1 + m * (idx // 3), iou[idx], points[idx // 3], crop_box,
+                                         image_size) for idx in np.array_split(keep, -(-len(keep) // self.chunk))]
         self.timings["postprocess"] += time.perf_counter() - t1
         return _cat(parts)
 
-    def _stats_graph(self) -> MaskStatsGraph:
+    def _stats_graph(self, batch: int) -> MaskStatsGraph:
+        """The post-processing graph of the current crop's size reading the store of the decoder of this batch."""
         p = self.predictor
-        key = (p.input_size, p.original_size)
+        key = (p.input_size, p.original_size, batch)
         if key not in self.stats_graphs:
-            self.stats_graphs[key] = MaskStatsGraph(p.hp, p.backends, p.input_size, p.original_size, self.chunk,
-                                                    MASK_THRESHOLD, self.stability_score_offset)
+            self.stats_graphs[key] = MaskStatsGraph(p.hp, p.backends, self.decoders[batch].store, p.input_size,
+                                                    p.original_size, self.chunk, MASK_THRESHOLD,
+                                                    self.stability_score_offset)
         return self.stats_graphs[key]
 
-    def _process_chunk(self, low_res, iou, points, crop_box, image_size) -> dict:
-        """Masks of one chunk that pass the stability and crop-edge filters: iou_preds, points, stability_score,
-        boxes (crop coordinates) and rles (of the masks placed in the whole image)."""
-        s = self._stats_graph().run(low_res)
+    def _process_chunk(self, stats: MaskStatsGraph, rows, iou, points, crop_box, image_size) -> dict:
+        """Masks of one chunk (rows of the decoder's store) that pass the stability and crop-edge filters: iou_preds,
+        points, stability_score, boxes (crop coordinates) and rles (of the masks placed in the whole image)."""
+        s = stats.run(rows)
         with np.errstate(divide="ignore", invalid="ignore"):
             stability = s["intersections"].astype(np.float32) / s["unions"].astype(np.float32)
         keep = stability >= np.float32(self.stability_score_thresh) if self.stability_score_thresh > 0 else \

@@ -13,6 +13,10 @@ instead of its D/8 channels (the product is per pixel, so it commutes with the s
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 import ggpy
 
 from .encoder import layer_norm, linear
@@ -28,7 +32,6 @@ from .mask_decoder import (
     output_tokens,
     two_way_block,
 )
-from .predictor import DecoderGraph
 from .prompt_encoder import LN2D_EPS, dense_embeddings, sparse_embeddings
 
 
@@ -84,15 +87,21 @@ def transposed_conv_gemm(m, prefix: str, t, bias, act=None):
     return act(y) if act is not None else y
 
 
+def shuffled_view(y, c: int, k: int, w: int, h: int, n: int):
+    """K x K patches y ne = (C Kx Ky, W H N) (C innermost) as a view whose elements, in ne order, are the images
+    (C, K W, K H, N): ne = (C Kx, W, Ky, H N)."""
+    return ggpy.permute(ggpy.reshape_4d(y, c * k, k, w, h * n), 0, 2, 1, 3)
+
+
 def pixel_shuffle(y, c: int, k: int, w: int, h: int, n: int):
     """K x K patches y ne = (C Kx Ky, W H N) (C innermost) -> images ne = (C, K W, K H, N)."""
-    y = ggpy.cont(ggpy.permute(ggpy.reshape_4d(y, c * k, k, w, h * n), 0, 2, 1, 3))
-    return ggpy.reshape_4d(y, c, k * w, k * h, n)
+    return ggpy.reshape_4d(ggpy.cont(shuffled_view(y, c, k, w, h, n)), c, k * w, k * h, n)
 
 
 def upscaled_masks(m, keys, hyper, biases):
     """output_upscaling of keys ne = (D, E, E, B) and the hypernetwork product with hyper ne = (D/8, M, B) ->
-    low-resolution masks ne = (4E, 4E, M, B). biases: tiled_bias of the two transposed convolutions."""
+    low-resolution masks (4E, 4E, M, B) as shuffled_view gives them (cont or cpy them). biases: tiled_bias of the two
+    transposed convolutions."""
     p = f"{MD}.output_upscaling"
     d, e, _, b = keys.ne
     c1 = biases[0].ne[0] // 4
@@ -101,13 +110,13 @@ def upscaled_masks(m, keys, hyper, biases):
     y = transposed_conv_gemm(m, f"{p}.3", y, biases[1], ggpy.gelu_erf)                  # (D/8 2 2, 2E 2E B)
     c2, m_masks = biases[1].ne[0] // 4, hyper.ne[1]
     masks = ggpy.mul_mat(ggpy.reshape_3d(y, c2, y.nelements // (c2 * b), b), hyper)     # (2 2 2E 2E, M, B)
-    return ggpy.reshape_4d(pixel_shuffle(masks, 1, 2, 2 * e, 2 * e, m_masks * b), 4 * e, 4 * e, m_masks, b)
+    return shuffled_view(masks, 1, 2, 2 * e, 2 * e, m_masks * b)
 
 
 def predict_masks(m, hp: DecoderParams, image, image_pe, sparse, batch: int, biases):
     """mask_decoder.predict_masks without mask input: image, image_pe ne = (D, E, E), sparse prompt tokens
-    ne = (D, N, B), biases as upscaled_masks takes them -> (masks ne = (4E, 4E, M, B) low-resolution logits,
-    iou ne = (M, 1, B))."""
+    ne = (D, N, B), biases as upscaled_masks takes them -> (low-resolution logits (4E, 4E, M, B) as a view in
+    ne order (upscaled_masks), iou ne = (M, 1, B))."""
     d, e = hp.embed_dim, hp.embed_size
     tokens = ggpy.concat(batched(output_tokens(m), (d, 1 + hp.num_mask_tokens, batch)), sparse, 1)
     keys = ggpy.reshape_3d(ggpy.add(image, dense_embeddings(m)), d, e * e, 1)
@@ -120,20 +129,43 @@ def predict_masks(m, hp: DecoderParams, image, image_pe, sparse, batch: int, bia
     return masks, iou_head(m, queries)
 
 
-class GridDecoderGraph(DecoderGraph):
-    """DecoderGraph for B prompts of n_sparse point tokens and no mask input, built with the shared first block."""
+class GridDecoderGraph:
+    """The decoder of B prompts of n_sparse point tokens without mask input, planned once and re-evaluated per batch.
+    Each run writes the low-resolution masks of all M mask tokens into `store` (ne = (4E 4E, M B), row m + M b: mask
+    token m of prompt b), a tensor of the backend's memory that later graphs read (mask_stats gathers the masks it
+    keeps from there), and returns only the IoU predictions."""
 
     def __init__(self, model, hp: DecoderParams, backends, image, image_pe, n_sparse: int, batch: int):
         ctx = ggpy.Context()
-        self.batch, self.mask = batch, None
+        s, m = hp.mask_size, hp.num_mask_tokens
+        self.batch = batch
         self.coords = ctx.new_tensor(ggpy.F32, (2, n_sparse, batch)).set_name("coords").set_input()
         self.kinds = ctx.new_tensor(ggpy.I32, (n_sparse, batch)).set_name("kinds").set_input()
         self.keep = ctx.new_tensor(ggpy.F32, (1, n_sparse, batch)).set_name("keep").set_input()
+        stored = ggpy.Context()
+        self.store = stored.new_tensor(ggpy.F32, (s * s, m * batch)).set_name("mask_store")
+        self._buffer = ggpy.alloc_ctx_tensors(stored, backends[0])
         sparse = sparse_embeddings(model, self.coords, self.kinds, self.keep, hp.image_size)
         biases = [tiled_bias(model, f"{MD}.output_upscaling.{i}") for i in (0, 3)]
-        self.masks, self.iou = predict_masks(model, hp, image, image_pe, sparse, batch, biases)
+        masks, self.iou = predict_masks(model, hp, image, image_pe, sparse, batch, biases)
+        written = ggpy.cpy(masks, self.store)                 # the last pixel shuffle writes into the store
         self.graph = ggpy.Graph()
-        for t in (*biases, self.masks, self.iou):   # the biases first: the fusion pass finds them ready for the GEMMs
+        for t in (*biases, written, self.iou):   # the biases first: the fusion pass finds them ready for the GEMMs
             self.graph.build_forward_expand(t)
         self.sched = ggpy.Scheduler(backends)
         self.sched.alloc_graph(self.graph)
+
+    def run(self, coords, kinds, keep) -> np.ndarray:
+        """Evaluate on B prompts (sparse_prompt's arrays stacked: (B, N, 2), (B, N), (B, N, 1)) -> IoU predictions
+        float32 (B, M); the masks are in `store`."""
+        b = self.batch
+        self.coords.set(np.reshape(coords, (1, b, -1, 2)))
+        self.kinds.set(np.reshape(kinds, (1, 1, b, -1)))
+        self.keep.set(np.reshape(keep, (1, b, -1, 1)))
+        self.sched.compute(self.graph)
+        return self.iou.numpy().reshape(b, -1)
+
+    def masks(self) -> np.ndarray:
+        """The last run's low-resolution masks, float32 (B, M, 4E, 4E) (a copy from the backend)."""
+        s = math.isqrt(self.store.ne[0])
+        return self.store.numpy().reshape(self.batch, -1, s, s)

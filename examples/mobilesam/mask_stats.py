@@ -1,6 +1,7 @@
 """The automatic mask generator's post-processing of low-resolution masks as one planned ggpy graph.
 
-For a chunk of P low-resolution mask logits of one image (or crop), the graph upscales them to the image size (SAM's
+For a chunk of P low-resolution mask logits of one image (or crop), gathered by index from the decoder's mask
+store (grid_decoder: they never leave the backend in between), the graph upscales them to the image size (SAM's
 postprocess_masks), thresholds them, counts the pixels above threshold +- offset (the stability score's
 intersection and union), the area, and finds each mask's box from its rows and columns that hold a set pixel
 (argmax over index ramps, as SAM's batched_mask_to_box takes maxima over coordinates). Nothing loops over pixels
@@ -32,20 +33,22 @@ def _edges(indicator, ramp_up, ramp_down):
 
 
 class MaskStatsGraph:
-    """Upscaling, thresholds, stability counts, areas and boxes of up to `capacity` masks of one image size,
-    planned once and re-evaluated per chunk."""
+    """Upscaling, thresholds, stability counts, areas and boxes of up to `capacity` masks of one image size, taken
+    from the rows of `store` (low-resolution masks ne = (4E 4E, R), a tensor of the backend's memory), planned once
+    and re-evaluated per chunk."""
 
-    def __init__(self, hp, backends, input_size, image_size, capacity: int, mask_threshold: float = 0.0,
+    def __init__(self, hp, backends, store, input_size, image_size, capacity: int, mask_threshold: float = 0.0,
                  stability_offset: float = 1.0):
         """input_size: (h, w) of the image resized into the encoder's frame; image_size: (H, W) of the image."""
         s, p = hp.mask_size, capacity
         h, w = image_size
         ctx = ggpy.Context()
         self.capacity, self.image_size = p, (h, w)
-        self.low_res = ctx.new_tensor(ggpy.F32, (s, s, p, 1)).set_name("low_res").set_input()
+        self.rows = ctx.new_tensor(ggpy.I32, (p,)).set_name("rows").set_input()
+        low_res = ggpy.reshape_4d(ggpy.get_rows(store, self.rows), s, s, p, 1)
         self.ramps = {n: [ctx.new_tensor(ggpy.F32, (n, 1)).set_name(f"ramp_{k}_{n}").set_input() for k in ("up", "dn")]
                       for n in {h, w}}
-        logits = postprocess_masks(self.low_res, input_size, image_size, hp.image_size)        # (W, H, P)
+        logits = postprocess_masks(low_res, input_size, image_size, hp.image_size)             # (W, H, P)
         flat = ggpy.reshape_2d(logits, w * h, p)
 
         def above(t):
@@ -54,24 +57,24 @@ class MaskStatsGraph:
         self.intersections = ggpy.sum_rows(above(mask_threshold + stability_offset))
         self.unions = ggpy.sum_rows(above(mask_threshold - stability_offset))
         self.area = ggpy.sum_rows(self.binary)
-        rows = ggpy.step(ggpy.reshape_2d(ggpy.sum_rows(ggpy.reshape_2d(self.binary, w, h * p)), h, p))
-        cols = column_max(ggpy.reshape_4d(self.binary, w, h, p, 1))
-        self.y0, self.y1 = _edges(rows, *self.ramps[h])
-        self.x0, self.x1 = _edges(cols, *self.ramps[w])
+        row_any = ggpy.step(ggpy.reshape_2d(ggpy.sum_rows(ggpy.reshape_2d(self.binary, w, h * p)), h, p))
+        col_any = column_max(ggpy.reshape_4d(self.binary, w, h, p, 1))
+        self.y0, self.y1 = _edges(row_any, *self.ramps[h])
+        self.x0, self.x1 = _edges(col_any, *self.ramps[w])
         self.outputs = (self.intersections, self.unions, self.area, self.x0, self.y0, self.x1, self.y1, self.binary)
         self.graph = ggpy.Graph()
         for t in self.outputs:
             self.graph.build_forward_expand(t)
         self.sched = _schedule(self.graph, backends)
 
-    def run(self, low_res: np.ndarray) -> dict:
-        """low_res float32 (n, 4E, 4E), n <= capacity -> {"intersections", "unions", "area": int64 (n,),
+    def run(self, rows: np.ndarray) -> dict:
+        """rows: the n <= capacity rows of the store to take -> {"intersections", "unions", "area": int64 (n,),
         "boxes": int64 (n, 4) XYXY (zeros for an empty mask), "binary": float32 (n, H, W) 0/1, a view of the graph's
         output until the next run}."""
-        n = len(low_res)
-        x = np.zeros((self.capacity, *low_res.shape[1:]), np.float32)
-        x[:n] = low_res
-        self.low_res.set(x.reshape(1, *x.shape))
+        n = len(rows)
+        padded = np.zeros(self.capacity, np.int32)
+        padded[:n] = rows
+        self.rows.set(padded)
         for size, (up, down) in self.ramps.items():
             up.set(np.arange(1, size + 1, dtype=np.float32))
             down.set(np.arange(size, 0, -1, dtype=np.float32))

@@ -66,7 +66,7 @@ def start_ray(cores: int) -> float:
     import ray
     os.environ.setdefault("RAY_worker_niceness", "0")      # as encode-dir's local cluster: actors not niced by 15
     t0 = time.perf_counter()
-    ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=cores, include_dashboard=False, log_to_driver=False)
     return time.perf_counter() - t0
 
 

@@ -26,7 +26,7 @@ def ray_address():
     """A local Ray cluster of 2 CPUs and 1 GPU (declared: the -b cuda actor is placed even where there is none) for
     the module; the CLI joins it by address."""
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 

@@ -159,10 +159,16 @@ def read_image(item: dict, prep: dict) -> dict:
     return out
 
 
-CHUNKS, WRITERS = 4, 4
-"""Evaluations per BatchEncoder call (a call takes CHUNKS x --batch images): WRITERS threads write the embeddings
-of one while the next is computed (a synced 4 MiB write took 5-11 ms here, longer than a GPU's evaluation; 4
-threads wrote 1.4x as many a second as 1)."""
+WRITERS = 4
+"""Threads that write the embeddings of one evaluation while the next is computed (4 wrote 1.4x as many synced
+4 MiB files a second as 1 here)."""
+
+
+def per_call(settings: dict) -> int:
+    """Images per BatchEncoder call: 4 evaluations on a GPU, so that writing (a synced 4 MiB file took 5-11 ms here,
+    longer than an H100's evaluation) overlaps the next; 1 on the CPU (an evaluation is ~100 writes, and smaller
+    calls keep the actors level at the end of a job)."""
+    return settings["batch"] * (4 if settings["backend"] == "cuda" else 1)
 
 
 class BatchEncoder:
@@ -225,19 +231,18 @@ def to_columns(items: list) -> dict:
 
 def stream_in_process(items: list, settings: dict, prep: dict, readers: int = min(8, os.cpu_count() or 1)):
     """Manifest-row columns per call of one BatchEncoder in this process (loaded and planned before returning);
-    `readers` threads read and pre-process the next images while it works, CHUNKS x batch + readers images in
-    memory at most."""
-    return _read_and_encode(BatchEncoder(**settings), items, prep, readers)
+    `readers` threads read and pre-process the next images while it works, per_call + readers images in memory
+    at most."""
+    return _read_and_encode(BatchEncoder(**settings), items, prep, readers, per_call(settings))
 
 
-def _read_and_encode(encoder: BatchEncoder, items: list, prep: dict, readers: int):
-    per_call = CHUNKS * encoder.encoder.batch
-    ahead = per_call + readers
+def _read_and_encode(encoder: BatchEncoder, items: list, prep: dict, readers: int, call: int):
+    ahead = call + readers
     with ThreadPoolExecutor(readers) as pool:
         pending = deque(pool.submit(read_image, it, prep) for it in items[:ahead])
         queued = len(pending)
         while pending:
-            batch = [pending.popleft().result() for _ in range(min(per_call, len(pending)))]
+            batch = [pending.popleft().result() for _ in range(min(call, len(pending)))]
             pending.extend(pool.submit(read_image, it, prep) for it in items[queued:queued + len(batch)])
             queued += len(batch)
             yield encoder(to_columns(batch))

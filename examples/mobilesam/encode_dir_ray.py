@@ -9,7 +9,7 @@ import os
 import socket
 from pathlib import Path
 
-from .encode_dir import CHUNKS, BatchEncoder, JobError, read_image
+from .encode_dir import BatchEncoder, JobError, per_call, read_image
 
 EXAMPLES = Path(__file__).resolve().parents[1]          # shipped to the workers (py_modules): ggpy is installed there
 
@@ -78,15 +78,14 @@ def dataset(items: list, settings: dict, prep: dict):
     import ray
     cpu = settings["backend"] == "cpu"
     settings = dict(settings, threads=settings["threads"] or 1) if cpu else settings
-    actors = min(pool_size(settings["backend"], settings["threads"] if cpu else 1),
-                 math.ceil(len(items) / (CHUNKS * settings["batch"])))
+    call = per_call(settings)
+    actors = min(pool_size(settings["backend"], settings["threads"] if cpu else 1), math.ceil(len(items) / call))
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False                     # the driver's bar counts images
     # Read ahead about 2 calls per actor, not Ray Data's default share of the object store (GiBs: a 40-image
     # folder was read whole ahead of 2 CPU actors here); an input is 3 x S x S float32.
-    per_call = CHUNKS * settings["batch"]
     ctx.execution_options.resource_limits = ctx.execution_options.resource_limits.copy(
-        object_store_memory=max(2 * actors * per_call, 16) * 12 * prep["image_size"] ** 2)
+        object_store_memory=max(2 * actors * call, 16) * 12 * prep["image_size"] ** 2)
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)   # says the bars are off
     blocks = min(len(items), 20_000)
@@ -94,7 +93,7 @@ def dataset(items: list, settings: dict, prep: dict):
     # On the CPU the actors hold every core: reading (a small part of the work) takes none, a few at a time.
     ds = ds.map(read_image, fn_kwargs={"prep": prep}, num_cpus=0 if cpu else 1,
                 compute=ray.data.TaskPoolStrategy(size=min(2 * actors, blocks)) if cpu else None)
-    return ds.map_batches(BatchEncoder, fn_constructor_kwargs=settings, batch_size=per_call,
+    return ds.map_batches(BatchEncoder, fn_constructor_kwargs=settings, batch_size=call,
                           batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
                           num_cpus=settings["threads"] if cpu else 1, num_gpus=0 if cpu else 1)
 

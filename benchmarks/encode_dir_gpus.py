@@ -106,7 +106,7 @@ def run_way(images: Path, out: Path, gpus: int, share: bool, batch: int) -> dict
         stop_cluster(proc)
     if r.returncode != 0:
         raise SystemExit(f"encode-dir failed ({r.returncode}):\n{r.stderr[-3000:]}")
-    return {"start_s": started, "wall_s": wall, "summary": r.stderr.strip().splitlines()[-1]}
+    return {"start_s": started, "wall_s": wall, "summary": r.stdout.strip().splitlines()[-1]}
 
 
 def check(images: Path, out: Path, reference: Path | None) -> tuple:

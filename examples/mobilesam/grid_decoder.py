@@ -152,7 +152,9 @@ class GridDecoderGraph:
         self.graph = ggpy.Graph()
         for t in (*biases, written, self.iou):   # the biases first: the fusion pass finds them ready for the GEMMs
             self.graph.build_forward_expand(t)
-        self.sched = ggpy.Scheduler(backends)
+        # the main backend alone when it runs every node (on CUDA the scheduler's split with the CPU took 2x the time)
+        alone = all(backends[0].supports_op(n) for n in self.graph.nodes)
+        self.sched = ggpy.Scheduler(backends[:1] if alone else backends)
         self.sched.alloc_graph(self.graph)
 
     def run(self, coords, kinds, keep) -> np.ndarray:

@@ -2,7 +2,7 @@
 # Everything to run on the GPU machine in one call: wheels carried in wheels/ (nvmath-python, ...), the
 # environment, the CUDA tests, the GPU benchmarks, and a one-line summary.
 # Usage: bash benchmarks/gpu_check.sh [pytest args...]
-# Env: MOBILESAM_BENCH_ARGS (benchmarks/mobilesam_gpu.py's arguments), GGPY_SKIP_MOBILESAM=1 (CUDA tests only),
+# Env: MOBILESAM_BENCH_ARGS (benchmarks/mobilesam_gpu.py's arguments), LLAMA_BENCH_ARGS (benchmarks/llama_gpu.py's), GGPY_SKIP_MOBILESAM=1 (CUDA tests only),
 # GGPY_LOG_DIR (a folder that receives the whole test and benchmark logs, not only their tails)
 cd "$(dirname "$0")/.." || exit 1
 PY=${PYTHON:-python3}
@@ -29,6 +29,9 @@ echo "cuda tests exit status: $status"
 bench=$(PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} $PY benchmarks/cuda_mul_mat.py 4096 2>&1 | tail -n 1)
 echo "$bench"
 echo "SUMMARY: tests: $(tail -n 1 /tmp/ggpy-tests.log | tr -d '=') (exit $status) | $bench"
+# text generation (SmolLM2-shaped random Q4_1 model): prompt and generation tokens/s on the GPU
+PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} $PY benchmarks/llama_gpu.py ${LLAMA_BENCH_ARGS:---weights q4_1 --rounds 2} 2>&1 | tee /tmp/ggpy-llama-bench.log | tail -n 4
+echo "SUMMARY llama: $(grep '^| ggpy CUDA' /tmp/ggpy-llama-bench.log | tail -n 1)"
 # MobileSAM on the GPU (needs torch; mobile_sam and gguf come as wheels in wheels/): correctness vs PyTorch,
 # CUDA graphs, then the side-by-side benchmark (ggpy CUDA vs PyTorch eager and torch.compile)
 if [ -z "${GGPY_SKIP_MOBILESAM:-}" ]; then
@@ -42,5 +45,5 @@ if [ -z "${GGPY_SKIP_MOBILESAM:-}" ]; then
     echo "SUMMARY mobilesam decoder: tests $(tail -n 1 /tmp/ggpy-mobilesam-decoder-tests.log | tr -d '=') | $(grep '^summary' /tmp/ggpy-mobilesam-decoder-bench.log)"
 fi
 if [ -n "${GGPY_LOG_DIR:-}" ]; then
-    mkdir -p "$GGPY_LOG_DIR" && cp /tmp/ggpy-op-tests.log /tmp/ggpy-tests.log /tmp/ggpy-mobilesam-*.log "$GGPY_LOG_DIR"/ 2>/dev/null
+    mkdir -p "$GGPY_LOG_DIR" && cp /tmp/ggpy-op-tests.log /tmp/ggpy-tests.log /tmp/ggpy-llama-bench.log /tmp/ggpy-mobilesam-*.log "$GGPY_LOG_DIR"/ 2>/dev/null
 fi

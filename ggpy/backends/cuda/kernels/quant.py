@@ -223,12 +223,14 @@ def copy_refusal(node) -> str | None:
 
 def uses_mmv(node) -> bool:
     """Whether a mul_mat runs as the dot-product kernel: few columns of b per matrix, and a quantized, or a float a
-    (K a multiple of 8) that cuBLASLt would take a matrix at a time (broadcast over b's matrices: grouped-query
-    attention) or convert whole for the product (F16 weights times F32 activations)."""
+    (K a multiple of 8) that cuBLASLt would take a matrix at a time (several matrices of a each repeated over a group
+    of b's: grouped-query attention; one matrix broadcast over all of b's batches well) or convert whole for the
+    product (F16 weights times F32 activations)."""
     a, b = node.src[:2]
     if b.ne[1] > MMV_MAX_N or b.type not in FLOATS:
         return False
-    return a.type.quantized or (a.type in FLOATS and a.ne[0] % 8 == 0 and (a.ne[2:] != b.ne[2:] or a.type != b.type))
+    grouped = any(1 < a.ne[k] < b.ne[k] for k in (2, 3))
+    return a.type.quantized or (a.type in FLOATS and a.ne[0] % 8 == 0 and (grouped or a.type != b.type))
 
 
 def mmv_steps(backend, node) -> list:

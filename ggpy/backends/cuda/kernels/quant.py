@@ -20,6 +20,7 @@ from .common import C_TYPES, FLOATS, SUFFIX, tensor_ptr
 
 MMV_MAX_N = 8           # columns of b per matrix the dot-product kernel takes (ggml's mmvq takes 8 too)
 MMV_WARPS = 4           # rows of a per block
+MAX_GRID_Y = 65535      # CUDA's limit on gridDim.y: the matrices of b
 
 _FUNCTORS = r"""
 __device__ __forceinline__ float half_at(const char* p) { return to_f(*(const half_t*)p); }
@@ -222,12 +223,13 @@ def copy_refusal(node) -> str | None:
 
 
 def uses_mmv(node) -> bool:
-    """Whether a mul_mat runs as the dot-product kernel: few columns of b per matrix, and a quantized, or a float a
-    (K a multiple of 8) that cuBLASLt would take a matrix at a time (several matrices of a each repeated over a group
-    of b's: grouped-query attention; one matrix broadcast over all of b's batches well) or convert whole for the
-    product (F16 weights times F32 activations)."""
+    """Whether a mul_mat runs as the dot-product kernel: few columns of b per matrix (and at most MAX_GRID_Y
+    matrices, one block row each), and a quantized, or a float a (K a multiple of 8) that cuBLASLt would take a
+    matrix at a time (several matrices of a each repeated over a group of b's: grouped-query attention; a single
+    matrix broadcast over b's stays on cuBLASLt, which batches it) or convert whole for the product (F16 weights
+    times F32 activations)."""
     a, b = node.src[:2]
-    if b.ne[1] > MMV_MAX_N or b.type not in FLOATS:
+    if b.ne[1] > MMV_MAX_N or b.type not in FLOATS or b.ne[2] * b.ne[3] > MAX_GRID_Y:
         return False
     grouped = any(1 < a.ne[k] < b.ne[k] for k in (2, 3))
     return a.type.quantized or (a.type in FLOATS and a.ne[0] % 8 == 0 and (grouped or a.type != b.type))

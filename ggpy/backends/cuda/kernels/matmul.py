@@ -1,6 +1,7 @@
 """mul_mat as cuBLASLt GEMMs (cublas.py): no CUDA C of its own, the node runs as Python-side steps.
-a.ne = (K, M, A2, A3), b.ne = (K, N, B2, B3), F32, F16 or BF16 each (a also quantized: quant.py's dot-product kernel
-for few columns, else a dequantized F16 copy in the GEMM); result F32 (M, N, B2, B3), or the
+a.ne = (K, M, A2, A3), b.ne = (K, N, B2, B3), F32, F16 or BF16 each, a also quantized (a dequantized F16 copy in the
+GEMM); few columns of b with a quantized, grouped or differently typed a run as quant.py's dot-product kernel
+instead (quant.uses_mmv). Result F32 (M, N, B2, B3), or the
 operands' type when both have it and a cast of the result is fused (the fusion pass's epilogue). Operands that cuBLASLt
 cannot read in place are copied into the temp block.
 
@@ -138,8 +139,8 @@ def gemm_steps(backend, node, add=None, residual_node=None, residual=None) -> li
     """The steps of a mul_mat node: copies of operands cuBLASLt cannot read in place, then the GEMMs. With
     `add` (an add of a bias vector over ne[0] fused after the node, perhaps through a cast: the add's type is D's),
     D goes to add's memory with the bias added by cuBLASLt's BIAS epilogue; with `residual_node` too (an add of the contiguous `residual` after the
-    bias add, add and node contiguous), D goes to residual_node's memory and C = residual with beta = 1. A quantized
-    a with few columns of b runs as quant.py's dot-product kernel instead (never fused)."""
+    bias add, add and node contiguous), D goes to residual_node's memory and C = residual with beta = 1. A node
+    quant.uses_mmv takes runs as quant.py's dot-product kernel instead (never fused)."""
     if quant.uses_mmv(node):
         return quant.mmv_steps(backend, node)
     temp = backend.temp_ptr(node)

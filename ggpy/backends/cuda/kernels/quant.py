@@ -1,5 +1,5 @@
 """ggml's block-quantized types on CUDA: dequantizing, quantizing, get_rows from them, and the dot-product kernel of
-mul_mat with few columns (a quantized, or a float a broadcast over b's matrices).
+mul_mat with few columns (a quantized, or a float a grouped over b's matrices or of another type than b).
 
 Every type is a functor `dq_<type>::at8(row, nb0, c, v)`: elements 8c .. 8c + 7 of a row (ggml's dequantize_row_*
 formulas, in float32; dq_float<T> reads a float row of element stride nb0). On it:

@@ -3,7 +3,7 @@
 Two choices are measured, each on scratch device memory of its own (never the graph's buffers): a GEMM's
 cuBLASLt algorithm (up to CANDIDATES answers of the heuristic for the GEMM without its epilogue, timed as
 D = A B with the same layouts; the fastest that also runs with the epilogue is kept, else the heuristic's first
-runs), and the implementation of a node with several (conv_2d: implicit, im2col). Every candidate gets a
+runs), and the implementation of a node with several (conv_2d: kernels/conv.py). Every candidate gets a
 warm-up call, then ROUNDS rounds of REPS calls timed with CUDA events, the candidates taking turns (none timed on
 a colder GPU than the others); its best round counts. Winners are kept in the process and in one JSON file next
 to the NVRTC cache (compiler.cache_dir() / "autotune", or $GGPY_AUTOTUNE_CACHE as for the CPU's), keyed by the
@@ -130,7 +130,7 @@ def _fastest(times: dict, ok=lambda c: True):
     return next((c for _, c in ran if ok(c)), None)
 
 
-# -- a node's implementation (conv_2d: implicit or im2col) ----------------------------------------------------
+# -- a node's implementation (conv_2d: implicit, im2col, direct or cudnn) -------------------------------------
 def shape_key(node, backend) -> tuple:
     srcs = tuple(None if s is None else (s.type.name, tuple(s.ne), tuple(s.nb)) for s in node.src)
     return ("impl", backend.device.name, tuple(backend.device.cc), node.op, node.type.name, tuple(node.ne),

@@ -1,6 +1,7 @@
 """The conv family on CUDA: im2col (1-D, 2-D), conv_1d, conv_2d, conv_2d_dw (WHCN and CWHN) and
-conv_transpose_2d. conv_2d has two implementations: "implicit" (a shared-memory tiled implicit GEMM, no scratch)
-and "im2col" (bands of the im2col matrix in the temp block, each followed by one cuBLASLt GEMM); the others run
+conv_transpose_2d. conv_2d has four implementations: "implicit" (a shared-memory tiled implicit GEMM, no scratch),
+"im2col" (bands of the im2col matrix in the temp block, each followed by one cuBLASLt GEMM), "direct" (shallow
+reductions) and "cudnn" (cuDNN's graph API where its Python frontend is installed: ../cudnn_conv.py); the others run
 one thread per dst element summing its taps, and a 3x3 CWHN conv_2d_dw runs the fast conv_dw3_cwhn kernel (with
 a fused bias and activation when the fusion pass finds them). Every source may have any strides, dst is written
 through its nb (so conv_2d_dw's CWHN result keeps its layout). Math runs in float. The integer parameters
@@ -13,6 +14,7 @@ from types import SimpleNamespace
 
 from ....ops.registry import ACTIVATIONS
 from ....types import F32
+from .. import cudnn_conv
 from ..cublas import MISSING, WORKSPACE, Gemm
 from ..registry import register
 from .common import C_TYPES, FLOATS, SUFFIX, tensor_ptr
@@ -538,7 +540,9 @@ def source() -> str:
 # the output channels, activation, a cast). Where K is deep enough, conv_2d runs as im2col bands of output rows
 # written to the temp block (at most COLS_BUDGET bytes per band) each followed by one cuBLASLt GEMM
 # dst[pos, co] = cols[k, pos]^T kernel[k, co] straight into dst's memory; the rest run the implicit GEMM.
-# CUDABackend(force={"conv_2d": "direct" | "implicit" | "im2col"}) forces one way (tests, benchmarks).
+# cuDNN runs it only where measured fastest (autotune) or forced. CUDABackend(force={"conv_2d": "direct" | "implicit" |
+# "im2col" | "cudnn"}) forces one way (tests, benchmarks); a forced cudnn that cuDNN refuses (or that has no frontend
+# installed) runs choose()'s implementation.
 COLS_BUDGET = 32 << 20
 IM2COL_MIN_K = 64
 
@@ -570,7 +574,13 @@ def choose(node) -> str:
 
 
 def accepts(node, impl: str) -> bool:
-    return {"im2col": im2col_possible, "direct": direct_possible}.get(impl, lambda n: True)(node)
+    return {"im2col": im2col_possible, "direct": direct_possible, "cudnn": cudnn_conv.accepts}.get(
+        impl, lambda n: True)(node)
+
+
+def _runs(node, impl: str) -> str:
+    """impl, or choose(node) for a cudnn that cuDNN refuses."""
+    return choose(node) if impl == "cudnn" and not cudnn_conv.accepts(node) else impl
 
 
 def direct_steps(backend, node, fused=None) -> list:
@@ -620,7 +630,11 @@ def _kernel_copy(node):
 
 
 def temp_size(node, impl: str) -> int:
-    """im2col conv_2d: cuBLASLt's workspace, the largest band of im2col matrix, a kernel copy when needed."""
+    """im2col conv_2d: cuBLASLt's workspace, the largest band of im2col matrix, a kernel copy when needed; cudnn:
+    cuDNN's workspace and copies (cudnn_conv.temp_size)."""
+    impl = _runs(node, impl)
+    if impl == "cudnn":
+        return cudnn_conv.temp_size(node)
     if not uses_im2col(node, impl):
         return 0
     cols = _depth(node) * node.ne[0] * max(r for _, _, r in _bands(node)) * gemm_type(node).size
@@ -643,7 +657,10 @@ def _cf_vector(b, pb: int) -> int:
 
 
 def conv_2d_steps(backend, node, impl: str) -> list:
-    """The direct or implicit GEMM's one launch, or the im2col bands and their GEMMs."""
+    """The direct or implicit GEMM's one launch, the im2col bands and their GEMMs, or cuDNN's steps."""
+    impl = _runs(node, impl)
+    if impl == "cudnn":
+        return cudnn_conv.steps(backend, node)
     if impl == "direct" and direct_possible(node):
         return direct_steps(backend, node)
     if not uses_im2col(node, impl):
@@ -695,7 +712,7 @@ def dw_or_direct_steps(backend, node) -> list:
 
 register(ops=("conv_2d",), source=source, refusal=refusal, kernel_name=kernel_name, params=params,
          int_params=int_params, launch_config=launch_config, temp_size=temp_size, steps=conv_2d_steps,
-         impls=("implicit", "im2col", "direct"), choose=choose, accepts=accepts)
+         impls=("implicit", "im2col", "direct", "cudnn"), choose=choose, accepts=accepts)
 register(ops=("im2col", "conv_1d", "conv_2d_dw", "conv_transpose_2d"), source=source, refusal=refusal,
          kernel_name=kernel_name, params=params, int_params=int_params, launch_config=launch_config,
          steps=dw_or_direct_steps)

@@ -2,6 +2,7 @@
 
     python benchmarks/mobilesam_everything.py [-b cpu|cuda] [-t 2] [--points-per-side 32] [--crop-n-layers 0 1]
                                               [--rounds 1] [--pred-iou-thresh 0.88] [--stability-score-thresh 0.95]
+                                              [--tf32]
 
 Both hold the same seeded random checkpoint (examples.mobilesam.random_weights, seed 0: ggpy its GGUF conversion,
 PyTorch the official `build_sam_vit_t()` model) and generate the masks of the sample picture with the same
@@ -16,7 +17,8 @@ when it is installed, else from a torch stand-in (the IoU matrix, then the greed
 box_area gets (N, 4) boxes also when no crop kept a mask (the official code then passes an empty 1-d tensor).
 Records are compared (count; each official mask's best IoU with a ggpy mask of the same point). Needs torch and
 mobile_sam. The first ggpy run of a process compiles no kernel that the numba cache holds already; the table's
-times are medians over the rounds.
+times are medians over the rounds. Precision: F32 on both sides (PyTorch's TF32 switches off), or with --tf32 F32
+with TF32 matrix products and convolutions on both (ggpy's Predictor(tf32=True); PyTorch's allow_tf32 on).
 """
 from __future__ import annotations
 
@@ -64,15 +66,22 @@ def torch_batched_nms(boxes, scores, idxs, iou_threshold):
 
 
 class GgpyRuntime:
-    def __init__(self, backend: str, threads: int):
+    def __init__(self, backend: str, threads: int, tf32: bool):
         from examples.mobilesam.__main__ import random_model
         from examples.mobilesam.predictor import Predictor
-        self.predictor = Predictor(str(random_model()), backend=backend, n_threads=threads)
+        self.predictor = Predictor(str(random_model()), backend=backend, n_threads=threads, tf32=tf32)
+        self.generators = {}
         self.version = "ggpy"
 
     def generate(self, image, params: dict) -> tuple:
+        """One image through the generator of these parameters, made on first use and kept (as an application
+        keeps it for image after image: its decoder graphs are planned once)."""
         from examples.mobilesam.automatic import AutomaticMaskGenerator
-        gen = AutomaticMaskGenerator(self.predictor, output_mode="uncompressed_rle", **params)
+        key = repr(sorted(params.items()))
+        if key not in self.generators:
+            self.generators[key] = AutomaticMaskGenerator(self.predictor, output_mode="uncompressed_rle", **params)
+        gen = self.generators[key]
+        gen.timings = dict.fromkeys(gen.timings, 0.0)
         t0 = time.perf_counter()
         records = gen.generate(image)
         total = time.perf_counter() - t0
@@ -82,7 +91,7 @@ class GgpyRuntime:
 
 
 class TorchRuntime:
-    def __init__(self, backend: str, threads: int):
+    def __init__(self, backend: str, threads: int, tf32: bool):
         import torch
 
         from examples.mobilesam.random_weights import random_state_dict
@@ -99,7 +108,7 @@ class TorchRuntime:
         official.box_area = lambda boxes: box_area(boxes.reshape(-1, 4))
         self.nms = "torchvision" if real_torchvision else "torch stand-in"
         torch.set_num_threads(threads)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
         self.torch, self.official, self.device = torch, official, torch.device(backend)
         sam = mobile_sam.build_sam_vit_t()
         sam.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in random_state_dict(0).items()}, strict=True)
@@ -142,11 +151,11 @@ class TorchRuntime:
 RUNTIMES = {"ggpy": GgpyRuntime, "official": TorchRuntime}
 
 
-def worker(conn, kind: str, backend: str, threads: int, image: np.ndarray):
+def worker(conn, kind: str, backend: str, threads: int, tf32: bool, image: np.ndarray):
     from threadpoolctl import threadpool_limits
     threadpool_limits(threads, user_api="blas")
     try:
-        runtime = RUNTIMES[kind](backend, threads)
+        runtime = RUNTIMES[kind](backend, threads, tf32)
         conn.send(("ok", runtime.version))
         while (msg := conn.recv()) is not None:
             records, total, stages = runtime.generate(image, msg[1])
@@ -180,6 +189,7 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--pred-iou-thresh", type=float, default=0.88)
     p.add_argument("--stability-score-thresh", type=float, default=0.95)
+    p.add_argument("--tf32", action="store_true", help="TF32 matrix products and convolutions on both sides")
     return p.parse_args(argv)
 
 
@@ -190,9 +200,10 @@ def main(argv=None):
     image = load_image(SAMPLE_IMAGE)
     random_model()
     print(f"segment everything, {SAMPLE_IMAGE.name} ({image.shape[1]}x{image.shape[0]}), {opts.points_per_side}^2 "
-          f"points, backend {opts.backend}, {opts.threads} threads; {platform.processor() or platform.machine()}, "
+          f"points, backend {opts.backend}{' TF32' if opts.tf32 else ' F32'}, {opts.threads} threads; "
+          f"{platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
-    workers = [Worker(kind, worker, (kind, opts.backend, opts.threads, image)) for kind in RUNTIMES]
+    workers = [Worker(kind, worker, (kind, opts.backend, opts.threads, opts.tf32, image)) for kind in RUNTIMES]
     for w in workers:
         print(f"  {w.label}: {w.started}")
     rows = []

@@ -387,7 +387,7 @@ def test_add_broadcast_block(backend, bne, flat):
 def test_window_attention_fused(blas_backend, n, heads, hd, nw, mtype):
     """TinyViT's windowed attention (qkv split per head, k.q, soft_max with a per-head bias table broadcast over
     windows and a scale, v.p, heads back together by permute + cont) is one win_attn kernel writing the cont's
-    memory when n >= hd (else the GEMMs, soft_max and copy run); float64 reference."""
+    memory (its block sized for the larger of the scores and the result); float64 reference."""
     c = heads * hd
     ctx = ggpy.Context()
     qkv = ctx.new_tensor(ggpy.F32, (3 * c, n, nw)).set_input()
@@ -408,10 +408,7 @@ def test_window_attention_fused(blas_backend, n, heads, hd, nw, mtype):
         mask.set(rng.uniform(-2, 2, mask.shape).astype(np.float32))
     blas_backend.compute(graph)
     names = [st.name for st in blas_backend.program(graph)]
-    if n >= hd:
-        assert names == [f"win_attn_hd{hd}_{(mtype or ggpy.F32).name.lower()}_f32_f32"]
-    else:
-        assert not any(name.startswith("win_attn") for name in names)
+    assert names == [f"win_attn_s{1 if n <= 8 else 4}_hd{hd}_{(mtype or ggpy.F32).name.lower()}_f32_f32"]
     t = qkv.numpy().astype(np.float64).reshape(nw, n, heads, 3, hd)
     qv, kv, vv = t[..., 0, :], t[..., 1, :], t[..., 2, :]
     s = np.einsum("wihd,wjhd->whij", qv, kv)
@@ -419,6 +416,39 @@ def test_window_attention_fused(blas_backend, n, heads, hd, nw, mtype):
         s = s * hd ** -0.5 + mask.numpy().astype(np.float64)[None]
     e = np.exp(s - s.max(-1, keepdims=True))
     ref = np.einsum("whij,wjhd->wihd", e / e.sum(-1, keepdims=True), vv).reshape(nw, n, c)
+    np.testing.assert_allclose(y.numpy().reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("nq,nk,heads,hk,b,bk,shared_q", [(7, 300, 4, 4, 3, 1, False), (7, 300, 4, 2, 3, 3, False),
+                                                            (300, 7, 4, 4, 3, 3, True), (5, 64, 2, 1, 2, 2, False)])
+def test_cross_attention_fused(blas_backend, nq, nk, heads, hk, b, bk, shared_q):
+    """SAM's cross-attention (nq queries over nk keys, hd 16): keys and values shared by the batch or by groups of
+    heads broadcast as mul_mat's, queries shared through a view of stride 0; one win_attn kernel (1, 4 or 32 lanes
+    a query) as the float64 reference."""
+    hd = 16
+    ctx = ggpy.Context()
+    qsrc = ctx.new_tensor(ggpy.F32, (hd * heads, nq, 1 if shared_q else b)).set_input()
+    k = ctx.new_tensor(ggpy.F32, (hd, nk, hk, bk)).set_input()
+    v = ctx.new_tensor(ggpy.F32, (hd, hk, nk, bk)).set_input()
+    q = ggpy.permute(ggpy.view_4d(qsrc, hd, heads, nq, b, hd * 4, qsrc.nb[1], 0 if shared_q else qsrc.nb[2]),
+                     0, 2, 1, 3)
+    p = ggpy.soft_max_ext(ggpy.mul_mat(k, q), None, 0.3)
+    y = ggpy.cont(ggpy.permute(ggpy.mul_mat(ggpy.permute(v, 1, 2, 0, 3), p), 0, 2, 1, 3))
+    graph = ggpy.Graph()
+    graph.build_forward_expand(y)
+    ggpy.GraphAllocator(blas_backend).alloc_graph(graph)
+    rng = np.random.default_rng(11)
+    for t in (qsrc, k, v):
+        t.set(rng.standard_normal(t.shape).astype(np.float32))
+    blas_backend.compute(graph)
+    split = 1 if nk <= 8 else 32 if nq <= 8 and nk > 64 else 4
+    assert [st.name for st in blas_backend.program(graph)] == [f"win_attn_s{split}_hd{hd}_f32_f32_f32"]
+    qv = np.broadcast_to(qsrc.numpy().astype(np.float64).reshape(-1, nq, heads, hd), (b, nq, heads, hd))
+    kv = np.repeat(np.broadcast_to(k.numpy().astype(np.float64), (b, hk, nk, hd)), heads // hk, axis=1)
+    vv = np.repeat(np.broadcast_to(v.numpy().astype(np.float64), (b, nk, hk, hd)), heads // hk, axis=2)
+    s = np.einsum("bihd,bhjd->bhij", qv, kv) * 0.3
+    e = np.exp(s - s.max(-1, keepdims=True))
+    ref = np.einsum("bhij,bjhd->bihd", e / e.sum(-1, keepdims=True), vv)
     np.testing.assert_allclose(y.numpy().reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
 
 

@@ -240,3 +240,23 @@ def test_fusion_pass_waits_for_a_write_into_a_leaf():
     order = [n.op for n in graph.nodes]
     assert order.index("mul_mat") < order.index("set_rows") < order.index("add")
     assert find_fusions(graph, lambda n: True) == {}
+
+
+@pytest.mark.parametrize("v_batch,found", [(1, True), (3, False)])
+def test_cross_attention_pattern(v_batch, found):
+    """The attention pattern takes cross-attention: 7 queries of 3 prompts over 50 keys shared by the prompts
+    (k, v broadcast as mul_mat's); values that do not broadcast like the keys are not the pattern."""
+    hd, heads = 16, 2
+    ctx = ggpy.Context()
+    q = ctx.new_tensor(ggpy.F32, (hd, 7, heads, 3))
+    k = ctx.new_tensor(ggpy.F32, (hd, 50, heads, 1))
+    v_t = ctx.new_tensor(ggpy.F32, (50, hd, heads, v_batch))
+    p = ggpy.soft_max_ext(ggpy.mul_mat(k, q), None, 0.25)
+    out = ggpy.cont(ggpy.permute(ggpy.mul_mat(v_t, p), 0, 2, 1, 3))
+    graph = ggpy.Graph().build_forward_expand(out)
+    fusions = find_fusions(graph, lambda n: False, attention=True)
+    head = next(n for n in graph.nodes if n.op == "mul_mat")
+    assert (id(head) in fusions) == found
+    if found:
+        f = fusions[id(head)]
+        assert (f.q, f.k, f.v, f.cont) == (q, k, v_t, out) and f.nodes[-1] is out

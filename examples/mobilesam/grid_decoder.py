@@ -35,23 +35,6 @@ from .mask_decoder import (
 from .prompt_encoder import LN2D_EPS, dense_embeddings, sparse_embeddings
 
 
-def image_to_tokens(m, prefix: str, q, k, v, n_heads: int):
-    """SAM's Attention with queries shared by the batch: q ne = (D, N, 1), k and v ne = (D, T, B) -> (D, N, B). The
-    scores come out as (N, T) per head and prompt (q broadcast in the product) and are turned to (T, N) for the
-    softmax over the T keys."""
-    qp, kp, vp = (linear(m, f"{prefix}.{name}_proj", x) for name, x in (("q", q), ("k", k), ("v", v)))
-    inner, (n, t, b) = qp.ne[0], (q.ne[1], k.ne[1], k.ne[2])
-    hd = inner // n_heads
-
-    def heads(x):   # (I, L, B') -> (hd, L, heads, B') view
-        return ggpy.permute(ggpy.reshape_4d(x, hd, n_heads, x.ne[1], x.ne[2]), 0, 2, 1, 3)
-    scores = ggpy.cont(ggpy.permute(ggpy.mul_mat(heads(qp), heads(kp)), 1, 0, 2, 3))      # (T, N, heads, B)
-    scores = ggpy.soft_max_ext(scores, None, hd ** -0.5)
-    v_t = ggpy.permute(ggpy.reshape_4d(vp, hd, n_heads, t, b), 1, 2, 0, 3)                # (T, hd, heads, B)
-    out = ggpy.cont_3d(ggpy.permute(ggpy.mul_mat(v_t, scores), 0, 2, 1, 3), inner, n, b)
-    return linear(m, f"{prefix}.out_proj", out)
-
-
 def first_block(m, queries, keys, query_pe, key_pe, n_heads: int):
     """two_way_block of layer 0 (no positional encoding in the self-attention) with keys ne = (D, N, 1) shared by
     the B prompts of queries ne = (D, T, B) -> (queries (D, T, B), keys (D, N, B))."""
@@ -64,7 +47,7 @@ def first_block(m, queries, keys, query_pe, key_pe, n_heads: int):
     mlp = linear(m, f"{p}.mlp.lin2", ggpy.relu(linear(m, f"{p}.mlp.lin1", queries)))
     queries = layer_norm(m, f"{p}.norm3", ggpy.add(queries, mlp))
     q = ggpy.add(queries, query_pe)
-    update = image_to_tokens(m, f"{p}.cross_attn_image_to_token", k, q, queries, n_heads)
+    update = attention(m, f"{p}.cross_attn_image_to_token", k, q, queries, n_heads)
     return queries, layer_norm(m, f"{p}.norm4", ggpy.add(update, keys))
 
 

@@ -59,18 +59,22 @@ def as_f32(t):
 
 
 def attention(m, prefix: str, q, k, v, n_heads: int):
-    """SAM's Attention: q ne = (D, Nq, B), k and v ne = (D, Nk, B) -> (D, Nq, B). q/k/v projected to I channels
-    (D / downsample rate), split into n_heads heads, softmax(q k^T / sqrt(I / n_heads)) v, out_proj."""
+    """SAM's Attention: q ne = (D, Nq, B or 1), k and v ne = (D, Nk, B or 1) -> (D, Nq, B). q/k/v projected to I
+    channels (D / downsample rate), split into n_heads heads, softmax(q k^T / sqrt(I / n_heads)) v, out_proj. Keys
+    shared by the batch (B = 1) broadcast in the products; shared queries are read B times through a view of
+    stride 0 (no copy)."""
     qp, kp, vp = (linear(m, f"{prefix}.{name}_proj", x) for name, x in (("q", q), ("k", k), ("v", v)))
-    inner = qp.ne[0]
+    inner, batch = qp.ne[0], max(q.ne[2], k.ne[2])
     hd = inner // n_heads
 
-    def heads(x):   # (I, N, B) -> (hd, N, heads, B) view
-        return ggpy.permute(ggpy.reshape_4d(x, hd, n_heads, x.ne[1], x.ne[2]), 0, 2, 1, 3)
-    scores = ggpy.soft_max_ext(ggpy.mul_mat(heads(kp), heads(qp)), None, hd ** -0.5)      # (Nk, Nq, heads, B)
+    def heads(x, b):   # (I, N, b or 1) -> (hd, N, heads, b) view
+        es = x.type.size
+        x4 = ggpy.view_4d(x, hd, n_heads, x.ne[1], b, hd * es, x.nb[1], x.nb[2] if x.ne[2] > 1 else 0)
+        return ggpy.permute(x4, 0, 2, 1, 3)
+    scores = ggpy.soft_max_ext(ggpy.mul_mat(heads(kp, kp.ne[2]), heads(qp, batch)), None, hd ** -0.5)
     v_t = ggpy.permute(ggpy.reshape_4d(vp, hd, n_heads, vp.ne[1], vp.ne[2]), 1, 2, 0, 3)  # (Nk, hd, heads, B)
     out = ggpy.mul_mat(v_t, scores)                                                      # (hd, Nq, heads, B)
-    out = ggpy.cont_3d(ggpy.permute(out, 0, 2, 1, 3), inner, q.ne[1], q.ne[2])
+    out = ggpy.cont_3d(ggpy.permute(out, 0, 2, 1, 3), inner, q.ne[1], batch)
     return linear(m, f"{prefix}.out_proj", out)
 
 

@@ -208,6 +208,7 @@ class Predictor:
         self.decoders = {}            # (n_sparse, with_mask) -> DecoderGraph
         self.postprocessors = {}      # (input_size, original_size, C) -> PostprocessGraph
         self.original_size = self.input_size = None
+        self._embedding_copy = None   # the graph set_image runs after the encoder (_copy_graph)
         self.last_timings = {}
 
     def _dense_pe(self) -> np.ndarray:
@@ -221,11 +222,22 @@ class Predictor:
         sched.compute(graph)
         return pe.numpy()
 
+    def _copy_graph(self):
+        """The graph copying the encoder's first embedding (ne = (E, E, D)) into image_embedding (ne = (D, E, E))
+        on the backend (no round trip through the host)."""
+        emb, (d, e) = self.encoder.embedding, (self.hp.embed_dim, self.hp.embed_size)
+        first = ggpy.view_3d(emb, e, e, d, emb.nb[1], emb.nb[2], 0)
+        graph = ggpy.Graph().build_forward_expand(ggpy.cpy(ggpy.permute(first, 1, 2, 0, 3), self.image_embedding))
+        ggpy.GraphAllocator(self.encoder.backend).alloc_graph(graph)
+        return graph
+
     def set_image(self, image: np.ndarray) -> None:
         """Encode a uint8 (H, W, 3) RGB image; its embedding serves every later predict."""
         image = np.asarray(image)
-        embedding = self.encoder.encode(image)                                    # (1, D, E, E)
-        self.image_embedding.set(np.ascontiguousarray(embedding[0].transpose(1, 2, 0)))
+        self.encoder.evaluate_images([image])
+        if self._embedding_copy is None:
+            self._embedding_copy = self._copy_graph()
+        self.encoder.backend.compute(self._embedding_copy)
         h, w = image.shape[:2]
         s = self.hp.image_size
         self.original_size, self.input_size = (h, w), resized_shape(h, w, s)

@@ -36,15 +36,19 @@ def resize_longest_side(image: np.ndarray, long_side: int = 1024) -> np.ndarray:
     return np.asarray(Image.fromarray(image).resize((new_w, new_h), Image.BILINEAR))
 
 
-def preprocess(image: np.ndarray, image_size: int = 1024, pixel_mean=PIXEL_MEAN, pixel_std=PIXEL_STD) -> np.ndarray:
+def preprocess(image: np.ndarray, image_size: int = 1024, pixel_mean=PIXEL_MEAN, pixel_std=PIXEL_STD,
+               out: np.ndarray | None = None) -> np.ndarray:
     """float32 (3, image_size, image_size) encoder input (ggml ne (image_size, image_size, 3)) from a uint8
-    RGB (H, W, 3) image: resized, normalised per channel, zero-padded at the bottom and right."""
+    RGB (H, W, 3) image: resized, normalised per channel, zero-padded at the bottom and right. out: an array of
+    that shape and type to write into (a buffer kept across images: no fresh pages to fault in each time)."""
     image = np.asarray(image)
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
         raise ValueError(f"preprocess expects a uint8 RGB image of shape (H, W, 3), got {image.dtype} {image.shape}")
-    resized = resize_longest_side(image, image_size).transpose(2, 0, 1).astype(np.float32)
-    mean = np.asarray(pixel_mean, dtype=np.float32)[:, None, None]
-    std = np.asarray(pixel_std, dtype=np.float32)[:, None, None]
-    out = np.zeros((3, image_size, image_size), dtype=np.float32)
-    out[:, : resized.shape[1], : resized.shape[2]] = (resized - mean) / std
+    resized = resize_longest_side(image, image_size)
+    h, w = resized.shape[:2]
+    levels = np.arange(256, dtype=np.float32)
+    out = np.empty((3, image_size, image_size), dtype=np.float32) if out is None else out
+    out[:, h:], out[:, :h, w:] = 0, 0
+    for c in range(3):      # a table of (level - mean) / std per channel: the float32 arithmetic, done 256 times
+        out[c, :h, :w] = ((levels - np.float32(pixel_mean[c])) / np.float32(pixel_std[c]))[resized[..., c]]
     return out

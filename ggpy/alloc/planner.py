@@ -5,8 +5,9 @@ Rules (as ggml-alloc): leafs and inputs are placed first and never freed; views 
 their source alive; a node may take over a source's block in place when its op allows it, the source has
 no other consumer and no views, has the same layout, and is neither a leaf, an input nor an output;
 outputs are never freed. When the backend computes a run of nodes with one fused kernel at the first
-one's turn (backend.fused_groups), each later node of the run takes over its predecessor's block, as in
-place: the kernel writes the run's result where it was planned while its sources and scratch were live.
+one's turn (backend.fused_groups), the first node's block fits the run's largest node and each later node takes
+over its predecessor's block, as in place: the kernel writes the run's result where it was planned while its
+sources and scratch were live.
 """
 from __future__ import annotations
 
@@ -50,8 +51,10 @@ def plan_graph(graph, backend, signature, *, reuse: bool = True, guard_bytes: in
 
     slots, temps, blocks, block_of = {}, {}, [], {}
     fused_after = {}       # id(node of a fused run) -> the node before it in that run
+    run_bytes = {}         # id(first node of a fused run) -> the largest node of the run: the run's one block
     for run in (backend.fused_groups(graph) if reuse else []):
         fused_after.update((id(b), a) for a, b in zip(run, run[1:]))
+        run_bytes[id(run[0])] = max(n.nbytes for n in run)
     released = set()
     timeline = []
     live = [0]
@@ -66,7 +69,7 @@ def plan_graph(graph, backend, signature, *, reuse: bool = True, guard_bytes: in
             slots[p] = slots[pos[id(inplace_of)]]
             released.add(pos[id(inplace_of)])
         else:
-            size = align_up(max(t.nbytes, 1), align) + 2 * guard
+            size = align_up(max(t.nbytes, run_bytes.get(id(t), 1)), align) + 2 * guard
             chunk, offset = heap.alloc(size)
             blocks.append(Block(chunk, offset, size, start, FOREVER, _label(t, p)))
             slots[p] = (chunk, offset + guard)

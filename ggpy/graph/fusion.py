@@ -210,8 +210,9 @@ def _residual_after(add, users):
 @dataclass
 class Attention:
     """S = mul_mat(k, q) -> P = soft_max(S, mask) -> O = mul_mat(v^T, P) -> `perm` = permute(O, 0, 2, 1, 3) ->
-    `cont`: q, k ne = (HD, N, heads, nW), v^T ne = (N, HD, heads, nW); the result (HD, heads, N, nW) in the cont's
-    memory, computed at S's turn."""
+    `cont`: q ne = (HD, N, heads, nW), k ne = (HD, Nk, heads_k, nW_k) (heads_k | heads, nW_k | nW: broadcast as
+    mul_mat's), v^T ne = (Nk, HD, heads_k, nW_k); the result (HD, heads, N, nW) in the cont's memory, computed at
+    S's turn."""
 
     head: Tensor
     soft: Tensor
@@ -255,10 +256,10 @@ def _attention_after(s, users, cast: bool) -> Attention | None:
     k, q = s.src[:2]
     hd, n, heads, nw = q.ne
     p = only_user(s, users)
-    if k.ne != q.ne or p is None or p.op != "soft_max" or p.src[0] is not s:
+    if k.ne[0] != hd or p is None or p.op != "soft_max" or p.src[0] is not s:
         return None
     o = only_user(p, users)
-    if o is None or o.op != "mul_mat" or o.src[1] is not p or o.src[0].ne != (n, hd, heads, nw):
+    if o is None or o.op != "mul_mat" or o.src[1] is not p or o.src[0].ne != (k.ne[1], hd, *k.ne[2:]):
         return None
     perm = only_user(o, users)
     if (perm is None or perm.op != "permute" or perm.view_src is not o or perm.ne != (hd, heads, n, nw)

@@ -1,14 +1,17 @@
-"""Windowed attention as one kernel: mul_mat(k, q) -> soft_max(scale, mask) -> mul_mat(v^T, p) -> permute ->
-cont (MobileSAM's TinyViT blocks: 49 or 196 tokens per window, heads of 32) runs as `win_attn`, writing the
-cont's memory, instead of two batched GEMM loops over the heads, a softmax pass and a copy.
+"""Windowed and cross attention as one kernel: mul_mat(k, q) -> soft_max(scale, mask) -> mul_mat(v^T, p) ->
+permute -> cont (MobileSAM's TinyViT blocks: 49 or 196 tokens per window, heads of 32; its mask decoder: 7 prompt
+tokens against 4096 image tokens and back, heads of 16) runs as `win_attn`, writing the cont's memory, instead of
+two batched GEMM loops over the heads, a softmax pass and a copy.
 
-q, k: ne = (HD, N, heads, nW) with HD contiguous; v^T: ne = (N, HD, heads, nW) (v's rows HD-contiguous); q, k
-and v of one type T (F32, F16 or BF16); the mask (optional, F32/F16) ne = (N, >= N, mh, mw) broadcast over heads
-and windows as soft_max's; the result (HD, heads, N, nW) in the contiguous memory of the pattern's last node
-(a cont, F32, or a cast to T). One block of 128 threads takes 32 queries of one (window,
-head); each query is split over 4 adjacent lanes that take every fourth key of 64-key chunks staged in shared
-memory: 8 of a lane's scores at a time, one rescale by their max, then their P.V (an online softmax:
-running max, sum and accumulator in registers); the 4 lanes combine by shuffles.
+q: ne = (HD, N, heads, nW), k: ne = (HD, Nk, heads_k, nW_k) with HD contiguous; v^T: ne = (Nk, HD, heads_k, nW_k)
+(v's rows HD-contiguous); k and v broadcast over q's heads and windows as mul_mat's (heads_k | heads, nW_k | nW;
+q itself may be a view of window stride 0); q, k and v of one type T (F32, F16 or BF16); the mask (optional,
+F32/F16) ne = (Nk, >= N, mh, mw) broadcast over heads and windows as soft_max's; the result (HD, heads, N, nW) in
+the contiguous memory of the pattern's last node (a cont, F32, or a cast to T). One block of 128 threads takes
+32 queries of one (window, head); each query is split over 4 adjacent lanes (split_of: 1 lane for a few keys, a
+warp for a few queries over many keys) that take every 4th key of 64-key chunks staged in shared memory: up to
+8 of a lane's scores at a time, one rescale by their max, then their P.V (an online softmax: running max, sum
+and accumulator in registers); the lanes combine by shuffles.
 Math in F32 (TF32, F16-weight and half-activation plans too). F16 / BF16 q, k, v run on tensor cores instead
 (win_attn_tc_k: mma.sync with F32 accumulation, one warp per 16 queries, P rounded to the inputs' type for
 P.V). The kernel of the fusion pass's attention pattern (ggpy/graph/fusion.py), not of an op: the backend
@@ -23,7 +26,9 @@ from ..registry import register
 from .common import C_TYPES, FLOATS, SUFFIX, tensor_ptr
 
 HEAD_DIMS = (16, 32, 64)
-QUERIES = 32            # queries per block (4 lanes each: 128 threads)
+THREADS = 128           # per block of win_attn_k: 128 / split queries
+SPLITS = (1, 4, 32)     # lanes per query of win_attn_k (split): 1 for a few keys, 32 for a few queries over many
+FEW = 8                 # "a few" queries or keys (image-to-prompt and prompt-to-image attention in SAM's decoder)
 TENSOR_CORE_TYPES = (F16, BF16)     # q, k, v types of the tensor-core kernel (win_attn_tc_k)
 TC_WARPS = 4            # warps per block of win_attn_tc_k, 16 queries each (the C macro of the same name)
 
@@ -33,20 +38,21 @@ struct AttnArgs {
     i64 qs[3]; i64 ks[3]; i64 vs[3];              // bytes between tokens, heads, windows
     i64 ms[3];                                     // mask: bytes between query rows, heads, windows
     i64 ds[3];                                     // dst: bytes between tokens, heads, windows
-    int n, mh, mw;                                 // tokens per window; the mask's heads and windows (broadcast)
+    int n, nk, mh, mw;                             // queries and keys per window; the mask's heads and windows
+    int hr, wr;                                    // query heads and windows per head and window of k and v
     float scale;
 };
 
-template <int HD, typename M, typename T, typename D> __device__ void win_attn_k(const AttnArgs& a) {
-    constexpr int KC = 64, SPLIT = 4, PAD = 4;
+template <int HD, int SPLIT, typename M, typename T, typename D> __device__ void win_attn_k(const AttnArgs& a) {
+    constexpr int KC = 64, PAD = 4;
     __shared__ __align__(16) float Ks[KC][HD + PAD];
     __shared__ __align__(16) float Vs[KC][HD + PAD];
     const float NEG = __int_as_float(0xff800000);
     const int part = threadIdx.x & (SPLIT - 1), n = blockIdx.x * (blockDim.x / SPLIT) + threadIdx.x / SPLIT;
-    const int h = blockIdx.y, w = blockIdx.z, N = a.n;
+    const int h = blockIdx.y, w = blockIdx.z, N = a.n, NK = a.nk;
     const bool active = n < N;
-    const char* kb = a.k + h * a.ks[1] + w * a.ks[2];
-    const char* vb = a.v + h * a.vs[1] + w * a.vs[2];
+    const char* kb = a.k + (h / a.hr) * a.ks[1] + (w / a.wr) * a.ks[2];
+    const char* vb = a.v + (h / a.hr) * a.vs[1] + (w / a.wr) * a.vs[2];
     float q[HD], acc[HD];
     #pragma unroll
     for (int d = 0; d < HD; d += 4) {
@@ -57,8 +63,8 @@ template <int HD, typename M, typename T, typename D> __device__ void win_attn_k
     }
     const char* mrow = a.mask && active ? a.mask + n * a.ms[0] + (h % a.mh) * a.ms[1] + (w % a.mw) * a.ms[2] : 0;
     float m = NEG, l = 0.f;
-    for (int j0 = 0; j0 < N; j0 += KC) {
-        const int kc = min(KC, N - j0);
+    for (int j0 = 0; j0 < NK; j0 += KC) {
+        const int kc = min(KC, NK - j0);
         __syncthreads();                           // the previous chunk is read by everyone
         for (int t = threadIdx.x; t < kc * (HD / 4); t += blockDim.x) {
             const int j = t / (HD / 4), d = (t % (HD / 4)) * 4;
@@ -69,7 +75,7 @@ template <int HD, typename M, typename T, typename D> __device__ void win_attn_k
         if (active) {
             // this lane's keys of the chunk (every SPLIT-th): all scores first (independent dot products),
             // one rescale per chunk by the chunk's max, then the weighted sum of V
-            constexpr int G = 8;                    // keys of a lane per rescale (registers vs. rescales)
+            constexpr int G = KC / SPLIT < 8 ? KC / SPLIT : 8;   // keys of a lane per rescale (registers vs. rescales)
             #pragma unroll
             for (int g = 0; g < KC / SPLIT; g += G) {
                 if (part + g * SPLIT >= kc) break;
@@ -131,7 +137,7 @@ template <int HD, typename M, typename T, typename D> __device__ void win_attn_k
     char* out = a.dst + n * a.ds[0] + h * a.ds[1] + w * a.ds[2];
     #pragma unroll
     for (int d = 0; d < HD; d += 4)
-        if (d / (HD / SPLIT) == part)
+        if ((d / 4) % SPLIT == part)
             store4<D>(out + d * sizeof(D), make_float4(acc[d] * inv, acc[d + 1] * inv, acc[d + 2] * inv, acc[d + 3] * inv));
 }
 // Tensor-core window attention for F16 / BF16 q, k, v (mma.sync m16n8k16, F32 accumulation). One warp per 16
@@ -162,11 +168,11 @@ template <int HD, typename M, typename T, typename D> __device__ void win_attn_t
     __shared__ __align__(16) unsigned short Vt[HD][VP];
     const float NEG = __int_as_float(0xff800000);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const int h = blockIdx.y, w = blockIdx.z, N = a.n;
+    const int h = blockIdx.y, w = blockIdx.z, N = a.n, NK = a.nk;
     const int q0 = (blockIdx.x * TC_WARPS + warp) * 16;
     const char* qb = a.q + h * a.qs[1] + w * a.qs[2];
-    const char* kb = a.k + h * a.ks[1] + w * a.ks[2];
-    const char* vb = a.v + h * a.vs[1] + w * a.vs[2];
+    const char* kb = a.k + (h / a.hr) * a.ks[1] + (w / a.wr) * a.ks[2];
+    const char* vb = a.v + (h / a.hr) * a.vs[1] + (w / a.wr) * a.vs[2];
     unsigned qa[HD / 16][4];                                  // A fragments of Q (16 x HD, row-major)
     #pragma unroll
     for (int ks = 0; ks < HD / 16; ++ks)
@@ -184,8 +190,8 @@ template <int HD, typename M, typename T, typename D> __device__ void win_attn_t
     float o[HD / 8][4], m[2] = {NEG, NEG}, l[2] = {0.f, 0.f};
     #pragma unroll
     for (int nd = 0; nd < HD / 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
-    for (int j0 = 0; j0 < N; j0 += KC) {
-        const int kc = min(KC, N - j0);
+    for (int j0 = 0; j0 < NK; j0 += KC) {
+        const int kc = min(KC, NK - j0);
         __syncthreads();                                      // the previous chunk is read by everyone
         for (int i = threadIdx.x; i < KC * HD / 2; i += blockDim.x) {
             const int j = i / (HD / 2), d = (i % (HD / 2)) * 2;
@@ -218,7 +224,7 @@ template <int HD, typename M, typename T, typename D> __device__ void win_attn_t
             for (int r = 0; r < 4; ++r) {
                 const int j = j0 + nb * 8 + t4 * 2 + (r & 1), i = r >> 1;
                 float v = NEG;
-                if (j < N) {
+                if (j < NK) {
                     v = s[nb][r] * a.scale;
                     if (mrow[i]) v += to_f(*(const M*)(mrow[i] + (i64)j * sizeof(M)));
                 }
@@ -280,7 +286,8 @@ template <int HD, typename M, typename T, typename D> __device__ void win_attn_t
 _FIELDS = [("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("mask", ctypes.c_void_p),
            ("dst", ctypes.c_void_p), ("qs", ctypes.c_int64 * 3), ("ks", ctypes.c_int64 * 3),
            ("vs", ctypes.c_int64 * 3), ("ms", ctypes.c_int64 * 3), ("ds", ctypes.c_int64 * 3),
-           ("n", ctypes.c_int), ("mh", ctypes.c_int), ("mw", ctypes.c_int), ("scale", ctypes.c_float)]
+           ("n", ctypes.c_int), ("nk", ctypes.c_int), ("mh", ctypes.c_int), ("mw", ctypes.c_int),
+           ("hr", ctypes.c_int), ("wr", ctypes.c_int), ("scale", ctypes.c_float)]
 
 
 class AttnArgs(ctypes.Structure):
@@ -288,10 +295,16 @@ class AttnArgs(ctypes.Structure):
     _fields_ = _FIELDS
 
 
-def kernel_name(hd: int, mask_type, qkv_type=F32, out_type=F32) -> str:
-    """win_attn_... (CUDA cores, F32 math), or win_attn_tc_... (tensor cores) for F16 / BF16 q, k, v."""
-    tc = "tc_" if qkv_type in TENSOR_CORE_TYPES else ""
-    return f"win_attn_{tc}hd{hd}_{SUFFIX[mask_type or F32]}_{SUFFIX[qkv_type]}_{SUFFIX[out_type]}"
+def split_of(n: int, nk: int) -> int:
+    """Lanes per query of win_attn_k for n queries over nk keys."""
+    return SPLITS[0] if nk <= FEW else SPLITS[2] if n <= FEW and nk > 8 * FEW else SPLITS[1]
+
+
+def kernel_name(hd: int, mask_type, qkv_type=F32, out_type=F32, split: int = SPLITS[1]) -> str:
+    """win_attn_... (CUDA cores, F32 math; `split` lanes per query), or win_attn_tc_... (tensor cores) for F16 /
+    BF16 q, k, v."""
+    kind = "tc_" if qkv_type in TENSOR_CORE_TYPES else f"s{split}_"
+    return f"win_attn_{kind}hd{hd}_{SUFFIX[mask_type or F32]}_{SUFFIX[qkv_type]}_{SUFFIX[out_type]}"
 
 
 def source() -> str:
@@ -300,9 +313,14 @@ def source() -> str:
         for m in (F32, F16):
             for t in FLOATS:
                 for d in dict.fromkeys((F32, t)):          # F32 (a cont), or a cast back to the inputs' type
-                    body = "win_attn_tc_k" if t in TENSOR_CORE_TYPES else "win_attn_k"
-                    parts.append(f'extern "C" __global__ void {kernel_name(hd, m, t, d)}(const AttnArgs a) '
-                                 f'{{ {body}<{hd}, {C_TYPES[m]}, {C_TYPES[t]}, {C_TYPES[d]}>(a); }}\n')
+                    types = f"{C_TYPES[m]}, {C_TYPES[t]}, {C_TYPES[d]}"
+                    if t in TENSOR_CORE_TYPES:
+                        parts.append(f'extern "C" __global__ void {kernel_name(hd, m, t, d)}(const AttnArgs a) '
+                                     f'{{ win_attn_tc_k<{hd}, {types}>(a); }}\n')
+                        continue
+                    for split in SPLITS:
+                        parts.append(f'extern "C" __global__ void {kernel_name(hd, m, t, d, split)}(const AttnArgs a)'
+                                     f' {{ win_attn_k<{hd}, {split}, {types}>(a); }}\n')
     return "".join(parts)
 
 
@@ -312,13 +330,12 @@ def _aligned(t, dims) -> bool:
 
 def accepts(f) -> bool:
     """Whether win_attn takes an Attention pattern of the fusion pass: q, k, v of one float type T, P and O F32,
-    the result F32 or T; HD in HEAD_DIMS contiguous with 16-byte strides, N >= HD so each node of the run fits the
-    block of the one before, fewer than 2^15 queries and 65536 heads and windows, no ALiBi; the mask F32/F16 with
-    contiguous rows."""
+    the result F32 or T; HD in HEAD_DIMS contiguous with 16-byte strides, fewer than 2^15 queries and 65536 heads
+    and windows, no ALiBi; the mask F32/F16 with contiguous rows."""
     q, k, v, mask = f.q, f.k, f.v, f.mask
     hd, n, heads, nw = q.ne
     t = q.type
-    if (hd not in HEAD_DIMS or n < hd or t not in FLOATS or any(x.type != t or x.nb[0] != t.size for x in (k, q))
+    if (hd not in HEAD_DIMS or t not in FLOATS or any(x.type != t or x.nb[0] != t.size for x in (k, q))
             or not all(_aligned(x, (1, 2, 3)) for x in (k, q)) or n >= 1 << 15 or heads > 65535 or nw > 65535):
         return False
     if any(x.type != F32 for x in (f.head, f.soft, f.out)) or f.cont.type not in (F32, t):
@@ -332,11 +349,13 @@ def accepts(f) -> bool:
 
 def steps(backend, f) -> list:
     """The win_attn launch of an accepted Attention pattern (the cont's memory clear of q, k, v and the mask: the
-    backend checks)."""
+    backend checks). A query gets 4 lanes; 1 when there are a few keys (image tokens attending to prompt tokens),
+    32 for a few queries over many keys (prompt tokens attending to an image)."""
     q, k, v, mask = f.q, f.k, f.v, f.mask
     hd, n, heads, nw = q.ne
-    a = AttnArgs(q=tensor_ptr(q), k=tensor_ptr(k), v=tensor_ptr(v), dst=tensor_ptr(f.cont), n=n,
-                 scale=f.soft.op_params["scale"])
+    nk = k.ne[1]
+    a = AttnArgs(q=tensor_ptr(q), k=tensor_ptr(k), v=tensor_ptr(v), dst=tensor_ptr(f.cont), n=n, nk=nk,
+                 hr=heads // k.ne[2], wr=nw // k.ne[3], scale=f.soft.op_params["scale"])
     a.qs = (ctypes.c_int64 * 3)(*q.nb[1:])
     a.ks = (ctypes.c_int64 * 3)(*k.nb[1:])
     a.vs = (ctypes.c_int64 * 3)(v.nb[0], v.nb[2], v.nb[3])
@@ -348,10 +367,13 @@ def steps(backend, f) -> list:
         a.mh, a.mw = mask.ne[2], mask.ne[3]
     else:
         a.mh = a.mw = 1
-    name = kernel_name(hd, mask.type if mask is not None else None, q.type, f.cont.type)
     if q.type in TENSOR_CORE_TYPES:
+        name = kernel_name(hd, mask.type if mask is not None else None, q.type, f.cont.type)
         return [backend.launch_struct(f.head, name, (-(-n // (16 * TC_WARPS)), heads, nw), (32 * TC_WARPS, 1, 1), a)]
-    return [backend.launch_struct(f.head, name, (-(-n // QUERIES), heads, nw), (QUERIES * 4, 1, 1), a)]
+    split = split_of(n, nk)
+    name = kernel_name(hd, mask.type if mask is not None else None, q.type, f.cont.type, split)
+    per_block = THREADS // split
+    return [backend.launch_struct(f.head, name, (-(-n // per_block), heads, nw), (THREADS, 1, 1), a)]
 
 
 def flash_attn_refusal(node) -> str:

@@ -352,3 +352,24 @@ def test_predict_batch_equals_one_by_one(predictor):
         assert np.abs(iou - ref_iou).max() < 1e-4
     with pytest.raises(PromptError, match="prompt 1 has keys"):
         predictor.predict_batch([points[0], {"points": 1}])
+
+
+@pytest.mark.parametrize("backend_name", ["cpu", "cuda"])
+def test_set_image_again(mobilesam_gguf_f32, image, backend_name):
+    """Image after image: set_image leaves each image's embedding (E, E, D order) in image_embedding, written by the
+    encoder's graph on the backend: as a separate CPU encoder's."""
+    from examples.mobilesam.predictor import Predictor
+    from examples.mobilesam.runner import ImageEncoder
+    if backend_name == "cuda":
+        pytest.importorskip("cuda.bindings.driver")
+    try:
+        p = Predictor(mobilesam_gguf_f32, backend=backend_name, n_threads=2)
+    except ggpy.CudaError as e:
+        pytest.skip(f"no usable GPU: {e}")
+    reference = ImageEncoder(mobilesam_gguf_f32, "cpu", 2)
+    other = np.random.default_rng(8).integers(0, 256, (300, 500, 3), dtype=np.uint8)
+    for img in (image, other, image):
+        p.set_image(img)
+        want = reference.encode(img)[0].transpose(1, 2, 0)
+        assert rel_err(p.image_embedding.numpy().reshape(want.shape), want) < 1e-4
+        assert p.original_size == img.shape[:2]

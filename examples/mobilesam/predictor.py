@@ -204,11 +204,11 @@ class Predictor:
         self.image_embedding = ctx.new_tensor(ggpy.F32, (d, e, e)).set_name("image_embedding")
         self.image_pe = ctx.new_tensor(ggpy.F32, (d, e, e)).set_name("image_pe")
         self._buffer = ggpy.alloc_ctx_tensors(ctx, main)
+        self.encoder.copy_first_embedding_to(self.image_embedding)
         self.image_pe.set(self._dense_pe())
         self.decoders = {}            # (n_sparse, with_mask) -> DecoderGraph
         self.postprocessors = {}      # (input_size, original_size, C) -> PostprocessGraph
         self.original_size = self.input_size = None
-        self._embedding_copy = None   # the graph set_image runs after the encoder (_copy_graph)
         self.last_timings = {}
 
     def _dense_pe(self) -> np.ndarray:
@@ -222,22 +222,10 @@ class Predictor:
         sched.compute(graph)
         return pe.numpy()
 
-    def _copy_graph(self):
-        """The graph copying the encoder's first embedding (ne = (E, E, D)) into image_embedding (ne = (D, E, E))
-        on the backend (no round trip through the host)."""
-        emb, (d, e) = self.encoder.embedding, (self.hp.embed_dim, self.hp.embed_size)
-        first = ggpy.view_3d(emb, e, e, d, emb.nb[1], emb.nb[2], 0)
-        graph = ggpy.Graph().build_forward_expand(ggpy.cpy(ggpy.permute(first, 1, 2, 0, 3), self.image_embedding))
-        ggpy.GraphAllocator(self.encoder.backend).alloc_graph(graph)
-        return graph
-
     def set_image(self, image: np.ndarray) -> None:
         """Encode a uint8 (H, W, 3) RGB image; its embedding serves every later predict."""
         image = np.asarray(image)
-        self.encoder.evaluate_images([image])
-        if self._embedding_copy is None:
-            self._embedding_copy = self._copy_graph()
-        self.encoder.backend.compute(self._embedding_copy)
+        self.encoder.evaluate_images([image])        # writes image_embedding too (copy_first_embedding_to)
         h, w = image.shape[:2]
         s = self.hp.image_size
         self.original_size, self.input_size = (h, w), resized_shape(h, w, s)

@@ -60,7 +60,17 @@ class ImageEncoder:
         self.image = ctx.new_tensor(ggpy.F32, (s, s, 3, batch)).set_name("image").set_input()
         self.embedding = image_encoder(self.model, self.hp, self.image, act)
         self.graph = ggpy.Graph().build_forward_expand(self.embedding)
-        self.plan = ggpy.GraphAllocator(self.backend).alloc_graph(self.graph)
+        self.allocator = ggpy.GraphAllocator(self.backend)
+        self.plan = self.allocator.alloc_graph(self.graph)
+
+    def copy_first_embedding_to(self, dst):
+        """Extend the graph with a copy of the first image's embedding (ne = (E, E, D)) into dst (ne = (D, E, E), a
+        tensor of the backend's memory), written by every evaluation (no round trip through the host); the graph
+        is planned again, `embedding` kept as an output."""
+        emb, e, d = self.embedding.set_output(), self.hp.embed_size, dst.ne[0]
+        first = ggpy.view_3d(emb, e, e, d, emb.nb[1], emb.nb[2], 0)
+        self.graph.build_forward_expand(ggpy.cpy(ggpy.permute(first, 1, 2, 0, 3), dst))
+        self.plan = self.allocator.alloc_graph(self.graph)
 
     @property
     def planned_bytes(self) -> int:

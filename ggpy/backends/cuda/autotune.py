@@ -9,8 +9,9 @@ a colder GPU than the others); its best round counts. Winners are kept in the pr
 to the NVRTC cache (compiler.cache_dir() / "autotune", or $GGPY_AUTOTUNE_CACHE as for the CPU's), keyed by the
 device's name and compute capability, so a second process measures nothing. An algorithm is stored as its 64
 bytes (cuBLASLt documents cublasLtMatmulAlgo_t as serializable for one library version, which is in its key)
-and checked with matmul_algo_check before use; failed candidates are stored as None, and a GEMM with no usable
-candidate too (the heuristic's first then runs without measuring again).
+and checked with matmul_algo_check before use; failed candidates are stored as None (with CUDA graphs on, also an
+implementation whose launches cannot be captured), and a GEMM with no usable candidate too (the heuristic's first
+then runs without measuring again).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from ...graph.tensor import Tensor
 from . import cublas
 from .compiler import cache_dir
 from .device import Event
+from .graphs import CapturedGraph
 
 WINNERS: dict = {}
 """key -> [winner (an implementation, an algorithm's hex bytes, or None), {candidate: seconds or None}]."""
@@ -161,7 +163,18 @@ def _measure_impls(entry, node, impls, backend) -> list:
         steps = entry.steps(backend, shadow, impl)
         runs[impl] = lambda stream, steps=steps: [step(stream) for step in steps]
     times = _seconds(runs, backend.stream)
+    if backend.graphs:              # a candidate that breaks the CUDA graph of its plan costs more than it saves
+        times = {c: t if t is None or _capturable(runs[c], backend.stream) else None for c, t in times.items()}
     return [_fastest(times), times]
+
+
+def _capturable(run, stream) -> bool:
+    """Whether run(stream) can be captured into a CUDA graph (some cuDNN engines cannot)."""
+    try:
+        CapturedGraph([run], stream)
+    except CudaError:
+        return False
+    return True
 
 
 def tuned_impl(entry, node, backend) -> str | None:

@@ -49,6 +49,7 @@ def preprocess(image: np.ndarray, image_size: int = 1024, pixel_mean=PIXEL_MEAN,
     levels = np.arange(256, dtype=np.float32)
     out = np.empty((3, image_size, image_size), dtype=np.float32) if out is None else out
     out[:, h:], out[:, :h, w:] = 0, 0
+    planes = np.ascontiguousarray(resized.transpose(2, 0, 1))
     for c in range(3):      # a table of (level - mean) / std per channel: the float32 arithmetic, done 256 times
-        out[c, :h, :w] = ((levels - np.float32(pixel_mean[c])) / np.float32(pixel_std[c]))[resized[..., c]]
+        out[c, :h, :w] = ((levels - np.float32(pixel_mean[c])) / np.float32(pixel_std[c])).take(planes[c])
     return out

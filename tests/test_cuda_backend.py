@@ -423,7 +423,7 @@ def test_window_attention_fused(blas_backend, n, heads, hd, nw, mtype):
                                                             (300, 7, 4, 4, 3, 3, True), (5, 64, 2, 1, 2, 2, False)])
 def test_cross_attention_fused(blas_backend, nq, nk, heads, hk, b, bk, shared_q):
     """SAM's cross-attention (nq queries over nk keys, hd 16): keys and values shared by the batch or by groups of
-    heads broadcast as mul_mat's, queries shared through a view of stride 0; one win_attn kernel (1, 4 or 32 lanes
+    heads broadcast as mul_mat's, queries shared through a view of stride 0; one win_attn kernel (1, 4 or 16 lanes
     a query) as the float64 reference."""
     hd = 16
     ctx = ggpy.Context()
@@ -441,7 +441,7 @@ def test_cross_attention_fused(blas_backend, nq, nk, heads, hk, b, bk, shared_q)
     for t in (qsrc, k, v):
         t.set(rng.standard_normal(t.shape).astype(np.float32))
     blas_backend.compute(graph)
-    split = 1 if nk <= 8 else 32 if nq <= 8 and nk > 64 else 4
+    split = 1 if nk <= 8 else 16 if nq <= 16 and nk > 64 else 4
     assert [st.name for st in blas_backend.program(graph)] == [f"win_attn_s{split}_hd{hd}_f32_f32_f32"]
     qv = np.broadcast_to(qsrc.numpy().astype(np.float64).reshape(-1, nq, heads, hd), (b, nq, heads, hd))
     kv = np.repeat(np.broadcast_to(k.numpy().astype(np.float64), (b, hk, nk, hd)), heads // hk, axis=1)

@@ -8,8 +8,8 @@ q: ne = (HD, N, heads, nW), k: ne = (HD, Nk, heads_k, nW_k) with HD contiguous; 
 q itself may be a view of window stride 0); q, k and v of one type T (F32, F16 or BF16); the mask (optional,
 F32/F16) ne = (Nk, >= N, mh, mw) broadcast over heads and windows as soft_max's; the result (HD, heads, N, nW) in
 the contiguous memory of the pattern's last node (a cont, F32, or a cast to T). One block of 128 threads takes
-32 queries of one (window, head); each query is split over 4 adjacent lanes (split_of: 1 lane for a few keys, a
-warp for a few queries over many keys) that take every 4th key of 64-key chunks staged in shared memory: up to
+32 queries of one (window, head); each query is split over 4 adjacent lanes (split_of: 1 lane for a few keys, 16
+for a few queries over many keys) that take every 4th key of 64-key chunks staged in shared memory: up to
 8 of a lane's scores at a time, one rescale by their max, then their P.V (an online softmax: running max, sum
 and accumulator in registers); the lanes combine by shuffles.
 Math in F32 (TF32, F16-weight and half-activation plans too). F16 / BF16 q, k, v run on tensor cores instead
@@ -27,8 +27,8 @@ from .common import C_TYPES, FLOATS, SUFFIX, tensor_ptr
 
 HEAD_DIMS = (16, 32, 64)
 THREADS = 128           # per block of win_attn_k: 128 / split queries
-SPLITS = (1, 4, 32)     # lanes per query of win_attn_k (split): 1 for a few keys, 32 for a few queries over many
-FEW = 8                 # "a few" queries or keys (image-to-prompt and prompt-to-image attention in SAM's decoder)
+SPLITS = (1, 4, 16)     # lanes per query of win_attn_k (split): 1 for a few keys, 16 for a few queries over many
+FEW = 8                 # "a few" keys, 2 FEW queries (image-to-prompt and prompt-to-image attention in SAM's decoder)
 TENSOR_CORE_TYPES = (F16, BF16)     # q, k, v types of the tensor-core kernel (win_attn_tc_k)
 TC_WARPS = 4            # warps per block of win_attn_tc_k, 16 queries each (the C macro of the same name)
 
@@ -297,7 +297,7 @@ class AttnArgs(ctypes.Structure):
 
 def split_of(n: int, nk: int) -> int:
     """Lanes per query of win_attn_k for n queries over nk keys."""
-    return SPLITS[0] if nk <= FEW else SPLITS[2] if n <= FEW and nk > 8 * FEW else SPLITS[1]
+    return SPLITS[0] if nk <= FEW else SPLITS[2] if n <= 2 * FEW and nk > 8 * FEW else SPLITS[1]
 
 
 def kernel_name(hd: int, mask_type, qkv_type=F32, out_type=F32, split: int = SPLITS[1]) -> str:
@@ -350,7 +350,7 @@ def accepts(f) -> bool:
 def steps(backend, f) -> list:
     """The win_attn launch of an accepted Attention pattern (the cont's memory clear of q, k, v and the mask: the
     backend checks). A query gets 4 lanes; 1 when there are a few keys (image tokens attending to prompt tokens),
-    32 for a few queries over many keys (prompt tokens attending to an image)."""
+    16 for a few queries over many keys (prompt tokens attending to an image)."""
     q, k, v, mask = f.q, f.k, f.v, f.mask
     hd, n, heads, nw = q.ne
     nk = k.ne[1]

@@ -419,12 +419,13 @@ def test_window_attention_fused(blas_backend, n, heads, hd, nw, mtype):
     np.testing.assert_allclose(y.numpy().reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("nq,nk,heads,hk,b,bk,shared_q", [(7, 300, 4, 4, 3, 1, False), (7, 300, 4, 2, 3, 3, False),
-                                                            (300, 7, 4, 4, 3, 3, True), (5, 64, 2, 1, 2, 2, False)])
+@pytest.mark.parametrize("nq,nk,heads,hk,b,bk,shared_q", [(7, 300, 8, 8, 8, 1, False), (7, 300, 8, 2, 8, 8, False),
+                                                            (300, 7, 4, 4, 3, 3, True), (5, 64, 2, 1, 2, 2, False),
+                                                            (1, 300, 9, 3, 1, 1, False)])
 def test_cross_attention_fused(blas_backend, nq, nk, heads, hk, b, bk, shared_q):
     """SAM's cross-attention (nq queries over nk keys, hd 16): keys and values shared by the batch or by groups of
     heads broadcast as mul_mat's, queries shared through a view of stride 0; one win_attn kernel (1, 4 or 16 lanes
-    a query) as the float64 reference."""
+    a query; not for a single query over many keys, as in generation) as the float64 reference."""
     hd = 16
     ctx = ggpy.Context()
     qsrc = ctx.new_tensor(ggpy.F32, (hd * heads, nq, 1 if shared_q else b)).set_input()
@@ -442,7 +443,11 @@ def test_cross_attention_fused(blas_backend, nq, nk, heads, hk, b, bk, shared_q)
         t.set(rng.standard_normal(t.shape).astype(np.float32))
     blas_backend.compute(graph)
     split = 1 if nk <= 8 else 16 if nq <= 16 and nk > 64 else 4
-    assert [st.name for st in blas_backend.program(graph)] == [f"win_attn_s{split}_hd{hd}_f32_f32_f32"]
+    names = [st.name for st in blas_backend.program(graph)]
+    if -(-nq // (128 // split)) * heads * b < 64 and nk > 64:     # too few blocks over many keys: GEMMs, soft_max
+        assert not any(name.startswith("win_attn") for name in names)
+    else:
+        assert names == [f"win_attn_s{split}_hd{hd}_f32_f32_f32"]
     qv = np.broadcast_to(qsrc.numpy().astype(np.float64).reshape(-1, nq, heads, hd), (b, nq, heads, hd))
     kv = np.repeat(np.broadcast_to(k.numpy().astype(np.float64), (b, hk, nk, hd)), heads // hk, axis=1)
     vv = np.repeat(np.broadcast_to(v.numpy().astype(np.float64), (b, nk, hk, hd)), heads // hk, axis=2)

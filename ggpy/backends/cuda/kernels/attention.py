@@ -29,7 +29,7 @@ HEAD_DIMS = (16, 32, 64)
 THREADS = 128           # per block of win_attn_k: 128 / split queries
 SPLITS = (1, 4, 16)     # lanes per query of win_attn_k (split): 1 for a few keys, 16 for a few queries over many
 FEW = 8                 # "a few" keys, 2 FEW queries (image-to-prompt and prompt-to-image attention in SAM's decoder)
-MIN_BLOCKS = 64         # blocks that keep the GPU busy: fewer, over more than 8 FEW keys, are refused (accepts)
+MIN_BLOCKS = 64         # blocks that keep the GPU busy: fewer, for a few queries over many keys, are refused
 TENSOR_CORE_TYPES = (F16, BF16)     # q, k, v types of the tensor-core kernel (win_attn_tc_k)
 TC_WARPS = 4            # warps per block of win_attn_tc_k, 16 queries each (the C macro of the same name)
 
@@ -332,8 +332,9 @@ def _aligned(t, dims) -> bool:
 def accepts(f) -> bool:
     """Whether win_attn takes an Attention pattern of the fusion pass: q, k, v of one float type T, P and O F32,
     the result F32 or T; HD in HEAD_DIMS contiguous with 16-byte strides, fewer than 2^15 queries and 65536 heads
-    and windows, no ALiBi; the mask F32/F16 with contiguous rows; at least MIN_BLOCKS blocks when there are many
-    keys (a block walks all the keys: a single query's attention over a long cache is the GEMMs' work)."""
+    and windows, no ALiBi; the mask F32/F16 with contiguous rows; at least MIN_BLOCKS blocks for a few queries
+    over many keys (a block walks all the keys: a generated token's attention over a long cache is the GEMMs'
+    work)."""
     q, k, v, mask = f.q, f.k, f.v, f.mask
     hd, n, heads, nw = q.ne
     t = q.type
@@ -346,8 +347,8 @@ def accepts(f) -> bool:
         return False
     if mask is not None and (mask.type not in (F32, F16) or mask.nb[0] != mask.type.size):
         return False
-    if k.ne[1] > 8 * FEW and _blocks(n, k.ne[1], t) * heads * nw < MIN_BLOCKS:
-        return False        # too few blocks for many keys (one generated token's attention): the GEMMs run
+    if n <= 2 * FEW and k.ne[1] > 4 * FEW and _blocks(n, k.ne[1], t) * heads * nw < MIN_BLOCKS:
+        return False        # too few blocks of a few queries over many keys (a generated token's): the GEMMs run
     return v.type == t and v.nb[1] == t.size and _aligned(v, (0, 2, 3))
 
 

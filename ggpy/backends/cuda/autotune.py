@@ -1,15 +1,16 @@
 """Measure the CUDA backend's choices once and keep the fastest (CUDABackend(autotune=True)).
 
-Two choices are measured, each on scratch device memory of its own (never the graph's buffers): a GEMM's
-cuBLASLt algorithm (up to CANDIDATES answers of the heuristic for the GEMM without its epilogue, timed as
-D = A B with the same layouts; the fastest that also runs with the epilogue is kept, else the heuristic's first
-runs), and the implementation of a node with several (conv_2d: kernels/conv.py). Every candidate gets a
-warm-up call, then ROUNDS rounds of REPS calls timed with CUDA events, the candidates taking turns (none timed on
-a colder GPU than the others); its best round counts. Winners are kept in the process and in one JSON file next
-to the NVRTC cache (compiler.cache_dir() / "autotune", or $GGPY_AUTOTUNE_CACHE as for the CPU's), keyed by the
-device's name and compute capability, so a second process measures nothing. An algorithm is stored as its 64
-bytes (cuBLASLt documents cublasLtMatmulAlgo_t as serializable for one library version, which is in its key)
-and checked with matmul_algo_check before use; failed candidates are stored as None (with CUDA graphs on, also an
+Two choices are measured, each on scratch device memory of its own (never the graph's buffers): a GEMM's cuBLASLt algorithm (up to
+CANDIDATES answers of the heuristic for the GEMM without its epilogue, timed as D = A B with the same layouts; the
+fastest that also runs with the epilogue is kept, else the heuristic's first runs), and the implementation of a
+node with several (conv_2d: kernels/conv.py). Every candidate gets a warm-up call, then ROUNDS rounds of REPS calls
+timed with CUDA events, the candidates taking turns (none timed on a colder GPU than the others); its best round
+counts. With CUDA graphs on, an implementation is timed as a replay of its captured launches (as its plan runs:
+cuDNN's ~50 us of host work per call would otherwise count). Winners are kept in the process and in one JSON file
+next to the NVRTC cache (compiler.cache_dir() / "autotune", or $GGPY_AUTOTUNE_CACHE as for the CPU's), keyed by the
+device's name and compute capability, so a second process measures nothing. An algorithm is stored as its 64 bytes
+(cuBLASLt documents cublasLtMatmulAlgo_t as serializable for one library version, which is in its key) and checked
+with matmul_algo_check before use; failed candidates are stored as None (with CUDA graphs on, also an
 implementation whose launches cannot be captured), and a GEMM with no usable candidate too (the heuristic's first
 then runs without measuring again).
 """
@@ -162,19 +163,21 @@ def _measure_impls(entry, node, impls, backend) -> list:
         shadow.temp = (temps[-1], 0, size)
         steps = entry.steps(backend, shadow, impl)
         runs[impl] = lambda stream, steps=steps: [step(stream) for step in steps]
-    times = _seconds(runs, backend.stream)
-    if backend.graphs:              # a candidate that breaks the CUDA graph of its plan costs more than it saves
-        times = {c: t if t is None or _capturable(runs[c], backend.stream) else None for c, t in times.items()}
+    if backend.graphs:              # timed as the plan will run: replayed, without the host's cost per launch
+        runs = {c: r for c, r in ((c, _replayed(r, backend.stream)) for c, r in runs.items()) if r is not None}
+    times = dict.fromkeys(impls) | _seconds(runs, backend.stream)
     return [_fastest(times), times]
 
 
-def _capturable(run, stream) -> bool:
-    """Whether run(stream) can be captured into a CUDA graph (some cuDNN engines cannot)."""
+def _replayed(run, stream):
+    """run(stream) as one CUDA graph replay (after a plain call that loads its kernels), or None when its launches
+    cannot be captured (some cuDNN engines): a candidate that would break its plan's CUDA graph is not one."""
     try:
-        CapturedGraph([run], stream)
+        run(stream)
+        graph = CapturedGraph([run], stream)
     except CudaError:
-        return False
-    return True
+        return None
+    return lambda s: graph.launch()
 
 
 def tuned_impl(entry, node, backend) -> str | None:

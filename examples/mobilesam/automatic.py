@@ -12,6 +12,7 @@ filter drops anyway gives results equal to the official generator's, which upsca
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from .crops import crop_boxes, layer_point_grids, near_crop_edge
 from .grid_decoder import GridDecoderGraph
 from .mask_stats import MaskStatsGraph
 from .predictor import Predictor
-from .preprocess import resized_shape
+from .preprocess import preprocess, resized_shape
 from .prompt_encoder import KIND_NOT_A_POINT, KIND_POSITIVE
 from .regions import mask_to_box, remove_small_regions
 
@@ -85,6 +86,7 @@ class AutomaticMaskGenerator:
         self.crop_overlap_ratio, self.min_mask_region_area = crop_overlap_ratio, min_mask_region_area
         self.output_mode, self.progress = output_mode, progress
         self.decoders = {}            # batch -> GridDecoderGraph
+        self._inputs = [None, None]   # encoder inputs (3, S, S) of two crops: _prepare fills one ahead
         self.stats_graphs = {}        # (input size, crop size, batch) -> MaskStatsGraph
         self.timings = dict.fromkeys(STAGES, 0.0)
 
@@ -110,7 +112,15 @@ class AutomaticMaskGenerator:
         s = self.predictor.hp.image_size
         wanted = {(resized_shape(y1 - y0, x1 - x0, s), (y1 - y0, x1 - x0)) for x0, y0, x1, y1 in boxes}
         self.stats_graphs = {k: g for k, g in self.stats_graphs.items() if k[:2] in wanted}   # this image's crop sizes
-        data = _cat([self._process_crop(image, box, layer, size) for box, layer in zip(boxes, layers)])
+        parts = []
+        with ThreadPoolExecutor(1) as ahead:    # the next crop's host pre-processing overlaps this crop's decoding
+            job = ahead.submit(self._prepare, image, boxes[0], 0)
+            for i, (box, layer) in enumerate(zip(boxes, layers)):
+                prepared = job
+                if i + 1 < len(boxes):
+                    job = ahead.submit(self._prepare, image, boxes[i + 1], (i + 1) % 2)
+                parts.append(self._process_crop(prepared, box, layer, size))
+        data = _cat(parts)
         if len(boxes) > 1 and data:
             t0 = time.perf_counter()
             c = data["crop_boxes"]
@@ -136,10 +146,21 @@ class AutomaticMaskGenerator:
                 for i, (seg, rle) in enumerate(zip(segmentations, rles))]
 
     # -- one crop -------------------------------------------------------------------------------------------------
-    def _process_crop(self, image, crop_box, layer: int, image_size) -> dict:
+    def _prepare(self, image, crop_box, slot: int) -> tuple:
+        """(the crop's pixels, its encoder input made by preprocess in the kept buffer `slot`): host work, run a crop
+        ahead in a thread (two buffers: one being uploaded, one being filled)."""
+        x0, y0, x1, y1 = crop_box
+        crop = np.ascontiguousarray(image[y0:y1, x0:x1])
+        enc, s = self.predictor.encoder, self.predictor.hp.image_size
+        if self._inputs[slot] is None:
+            self._inputs[slot] = np.zeros((3, s, s), np.float32)
+        return crop, preprocess(crop, s, enc.pixel_mean, enc.pixel_std, out=self._inputs[slot])
+
+    def _process_crop(self, prepared, crop_box, layer: int, image_size) -> dict:
+        """One crop's masks; prepared: the future of its _prepare."""
         x0, y0, x1, y1 = crop_box
         t0 = time.perf_counter()
-        self.predictor.set_image(np.ascontiguousarray(image[y0:y1, x0:x1]))
+        self.predictor.set_image(*prepared.result())
         self.timings["encode"] += time.perf_counter() - t0
         h, w = y1 - y0, x1 - x0
         points = self.point_grids[layer] * np.array([[w, h]])

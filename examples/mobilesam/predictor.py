@@ -222,10 +222,11 @@ class Predictor:
         sched.compute(graph)
         return pe.numpy()
 
-    def set_image(self, image: np.ndarray) -> None:
-        """Encode a uint8 (H, W, 3) RGB image; its embedding serves every later predict."""
+    def set_image(self, image: np.ndarray, prepared: np.ndarray | None = None) -> None:
+        """Encode a uint8 (H, W, 3) RGB image; its embedding serves every later predict. prepared: preprocess's
+        encoder input of this image (3, S, S), when made already."""
         image = np.asarray(image)
-        self.encoder.evaluate_images([image])        # writes image_embedding too (copy_first_embedding_to)
+        self.encoder.evaluate_images([image], None if prepared is None else [prepared])     # also image_embedding
         h, w = image.shape[:2]
         s = self.hp.image_size
         self.original_size, self.input_size = (h, w), resized_shape(h, w, s)

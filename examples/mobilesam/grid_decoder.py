@@ -3,8 +3,8 @@
 Without a mask input every prompt's image tokens start equal (the image embedding plus no_mask_embed), so in the
 first two-way block the keys' positional sum, the token -> image attention's key and value projections and the
 image -> token attention's query projection are the same for every prompt: they are computed once (batch 1) and
-broadcast in the attention products, instead of once per prompt as in mask_decoder.predict_masks. From the first
-block's image update on, the keys differ per prompt and the rest is mask_decoder's. Same results up to float
+broadcast in the attention products (mask_decoder's two_way_transformer on keys of batch 1), instead of once per
+prompt as in mask_decoder.predict_masks. From the first block's image update on, the keys differ per prompt. Same results up to float
 rounding; about a quarter fewer multiply-adds per prompt.
 
 The output upscaling's transposed convolutions run as GEMMs whose bias (tiled over the kernel positions) and GELU
@@ -19,36 +19,9 @@ import numpy as np
 
 import ggpy
 
-from .encoder import layer_norm, linear
-from .mask_decoder import (
-    MD,
-    TR,
-    DecoderParams,
-    attention,
-    batched,
-    final_attention,
-    hypernetworks,
-    iou_head,
-    output_tokens,
-    two_way_block,
-)
+from .encoder import layer_norm
+from .mask_decoder import MD, DecoderParams, batched, hypernetworks, iou_head, output_tokens, two_way_transformer
 from .prompt_encoder import LN2D_EPS, dense_embeddings, sparse_embeddings
-
-
-def first_block(m, queries, keys, query_pe, key_pe, n_heads: int):
-    """two_way_block of layer 0 (no positional encoding in the self-attention) with keys ne = (D, N, 1) shared by
-    the B prompts of queries ne = (D, T, B) -> (queries (D, T, B), keys (D, N, B))."""
-    p = f"{TR}.layers.0"
-    queries = layer_norm(m, f"{p}.norm1", attention(m, f"{p}.self_attn", queries, queries, queries, n_heads))
-    k = ggpy.add(keys, key_pe)                                                          # once for the batch
-    q = ggpy.add(queries, query_pe)
-    queries = ggpy.add(queries, attention(m, f"{p}.cross_attn_token_to_image", q, k, keys, n_heads))
-    queries = layer_norm(m, f"{p}.norm2", queries)
-    mlp = linear(m, f"{p}.mlp.lin2", ggpy.relu(linear(m, f"{p}.mlp.lin1", queries)))
-    queries = layer_norm(m, f"{p}.norm3", ggpy.add(queries, mlp))
-    q = ggpy.add(queries, query_pe)
-    update = attention(m, f"{p}.cross_attn_image_to_token", k, q, queries, n_heads)
-    return queries, layer_norm(m, f"{p}.norm4", ggpy.add(update, keys))
 
 
 def tiled_bias(m, prefix: str):
@@ -104,10 +77,7 @@ def predict_masks(m, hp: DecoderParams, image, image_pe, sparse, batch: int, bia
     tokens = ggpy.concat(batched(output_tokens(m), (d, 1 + hp.num_mask_tokens, batch)), sparse, 1)
     keys = ggpy.reshape_3d(ggpy.add(image, dense_embeddings(m)), d, e * e, 1)
     pe = ggpy.reshape_2d(image_pe, d, e * e)
-    queries, keys = first_block(m, tokens, keys, tokens, pe, hp.num_heads)
-    for i in range(1, hp.depth):
-        queries, keys = two_way_block(m, f"{TR}.layers.{i}", queries, keys, tokens, pe, hp.num_heads, False)
-    queries = final_attention(m, queries, keys, tokens, pe, hp.num_heads)
+    queries, keys = two_way_transformer(m, hp, keys, pe, tokens)       # keys shared until block 0's image update
     masks = upscaled_masks(m, ggpy.reshape_4d(keys, d, e, e, batch), hypernetworks(m, hp, queries), biases)
     return masks, iou_head(m, queries)
 

@@ -80,8 +80,8 @@ def attention(m, prefix: str, q, k, v, n_heads: int):
 
 def two_way_block(m, prefix: str, queries, keys, query_pe, key_pe, n_heads: int, skip_first_layer_pe: bool):
     """TwoWayAttentionBlock: token self-attention, tokens -> image, ReLU MLP, image -> tokens, each followed by
-    a residual and a LayerNorm. queries, query_pe ne = (D, T, B); keys ne = (D, N, B), key_pe ne = (D, N) ->
-    (queries, keys)."""
+    a residual and a LayerNorm. queries, query_pe ne = (D, T, B); keys ne = (D, N, B or 1: shared by the batch
+    until their update), key_pe ne = (D, N) -> (queries, keys ne = (D, N, B))."""
     if skip_first_layer_pe:
         queries = attention(m, f"{prefix}.self_attn", queries, queries, queries, n_heads)
     else:
@@ -95,7 +95,7 @@ def two_way_block(m, prefix: str, queries, keys, query_pe, key_pe, n_heads: int,
     mlp = linear(m, f"{prefix}.mlp.lin2", ggpy.relu(linear(m, f"{prefix}.mlp.lin1", queries)))
     queries = layer_norm(m, f"{prefix}.norm3", ggpy.add(queries, mlp))
     q = ggpy.add(queries, query_pe)
-    keys = ggpy.add(keys, attention(m, f"{prefix}.cross_attn_image_to_token", k, q, queries, n_heads))
+    keys = ggpy.add(attention(m, f"{prefix}.cross_attn_image_to_token", k, q, queries, n_heads), keys)
     return queries, layer_norm(m, f"{prefix}.norm4", keys)
 
 
@@ -108,8 +108,8 @@ def final_attention(m, queries, keys, query_pe, key_pe, n_heads: int):
 
 
 def two_way_transformer(m, hp: DecoderParams, image, image_pe, tokens):
-    """TwoWayTransformer: image ne = (D, N, B) and image_pe ne = (D, N) image tokens, tokens ne = (D, T, B) (also
-    the queries' positional encoding) -> (queries ne = (D, T, B), keys ne = (D, N, B))."""
+    """TwoWayTransformer: image ne = (D, N, B or 1) and image_pe ne = (D, N) image tokens, tokens ne = (D, T, B)
+    (also the queries' positional encoding) -> (queries ne = (D, T, B), keys ne = (D, N, B))."""
     queries, keys = tokens, image
     for i in range(hp.depth):
         queries, keys = two_way_block(m, f"{TR}.layers.{i}", queries, keys, tokens, image_pe, hp.num_heads, i == 0)

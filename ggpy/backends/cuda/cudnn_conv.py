@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ...errors import CudaError
 from ...types import BF16, F16, F32
 from .kernels.common import SUFFIX, tensor_ptr
-from .kernels.matmul import contiguous
+from .kernels.matmul import align_temp, contiguous
 
 ALIGN = 16                  # the byte alignment cuDNN's plans assume of every pointer
 _FRONTEND: list = []        # [the cudnn module, or None where it is missing or does not load], once tried
@@ -141,15 +141,11 @@ def _parts(node, plan: Plan) -> tuple[list, int]:
     """([(0 a | 1 b | 2 y, layout, temp offset)] of the copies in the temp block, after the workspace; its bytes)."""
     parts = [(i, contiguous(t, plan.ctype)) for i, t in enumerate(node.src[:2]) if t.type != plan.ctype]
     parts += [(2, contiguous(node, plan.ctype))] if plan.y_temp else []
-    offset, out = _align(plan.workspace), []
+    offset, out = align_temp(plan.workspace), []
     for i, lay in parts:
         out.append((i, lay, offset))
-        offset += _align(lay.nbytes)
+        offset += align_temp(lay.nbytes)
     return out, offset
-
-
-def _align(n: int) -> int:
-    return (n + 255) // 256 * 256
 
 
 def _plans(node) -> list:

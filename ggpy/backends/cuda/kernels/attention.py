@@ -353,7 +353,7 @@ def accepts(f) -> bool:
 
 
 def _blocks(n: int, nk: int, t) -> int:
-    """Blocks per (head, window) of n queries over nk keys."""
+    """Blocks per (head, window) of n queries over nk keys in q, k, v of type t (win_attn_tc_k's or win_attn_k's)."""
     per_block = 16 * TC_WARPS if t in TENSOR_CORE_TYPES else THREADS // split_of(n, nk)
     return -(-n // per_block)
 
@@ -378,13 +378,10 @@ def steps(backend, f) -> list:
         a.mh, a.mw = mask.ne[2], mask.ne[3]
     else:
         a.mh = a.mw = 1
-    if q.type in TENSOR_CORE_TYPES:
-        name = kernel_name(hd, mask.type if mask is not None else None, q.type, f.cont.type)
-        return [backend.launch_struct(f.head, name, (-(-n // (16 * TC_WARPS)), heads, nw), (32 * TC_WARPS, 1, 1), a)]
-    split = split_of(n, nk)
-    name = kernel_name(hd, mask.type if mask is not None else None, q.type, f.cont.type, split)
-    per_block = THREADS // split
-    return [backend.launch_struct(f.head, name, (-(-n // per_block), heads, nw), (THREADS, 1, 1), a)]
+    tc = q.type in TENSOR_CORE_TYPES
+    name = kernel_name(hd, mask.type if mask is not None else None, q.type, f.cont.type, split_of(n, nk))
+    grid = (_blocks(n, nk, q.type), heads, nw)
+    return [backend.launch_struct(f.head, name, grid, (32 * TC_WARPS if tc else THREADS, 1, 1), a)]
 
 
 def flash_attn_refusal(node) -> str:

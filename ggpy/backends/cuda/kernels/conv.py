@@ -19,7 +19,7 @@ from ..cublas import MISSING, WORKSPACE, Gemm
 from ..registry import register
 from .common import C_TYPES, FLOATS, SUFFIX, tensor_ptr
 from .elementwise import UNARY
-from .matmul import contiguous, gemm_type
+from .matmul import align_temp, contiguous, gemm_type
 
 DW3_STRIDES = (1, 2)            # the strides of the fast 3x3 CWHN depthwise kernel (conv_dw3_cwhn)
 DW3_BLOCK = 128
@@ -608,10 +608,6 @@ def _bands(node) -> list:
     return [(n, oh0, min(rows, OH - oh0)) for n in range(node.ne[3]) for oh0 in range(0, OH, rows)]
 
 
-def _align(n: int) -> int:
-    return (n + 255) // 256 * 256
-
-
 def _positions_first(node) -> bool:
     """Whether im2col runs as im2col_pos (an image with W before C in memory), else im2col_cf."""
     b = node.src[1]
@@ -639,7 +635,7 @@ def temp_size(node, impl: str) -> int:
         return 0
     cols = _depth(node) * node.ne[0] * max(r for _, _, r in _bands(node)) * gemm_type(node).size
     c, _ = _kernel_copy(node)
-    return WORKSPACE + _align(cols) + (_align(c.nbytes) if c is not None else 0)
+    return WORKSPACE + align_temp(cols) + (align_temp(c.nbytes) if c is not None else 0)
 
 
 def _im2col_config(pos: bool, OW: int, rows: int, CI: int) -> tuple:
@@ -675,7 +671,7 @@ def conv_2d_steps(backend, node, impl: str) -> list:
     pk, steps_ = tensor_ptr(a), []
     c, view = _kernel_copy(node)
     if c is not None:
-        pk = cols + _align(K * OW * max(r for _, _, r in bands) * gtype.size)
+        pk = cols + align_temp(K * OW * max(r for _, _, r in bands) * gtype.size)
         steps_.append(backend.launch(node, f"copy_{SUFFIX[a.type]}_{SUFFIX[gtype]}", pk, c, [(tensor_ptr(a), view)]))
     kmat = SimpleNamespace(ne=(K, CO, 1, 1), type=gtype)
     tf32 = gtype == F32 and backend.allow_tf32

@@ -70,7 +70,8 @@ def contiguous(t, type_):
                            type=type_, name=f"{t.name} ({type_.name} copy)")
 
 
-def _align(n: int) -> int:
+def align_temp(n: int) -> int:
+    """n bytes rounded up to ALIGN: where the next block of a node's temp starts."""
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
@@ -82,7 +83,7 @@ def conversions(node) -> list:
         if operand_layout(t, type_) is None:
             c = contiguous(t, type_)
             out.append((i, offset, c))
-            offset += _align(c.nbytes)
+            offset += align_temp(c.nbytes)
     return out
 
 
@@ -90,7 +91,7 @@ def temp_size(node) -> int:
     """The workspace plus the operand copies (none for the dot-product kernel)."""
     if quant.uses_mmv(node):
         return 0
-    return WORKSPACE + sum(_align(c.nbytes) for _, _, c in conversions(node))
+    return WORKSPACE + sum(align_temp(c.nbytes) for _, _, c in conversions(node))
 
 
 def _rows_uniform(t, row_stride: int) -> bool:

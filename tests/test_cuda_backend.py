@@ -65,6 +65,18 @@ def test_mul_mat_plan(blas_backend):
     assert y.temp is not None and y.temp[2] == blas_backend.temp_size(y) > (32 << 20)
 
 
+def _computed(backend, y, leafs, seed: int) -> list:
+    """Plan y's graph on backend, fill `leafs` with seeded standard normal values, compute: its step names."""
+    graph = ggpy.Graph()
+    graph.build_forward_expand(y)
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    rng = np.random.default_rng(seed)
+    for t in leafs:
+        t.set(rng.standard_normal(t.shape).astype(np.float32))
+    backend.compute(graph)
+    return [st.name for st in backend.program(graph)]
+
+
 def _np_mul_mat(a, b):
     """ggml mul_mat on numpy arrays in reversed-ne order (dims 3, 2 of a broadcast over b's)."""
     r3, r2 = b.shape[0] // a.shape[0], b.shape[1] // a.shape[1]
@@ -108,14 +120,7 @@ def test_mul_mat_bias_epilogue(blas_backend, act):
     y = ggpy.add(ggpy.mul_mat(w, x), bias)
     if act:
         y = getattr(ggpy, act)(y)
-    graph = ggpy.Graph()
-    graph.build_forward_expand(y)
-    ggpy.GraphAllocator(blas_backend).alloc_graph(graph)
-    rng = np.random.default_rng(1)
-    for t in (w, x, bias):
-        t.set(rng.standard_normal(t.shape).astype(np.float32))
-    blas_backend.compute(graph)
-    names = [st.name for st in blas_backend.program(graph)]
+    names = _computed(blas_backend, y, (w, x, bias), 1)
     assert names == ["cublaslt_f32_f32+bias"] + (["gelu_erf_c_f32"] if act else [])
     ref = _np_mul_mat(w.numpy()[None, None], x.numpy()[None]) + bias.numpy()
     if act:
@@ -435,15 +440,8 @@ def test_cross_attention_fused(blas_backend, nq, nk, heads, hk, b, bk, shared_q)
                      0, 2, 1, 3)
     p = ggpy.soft_max_ext(ggpy.mul_mat(k, q), None, 0.3)
     y = ggpy.cont(ggpy.permute(ggpy.mul_mat(ggpy.permute(v, 1, 2, 0, 3), p), 0, 2, 1, 3))
-    graph = ggpy.Graph()
-    graph.build_forward_expand(y)
-    ggpy.GraphAllocator(blas_backend).alloc_graph(graph)
-    rng = np.random.default_rng(11)
-    for t in (qsrc, k, v):
-        t.set(rng.standard_normal(t.shape).astype(np.float32))
-    blas_backend.compute(graph)
+    names = _computed(blas_backend, y, (qsrc, k, v), 11)
     split = 1 if nk <= 8 else 16 if nq <= 16 and nk > 64 else 4
-    names = [st.name for st in blas_backend.program(graph)]
     if nq <= 16 and nk > 32 and -(-nq // (128 // split)) * heads * b < 64:     # too few blocks: GEMMs, soft_max
         assert not any(name.startswith("win_attn") for name in names)
     else:

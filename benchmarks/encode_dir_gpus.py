@@ -100,7 +100,7 @@ def run_way(images: Path, out: Path, gpus: int, share: bool, batch: int) -> dict
     proc = start_cluster(port, gpus, env)
     started = time.perf_counter() - t0
     try:
-        t0 = time.perf_counter()
+        t0, began = time.perf_counter(), time.time()
         r = subprocess.run([sys.executable, "-m", "examples.mobilesam", "encode-dir", str(images), "-o", str(out),
                             "-b", "cuda", "--batch", str(batch), "--ray", f"127.0.0.1:{port}"], env=env, cwd=ROOT,
                            capture_output=True, text=True)
@@ -109,7 +109,7 @@ def run_way(images: Path, out: Path, gpus: int, share: bool, batch: int) -> dict
         stop_cluster(proc)
     if r.returncode != 0:
         raise SystemExit(f"encode-dir failed ({r.returncode}):\n{r.stderr[-3000:]}")
-    return {"start_s": started, "wall_s": wall, "summary": r.stdout.strip().splitlines()[-1]}
+    return {"start_s": started, "wall_s": wall, "began": began, "summary": r.stdout.strip().splitlines()[-1]}
 
 
 def warm_kernel_cache(images: Path, out: Path, batch: int) -> float:
@@ -127,11 +127,13 @@ def warm_kernel_cache(images: Path, out: Path, batch: int) -> float:
     return time.perf_counter() - t0
 
 
-def steady_rate(out: Path) -> float:
-    """Images/s over the last 90% of embeddings written (start-up and the first calls left out)."""
+def steady_rate(out: Path, began: float) -> tuple:
+    """(images/s over the last 90% of embeddings written (start-up and the first calls left out), the seconds after
+    the job began at which the first, 10%, 50% and last embeddings were written)."""
     times = sorted(p.stat().st_mtime for p in out.rglob("*.npy"))
     first = len(times) // 10
-    return (len(times) - 1 - first) / (times[-1] - times[first]) if times[-1] > times[first] else float("nan")
+    rate = (len(times) - 1 - first) / (times[-1] - times[first]) if times[-1] > times[first] else float("nan")
+    return rate, [round(times[i] - began, 1) for i in (0, first, len(times) // 2, -1)]
 
 
 def check(images: Path, out: Path, reference: Path | None) -> tuple:
@@ -180,7 +182,8 @@ def main(argv=None) -> int:
             r = run_way(images, out, gpus, shared, opts.batch)
             once, diff = check(images, out, reference)
             reference = reference or out
-            rates[name], steady[name] = opts.images / r["wall_s"], steady_rate(out)
+            (steady[name], marks), rates[name] = steady_rate(out, r["began"]), opts.images / r["wall_s"]
+            print(f"{name}: embeddings first / 10% / 50% / last written {marks} s after the job began", flush=True)
             rows.append(f"| {name} | {r['start_s']:.1f} | {r['wall_s']:.1f} | {rates[name]:.1f} | "
                         f"{rates[name] / rates['1 GPU']:.2f} | {steady[name]:.1f} | {steady[name] / steady['1 GPU']:.2f} "
                         f"| {'yes' if once else 'NO'} | {diff:.1e} |")

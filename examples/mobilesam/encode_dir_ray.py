@@ -82,10 +82,10 @@ def dataset(items: list, settings: dict, prep: dict):
     actors = min(pool_size(settings["backend"], settings["threads"] if cpu else 1), math.ceil(len(items) / call))
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False                     # the driver's bar counts images
-    # Read ahead about 2 calls per actor, not Ray Data's default share of the object store (GiBs: a 40-image
-    # folder was read whole ahead of 2 CPU actors here); an input is 3 x S x S float32.
+    # Read ahead about 4 calls per actor, not Ray Data's default share of the object store (GiBs: a 40-image
+    # folder was read whole ahead of 2 CPU actors here); a read image is uint8, S x S x 3 at most.
     ctx.execution_options.resource_limits = ctx.execution_options.resource_limits.copy(
-        object_store_memory=max(2 * actors * call, 16) * 12 * prep["image_size"] ** 2)
+        object_store_memory=max(4 * actors * call, 16) * 3 * prep["image_size"] ** 2)
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)   # says the bars are off
     blocks = min(len(items), 20_000)

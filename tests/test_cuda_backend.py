@@ -230,25 +230,33 @@ def test_driver_errors_name_the_call(backend):
         backend.buffer_type.alloc_buffer(1 << 60)
 
 
+@pytest.mark.parametrize("act", [None, "gelu_erf", "relu"])
 @pytest.mark.parametrize("n", [64, 150, 320, 500, 513, 3000])
-def test_norm_affine_fused(backend, n):
-    """norm -> mul(weight) -> add(bias) (LayerNorm's affine) is one row kernel writing the add's memory."""
+def test_norm_affine_fused(backend, n, act):
+    """norm -> mul(weight) -> add(bias) [-> activation] (LayerNorm's affine) is one row kernel writing the last
+    node's memory."""
+    from math import erf
     ctx = ggpy.Context()
     x = ctx.new_tensor(ggpy.F32, (n, 7, 3)).set_input()
     w = ctx.new_tensor(ggpy.F32, (n,)).set_input()
     b = ctx.new_tensor(ggpy.F32, (n,)).set_input()
     y = ggpy.add(ggpy.mul(ggpy.norm(x, 1e-5), w), b)
+    y = getattr(ggpy, act)(y) if act else y
     graph = ggpy.Graph()
     graph.build_forward_expand(y)
     ggpy.GraphAllocator(backend).alloc_graph(graph)
     rng = np.random.default_rng(2)
     for t in (x, w, b):
-        t.set((rng.standard_normal(t.shape) + 3).astype(np.float32))
+        t.set((rng.standard_normal(t.shape) + 3 * (act is None)).astype(np.float32))
     backend.compute(graph)
     kernel = "norm_affine_f32" if n > 512 else "norm_affine_vec_f32" if n % 4 == 0 else "norm_affine_warp_f32"
-    assert [st.name for st in backend.program(graph)] == [kernel]
+    assert [st.name for st in backend.program(graph)] == [kernel + "+scale+bias" + (f"+{act}" if act else "")]
     xv = x.numpy().astype(np.float64)
     ref = (xv - xv.mean(-1, keepdims=True)) / np.sqrt(xv.var(-1, keepdims=True) + 1e-5) * w.numpy() + b.numpy()
+    if act == "gelu_erf":
+        ref = 0.5 * ref * (1 + np.vectorize(erf)(ref / np.sqrt(2)))
+    elif act == "relu":
+        ref = np.maximum(ref, 0)
     assert np.allclose(y.numpy(), ref, atol=1e-4)
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -52,7 +51,6 @@ class ImageEncoder:
             self.backend.graphs = False
         self.dtype, self.batch = dtype, batch
         self._host_input = None             # encode_many's pre-processed batch, float32 (B, 3, S, S)
-        self._pool = None                   # encode_many's threads normalising images side by side
         self.model = load_gguf(model_path, self.backend, architecture="mobilesam", convert=weight_converter(act))
         self.hp = EncoderParams.from_metadata(self.model.metadata)
         self.pixel_mean = tuple(self.model.metadata["mobilesam.pixel_mean"])
@@ -129,21 +127,14 @@ class ImageEncoder:
             if self._host_input is None:    # kept: fresh 12 MiB pages per image cost milliseconds
                 self._host_input = np.zeros((self.batch, 3, s, s), np.float32)
             x = self._host_input
-            if prepared is None:        # numpy lets go of the GIL: the images are normalised side by side
-                list(self._preprocessors().map(lambda i: preprocess(images[i], s, self.pixel_mean, self.pixel_std,
-                                                                    out=x[i]), range(len(images))))
-            else:
-                for i, array in enumerate(prepared):
-                    x[i] = array
+            for i, image in enumerate(images):
+                if prepared is None:
+                    preprocess(image, s, self.pixel_mean, self.pixel_std, out=x[i])
+                else:
+                    x[i] = prepared[i]
             x[len(images):] = 0
             self.set_input(x)
         self.evaluate()
-
-    def _preprocessors(self) -> ThreadPoolExecutor:
-        """Up to 4 threads (one per image of the batch) pre-processing a batch, made at the first use."""
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(min(self.batch, 4), thread_name_prefix="preprocess")
-        return self._pool
 
     def profile(self) -> tuple[dict, dict]:
         """Evaluate once, timing every kernel: ({stage: seconds}, {kernel: seconds}), stages in STAGES order."""

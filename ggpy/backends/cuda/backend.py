@@ -127,7 +127,7 @@ class CUDABackend(Backend):
             if n.op == "conv_2d":
                 return self._entry(n) is not None and self.impl_for(n) == "direct"
             return self._entry(n) is not None
-        return find_fusions(graph, head_ok, act_ok=lambda head: head.op in ("conv_2d_dw", "conv_2d"), residual=True,
+        return find_fusions(graph, head_ok, act_ok=lambda head: head.op in ("conv_2d_dw", "conv_2d", "norm"), residual=True,
                             attention=True, cast=True, chain=lambda n: self.refusal(n) is None,
                             accepts=self._accepts)
 

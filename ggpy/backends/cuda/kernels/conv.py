@@ -18,7 +18,7 @@ from .. import cudnn_conv
 from ..cublas import MISSING, WORKSPACE, Gemm
 from ..registry import register
 from .common import C_TYPES, FLOATS, SUFFIX, tensor_ptr
-from .elementwise import UNARY
+from .elementwise import epilogue_act_source
 from .matmul import align_temp, contiguous, gemm_type
 
 DW3_STRIDES = (1, 2)            # the strides of the fast 3x3 CWHN depthwise kernel (conv_dw3_cwhn)
@@ -522,17 +522,9 @@ def _instances():
             yield f"conv_transpose_2d_{pair}", f"conv_transpose<{types}>"
 
 
-def _epilogue_act_source() -> str:
-    """epilogue_act(op, x): x through the activation with id `op` (0: none; the op table's ACTIVATIONS)."""
-    cases = "".join(f"        case {i}: return {UNARY[act]};\n" for act, i in ACTIVATIONS.items())
-    return ("#ifndef GGPY_EPILOGUE_ACT\n#define GGPY_EPILOGUE_ACT\n"
-            "__device__ __forceinline__ float epilogue_act(int op, float x) {\n    switch (op) {\n" + cases
-            + "        default: return x;\n    }\n}\n#endif\n")
-
-
 def source() -> str:
     entries = "".join(f'extern "C" __global__ void {name}(const Args a) {{ {call}(a); }}\n' for name, call in _instances())
-    return f"#define DIRECT_K {DIRECT_K}\n#define DIRECT_W {DIRECT_W}\n" + _epilogue_act_source() + _TEMPLATE + entries
+    return f"#define DIRECT_K {DIRECT_K}\n#define DIRECT_W {DIRECT_W}\n" + epilogue_act_source() + _TEMPLATE + entries
 
 
 # -- conv_2d: direct, im2col + cuBLASLt, or implicit GEMM ---------------------------------------------------------

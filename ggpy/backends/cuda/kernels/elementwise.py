@@ -7,6 +7,7 @@ replace the per-element unravel (b's index is (i / inner) % b's elements). The o
 where the tensors fit (iparam32)."""
 from __future__ import annotations
 
+from ....ops.registry import ACTIVATIONS
 from ..registry import register
 from .common import BLOCK, C_TYPES, FLOATS, MAX_BLOCKS, SUFFIX, iparam32
 
@@ -195,5 +196,14 @@ def source() -> str:
     return "".join(parts)
 
 
+def epilogue_act_source() -> str:
+    """epilogue_act(op, x): x through the activation with id `op` (0: none; the op table's ACTIVATIONS)."""
+    cases = "".join(f"        case {i}: return {UNARY[act]};\n" for act, i in ACTIVATIONS.items())
+    return ("#ifndef GGPY_EPILOGUE_ACT\n#define GGPY_EPILOGUE_ACT\n"
+            "__device__ __forceinline__ float epilogue_act(int op, float x) {\n    switch (op) {\n" + cases
+            + "        default: return x;\n    }\n}\n#endif\n")
+
+
 register(ops=tuple(BINARY) + tuple(UNARY), source=source, refusal=refusal, kernel_name=kernel_name, params=params,
          iparam=iparam, launch_config=launch_config)
+

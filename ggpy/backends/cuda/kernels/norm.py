@@ -4,8 +4,10 @@ with any strides. A norm followed by mul(weight) and add(bias) runs fused as nor
 ggpy/graph/fusion.py)."""
 from __future__ import annotations
 
+from ....ops.registry import ACTIVATIONS
 from ..registry import register
 from .common import C_TYPES, FLOATS, SUFFIX, row_launch, rows, tensor_ptr, vector_rows
+from .elementwise import epilogue_act_source
 
 NORM_WARP_MAX = 32 * 16             # LayerNorm rows up to this long: one warp per row (norm_affine_warp)
 NORM_WARP_BLOCK = 128
@@ -30,8 +32,8 @@ template <typename T, bool RMS> __device__ void norm_row(const Args& a) {      /
     ROW_LOOP(i) *(T*)(y + i * a.nb[0]) = from_f<T>((X(i) - mean) * inv);
 }
 
-// LayerNorm with its affine fused (norm -> mul(weight) -> add(bias)): src1 the weight, src2 the bias (of T,
-// contiguous, ne0[0] each); dst T (the add's memory) by its nb. Sums in float over the row held in registers
+// LayerNorm with its affine fused (norm -> mul(weight) -> add(bias) [-> activation iop, see epilogue_act]): src1 the
+// weight, src2 the bias (of T, contiguous, ne0[0] each); dst T (the last node's memory) by its nb. Sums in float over the row held in registers
 // when it fits (ne0[0] <= 8 * blockDim.x), else re-read.
 template <typename T> __device__ void norm_affine_row(const Args& a) {      // p0: eps
     i64 c[4]; row_coords(a, c);
@@ -59,10 +61,10 @@ template <typename T> __device__ void norm_affine_row(const Args& a) {      // p
     #pragma unroll
     for (int j = 0; j < 8; ++j) {
         const int i = threadIdx.x + j * blockDim.x;
-        if (i < n) *(T*)(y + i * a.nb[0]) = from_f<T>((v[j] - mean) * inv * to_f(w[i]) + to_f(b[i]));
+        if (i < n) *(T*)(y + i * a.nb[0]) = from_f<T>(epilogue_act(a.iop, (v[j] - mean) * inv * to_f(w[i]) + to_f(b[i])));
     }
     for (int i = threadIdx.x + 8 * blockDim.x; i < n; i += blockDim.x)
-        *(T*)(y + i * a.nb[0]) = from_f<T>((X(i) - mean) * inv * to_f(w[i]) + to_f(b[i]));
+        *(T*)(y + i * a.nb[0]) = from_f<T>(epilogue_act(a.iop, (X(i) - mean) * inv * to_f(w[i]) + to_f(b[i])));
 }
 
 // norm_affine_row for rows of at most 32 * NORM_WARP_V elements: one warp per row, the row in registers, warp
@@ -95,7 +97,7 @@ template <typename T> __device__ void norm_affine_warp(const Args& a) {      // 
     #pragma unroll
     for (int j = 0; j < NORM_WARP_V; ++j) {
         const int i = lane + 32 * j;
-        if (i < n) *(T*)(y + i * ys) = from_f<T>((v[j] - mean) * inv * to_f(w[i]) + to_f(b[i]));
+        if (i < n) *(T*)(y + i * ys) = from_f<T>(epilogue_act(a.iop, (v[j] - mean) * inv * to_f(w[i]) + to_f(b[i])));
     }
 }
 
@@ -133,8 +135,10 @@ template <typename T> __device__ void norm_affine_vec(const Args& a) {      // p
         const int i = lane + 32 * j;
         if (i < n4) {
             const float4 w = load4<T>(a.src1 + i * 4 * (int)sizeof(T)), b = load4<T>(a.src2 + i * 4 * (int)sizeof(T));
-            store4<T>(y + i * 4 * (int)sizeof(T), make_float4((v[j].x - mean) * inv * w.x + b.x, (v[j].y - mean) * inv * w.y + b.y,
-                                                              (v[j].z - mean) * inv * w.z + b.z, (v[j].w - mean) * inv * w.w + b.w));
+            store4<T>(y + i * 4 * (int)sizeof(T), make_float4(epilogue_act(a.iop, (v[j].x - mean) * inv * w.x + b.x),
+                                                              epilogue_act(a.iop, (v[j].y - mean) * inv * w.y + b.y),
+                                                              epilogue_act(a.iop, (v[j].z - mean) * inv * w.z + b.z),
+                                                              epilogue_act(a.iop, (v[j].w - mean) * inv * w.w + b.w)));
         }
     }
 }
@@ -195,9 +199,9 @@ def launch_config(node) -> tuple:
 
 
 def norm_affine_steps(backend, node, fused) -> list:
-    """A norm with its affine (a fused Epilogue: scale and bias row vectors of the norm's type) as one row kernel
-    writing the add's memory."""
-    add = fused.add_node
+    """A norm with its affine (a fused Epilogue: scale and bias row vectors of the norm's type, optionally an
+    activation) as one row kernel writing the last node's memory (the add's or the activation's)."""
+    add = fused.last
     x = node.src[0]
     n = x.ne[0]
     block = 32 if n <= 256 else 128 if n <= 1024 else 256
@@ -208,11 +212,13 @@ def norm_affine_steps(backend, node, fused) -> list:
         if n <= NORM_VEC_MAX and n % 4 == 0 and vector_rows(x, ptrs, align) and vector_rows(add, (), align):
             name = f"norm_affine_vec_{SUFFIX[x.type]}"
     srcs = [(tensor_ptr(x), x), (tensor_ptr(fused.scale), fused.scale), (tensor_ptr(fused.bias), fused.bias)]
-    return [backend.launch(node, name, tensor_ptr(add), add, srcs, params(node), config)]
+    launch = backend.launch(node, name, tensor_ptr(add), add, srcs, params(node), config, ACTIVATIONS.get(fused.act, 0))
+    launch.name = fused.name(launch.name)
+    return [launch]
 
 
 def source() -> str:
-    parts = [_SOURCE]
+    parts = [epilogue_act_source(), _SOURCE]
     for t in FLOATS:
         c, s = C_TYPES[t], SUFFIX[t]
         for name, body in (("norm", f"norm_row<{c}, false>"), ("rms_norm", f"norm_row<{c}, true>"),

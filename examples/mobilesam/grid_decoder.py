@@ -19,33 +19,9 @@ import numpy as np
 
 import ggpy
 
-from .encoder import layer_norm, linear
-from .mask_decoder import (MD, DecoderParams, attention, batched, hypernetworks, iou_head, output_tokens,
-                           two_way_transformer)
+from .encoder import layer_norm
+from .mask_decoder import MD, DecoderParams, batched, hypernetworks, iou_head, output_tokens, two_way_transformer
 from .prompt_encoder import LN2D_EPS, dense_embeddings, sparse_embeddings
-
-
-def absorbed_attention(m, prefix: str, q, k, v, n_heads: int):
-    """mask_decoder.attention of a few queries q ne = (D, Nq, B) over the keys k, v ne = (D, Nk, B) of every prompt,
-    with the key and value projections absorbed: per head h, softmax((Wk_h^T q_h) . k) . v, then Wv_h. The Nk keys
-    are multiplied at width D for each head's few queries instead of projected to I channels: 2 Nq D H against
-    2 D I multiply-adds per key (56 against 64 K for the decoder's 7 tokens). The key bias drops out of the softmax
-    (the same along each row) and the value bias is added after (a row of the softmax sums to 1): equal up to
-    float rounding. Keys shared by the batch (B = 1) take mask_decoder.attention (their projections are made once)."""
-    if k.ne[2] == 1:
-        return attention(m, prefix, q, k, v, n_heads)
-    wk, wv = m.get(f"{prefix}.k_proj.weight"), m.get(f"{prefix}.v_proj.weight")          # ne = (D, I)
-    (d, inner), (nk, b), nq = wk.ne[:2], k.ne[1:3], q.ne[1]
-    hd = inner // n_heads
-    qp = linear(m, f"{prefix}.q_proj", q)                                                # (I, Nq, B)
-    q_heads = ggpy.permute(ggpy.reshape_4d(qp, hd, n_heads, nq, qp.ne[2]), 0, 2, 1, 3)    # (hd, Nq, H, B)
-    wk_heads = ggpy.cont(ggpy.permute(ggpy.reshape_3d(ggpy.cont(ggpy.transpose(wk)), hd, n_heads, d), 0, 2, 1, 3))
-    q_keys = ggpy.mul_mat(wk_heads, q_heads)                                             # (D, Nq, H, B)
-    scores = ggpy.soft_max_ext(ggpy.mul_mat(ggpy.reshape_4d(k, d, nk, 1, b), q_keys), None, hd ** -0.5)
-    v_t = ggpy.permute(ggpy.reshape_4d(v, d, nk, 1, b), 1, 0, 2, 3)                       # (Nk, D, 1, B)
-    out = ggpy.mul_mat(ggpy.reshape_3d(wv, d, hd, n_heads), ggpy.mul_mat(v_t, scores))   # (hd, Nq, H, B)
-    out = ggpy.cont_3d(ggpy.permute(out, 0, 2, 1, 3), inner, nq, b)
-    return linear(m, f"{prefix}.out_proj", ggpy.add(out, m.get(f"{prefix}.v_proj.bias")))
 
 
 def tiled_bias(m, prefix: str):
@@ -101,7 +77,7 @@ def predict_masks(m, hp: DecoderParams, image, image_pe, sparse, batch: int, bia
     tokens = ggpy.concat(batched(output_tokens(m), (d, 1 + hp.num_mask_tokens, batch)), sparse, 1)
     keys = ggpy.reshape_3d(ggpy.add(image, dense_embeddings(m)), d, e * e, 1)
     pe = ggpy.reshape_2d(image_pe, d, e * e)
-    queries, keys = two_way_transformer(m, hp, keys, pe, tokens, absorbed_attention)   # keys shared until block 0's update
+    queries, keys = two_way_transformer(m, hp, keys, pe, tokens)       # keys shared until block 0's image update
     masks = upscaled_masks(m, ggpy.reshape_4d(keys, d, e, e, batch), hypernetworks(m, hp, queries), biases)
     return masks, iou_head(m, queries)
 

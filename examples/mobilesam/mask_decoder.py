@@ -78,12 +78,10 @@ def attention(m, prefix: str, q, k, v, n_heads: int):
     return linear(m, f"{prefix}.out_proj", out)
 
 
-def two_way_block(m, prefix: str, queries, keys, query_pe, key_pe, n_heads: int, skip_first_layer_pe: bool,
-                  token_to_image=attention):
+def two_way_block(m, prefix: str, queries, keys, query_pe, key_pe, n_heads: int, skip_first_layer_pe: bool):
     """TwoWayAttentionBlock: token self-attention, tokens -> image, ReLU MLP, image -> tokens, each followed by
     a residual and a LayerNorm. queries, query_pe ne = (D, T, B); keys ne = (D, N, B or 1: shared by the batch
-    until their update), key_pe ne = (D, N) -> (queries, keys ne = (D, N, B)). token_to_image: the function
-    computing the tokens -> image attention (attention's arguments)."""
+    until their update), key_pe ne = (D, N) -> (queries, keys ne = (D, N, B))."""
     if skip_first_layer_pe:
         queries = attention(m, f"{prefix}.self_attn", queries, queries, queries, n_heads)
     else:
@@ -92,7 +90,7 @@ def two_way_block(m, prefix: str, queries, keys, query_pe, key_pe, n_heads: int,
     queries = layer_norm(m, f"{prefix}.norm1", queries)
     k = ggpy.add(keys, key_pe)
     q = ggpy.add(queries, query_pe)
-    queries = ggpy.add(queries, token_to_image(m, f"{prefix}.cross_attn_token_to_image", q, k, keys, n_heads))
+    queries = ggpy.add(queries, attention(m, f"{prefix}.cross_attn_token_to_image", q, k, keys, n_heads))
     queries = layer_norm(m, f"{prefix}.norm2", queries)
     mlp = linear(m, f"{prefix}.mlp.lin2", ggpy.relu(linear(m, f"{prefix}.mlp.lin1", queries)))
     queries = layer_norm(m, f"{prefix}.norm3", ggpy.add(queries, mlp))
@@ -101,23 +99,21 @@ def two_way_block(m, prefix: str, queries, keys, query_pe, key_pe, n_heads: int,
     return queries, layer_norm(m, f"{prefix}.norm4", keys)
 
 
-def final_attention(m, queries, keys, query_pe, key_pe, n_heads: int, token_to_image=attention):
+def final_attention(m, queries, keys, query_pe, key_pe, n_heads: int):
     """The transformer's last tokens -> image attention, residual and norm_final_attn -> queries ne = (D, T)."""
     q = ggpy.add(queries, query_pe)
     k = ggpy.add(keys, key_pe)
-    queries = ggpy.add(queries, token_to_image(m, f"{TR}.final_attn_token_to_image", q, k, keys, n_heads))
+    queries = ggpy.add(queries, attention(m, f"{TR}.final_attn_token_to_image", q, k, keys, n_heads))
     return layer_norm(m, f"{TR}.norm_final_attn", queries)
 
 
-def two_way_transformer(m, hp: DecoderParams, image, image_pe, tokens, token_to_image=attention):
+def two_way_transformer(m, hp: DecoderParams, image, image_pe, tokens):
     """TwoWayTransformer: image ne = (D, N, B or 1) and image_pe ne = (D, N) image tokens, tokens ne = (D, T, B)
-    (also the queries' positional encoding) -> (queries ne = (D, T, B), keys ne = (D, N, B)). token_to_image: as
-    two_way_block takes it."""
+    (also the queries' positional encoding) -> (queries ne = (D, T, B), keys ne = (D, N, B))."""
     queries, keys = tokens, image
     for i in range(hp.depth):
-        queries, keys = two_way_block(m, f"{TR}.layers.{i}", queries, keys, tokens, image_pe, hp.num_heads, i == 0,
-                                      token_to_image)
-    return final_attention(m, queries, keys, tokens, image_pe, hp.num_heads, token_to_image), keys
+        queries, keys = two_way_block(m, f"{TR}.layers.{i}", queries, keys, tokens, image_pe, hp.num_heads, i == 0)
+    return final_attention(m, queries, keys, tokens, image_pe, hp.num_heads), keys
 
 
 def conv_transpose_patches(m, prefix: str, t):

@@ -13,7 +13,7 @@ Fusion (fuse=True) runs these patterns of ggpy/graph/fusion.py as one kernel eac
 cuBLASLt GEMM with the BIAS epilogue writing the add's memory (an activation after it stays a node: cuBLASLt's
 GELU is the tanh form), and, when the bias add's only user is an add of a same-shape residual that the plan put
 in place of the residual and nothing later reads, that residual as the GEMM's C matrix with beta = 1; LayerNorm
-(norm -> mul(weight) -> add(bias)) as one row kernel (norm_affine); a 3x3 CWHN depthwise conv with its bias add
+(norm -> mul(weight) -> add(bias), and an activation after it) as one row kernel (norm_affine); a 3x3 CWHN depthwise conv with its bias add
 and activation (conv_dw3_cwhn); windowed attention as win_attn (kernels/attention.py). fused_groups gives the
 planner those runs so each node takes the block of the one before and the fused kernel writes the last one's.
 """

@@ -206,4 +206,3 @@ def epilogue_act_source() -> str:
 
 register(ops=tuple(BINARY) + tuple(UNARY), source=source, refusal=refusal, kernel_name=kernel_name, params=params,
          iparam=iparam, launch_config=launch_config)
-

@@ -207,11 +207,11 @@ class BatchEncoder:
                 "error": np.asarray(error, dtype=object), "seconds": np.asarray(seconds)}
 
     def _evaluate(self, batch: dict, idx: list) -> np.ndarray:
-        """Embeddings (len(idx), 256, E, E) of the read images at `idx` (normalised and padded by the encoder); a
-        copy, since the next evaluation reuses the planned buffer."""
+        """Embeddings (len(idx), 256, E, E) of the read images at `idx` (normalised and padded by the encoder), read
+        back from the device (arrays of their own: the next evaluation cannot change them)."""
         images = [np.frombuffer(batch["input"][i], np.uint8).reshape(int(batch["height"][i]), int(batch["width"][i]), 3)
                   for i in idx]
-        return self.encoder.encode_many(images).copy()
+        return self.encoder.encode_many(images)
 
     def _write(self, image: str, embedding: np.ndarray) -> tuple:
         """(status, error, seconds) of writing one embedding (1, 256, E, E)."""

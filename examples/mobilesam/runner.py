@@ -100,6 +100,12 @@ class ImageEncoder:
         e = self.hp.embed_size
         return np.ascontiguousarray(self.embedding.numpy().reshape(self.batch, -1, e, e), dtype=np.float32)
 
+    def encode_preprocessed(self, x: np.ndarray) -> np.ndarray:
+        """x: preprocess's inputs float32 (B, 3, S, S) -> embeddings float32 (B, 256, S/16, S/16)."""
+        self.set_input(x)
+        self.evaluate()
+        return self.embedding_array()
+
     def encode(self, image: np.ndarray) -> np.ndarray:
         """image: uint8 (H, W, 3) RGB -> embedding float32 (1, 256, S/16, S/16)."""
         return self.encode_many([image])

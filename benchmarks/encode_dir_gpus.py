@@ -1,6 +1,7 @@
 """encode-dir --ray on one GPU and on every GPU of the machine (issue 18), side by side in one run.
 
-    python benchmarks/encode_dir_gpus.py [--images 400] [--size 1024 768] [--batch 8] [--share-gpu K]
+    python benchmarks/encode_dir_gpus.py [--images 400] [--size 1024 768] [--batch 8] [--share-gpu K] [--rounds R]
+                                         [--log-dir DIR] [--work-dir DIR]
 
 Writes --images random JPEGs into a temporary folder, then for each way starts a local Ray cluster with `ray start
 --head --block --num-gpus G` (its start-up timed apart; stopped by signalling its process group, so other Ray
@@ -17,7 +18,11 @@ Before the ways, one in-process encode-dir of a batch fills the kernel cache (GG
 for NVRTC compilation. Per way: the job's wall time (actors loading their model included) and its images/s; the
 steady images/s, from the embeddings' write times (the last 90% of them, over the time from the 10% mark to the
 last); and checks: every image has exactly one manifest row, status ok, and one .npy; the embeddings equal the
-1-GPU run's (largest relative difference).
+1-GPU run's (largest relative difference). With --rounds R the ways run R times, every other round in reverse order
+(a slow first job on a fresh machine shows up as a round apart, not as a way); the summary takes each way's best
+round. --log-dir keeps each job's stderr (the progress bar, Ray's warnings) as <way>-<round>.log. --work-dir: where
+the images and the embeddings go (a temporary folder in it; default the system's temporary folder), e.g. /dev/shm to
+see what the disk's synced writes cost.
 The last line: `SUMMARY ... speed-up X.XX` (every GPU, or the shared GPU, over 1 GPU).
 """
 from __future__ import annotations
@@ -89,8 +94,8 @@ def stop_cluster(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def run_way(images: Path, out: Path, gpus: int, share: bool, batch: int) -> dict:
-    """Start a local cluster declaring `gpus` GPUs, run encode-dir on it, stop it."""
+def run_way(images: Path, out: Path, gpus: int, share: bool, batch: int, log: Path | None) -> dict:
+    """Start a local cluster declaring `gpus` GPUs, run encode-dir on it (its stderr into `log`), stop it."""
     env = dict(os.environ, RAY_AUTH_MODE="disabled",
                PYTHONPATH=os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     if share:
@@ -107,6 +112,8 @@ def run_way(images: Path, out: Path, gpus: int, share: bool, batch: int) -> dict
         wall = time.perf_counter() - t0
     finally:
         stop_cluster(proc)
+    if log is not None:
+        log.write_text(r.stderr)
     if r.returncode != 0:
         raise SystemExit(f"encode-dir failed ({r.returncode}):\n{r.stderr[-3000:]}")
     return {"start_s": started, "wall_s": wall, "began": began, "summary": r.stdout.strip().splitlines()[-1]}
@@ -160,6 +167,9 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--share-gpu", type=int, default=0, metavar="K",
                     help="also run K actors on GPU 0 (default: 2 on a machine of one GPU)")
+    ap.add_argument("--rounds", type=int, default=1, help="run the ways this many times, every other round reversed")
+    ap.add_argument("--log-dir", type=Path, help="keep each job's stderr there")
+    ap.add_argument("--work-dir", type=Path, help="the images and embeddings in a temporary folder there")
     opts = ap.parse_args(argv)
     n_gpus = gpu_count()
     if n_gpus == 0:
@@ -167,7 +177,7 @@ def main(argv=None) -> int:
     share = opts.share_gpu or (2 if n_gpus == 1 else 0)
     ways = [("1 GPU", 1, False)] + ([(f"{n_gpus} GPUs", n_gpus, False)] if n_gpus > 1 else [])
     ways += [(f"{share} actors on 1 GPU", share, True)] if share else []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=opts.work_dir) as tmp:
         images = Path(tmp) / "images"
         images.mkdir()
         t0 = time.perf_counter()
@@ -177,20 +187,26 @@ def main(argv=None) -> int:
         print(f"kernel cache warmed by one in-process batch in {warm_kernel_cache(images, Path(tmp) / 'warm', opts.batch):.1f} s",
               flush=True)
         rows, rates, steady, reference = [], {}, {}, None
-        for name, gpus, shared in ways:
-            out = Path(tmp) / f"out-{gpus}-{shared}"
-            r = run_way(images, out, gpus, shared, opts.batch)
-            once, diff = check(images, out, reference)
-            reference = reference or out
-            (steady[name], marks), rates[name] = steady_rate(out, r["began"]), opts.images / r["wall_s"]
-            print(f"{name}: embeddings first / 10% / 50% / last written {marks} s after the job began", flush=True)
-            rows.append(f"| {name} | {r['start_s']:.1f} | {r['wall_s']:.1f} | {rates[name]:.1f} | "
-                        f"{rates[name] / rates['1 GPU']:.2f} | {steady[name]:.1f} | {steady[name] / steady['1 GPU']:.2f} "
-                        f"| {'yes' if once else 'NO'} | {diff:.1e} |")
-            print(rows[-1], "|", r["summary"], flush=True)
-    print("\n| way | cluster start s | job wall s | images/s | vs 1 GPU | steady images/s | vs 1 GPU | every image once, ok "
-          "| max rel. diff vs 1 GPU |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    print("\n".join(rows))
+        if opts.log_dir is not None:
+            opts.log_dir.mkdir(parents=True, exist_ok=True)
+        for k in range(opts.rounds):
+            for name, gpus, shared in (ways if k % 2 == 0 else ways[::-1]):
+                out = Path(tmp) / f"out-{gpus}-{shared}-{k}"
+                log = opts.log_dir / f"{gpus}-{'shared' if shared else 'gpus'}-{k + 1}.log" if opts.log_dir else None
+                r = run_way(images, out, gpus, shared, opts.batch, log)
+                once, diff = check(images, out, reference)
+                reference = reference or out
+                rate, (ready, marks) = opts.images / r["wall_s"], steady_rate(out, r["began"])
+                rates[name], steady[name] = max(rates.get(name, 0.0), rate), max(steady.get(name, 0.0), ready)
+                print(f"{name}, round {k + 1}: embeddings first / 10% / 50% / last written {marks} s after the job "
+                      f"began", flush=True)
+                rows.append((name, k + 1, r["start_s"], r["wall_s"], rate, ready, once, diff))
+                print(rows[-1], "|", r["summary"], flush=True)
+    print("\n| way | round | cluster start s | job wall s | images/s | vs 1 GPU (best) | steady images/s | vs 1 GPU (best) "
+          "| every image once, ok | max rel. diff vs first 1 GPU |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, k, start, wall, rate, ready, once, diff in rows:
+        print(f"| {name} | {k} | {start:.1f} | {wall:.1f} | {rate:.1f} | {rate / rates['1 GPU']:.2f} | {ready:.1f} | "
+              f"{ready / steady['1 GPU']:.2f} | {'yes' if once else 'NO'} | {diff:.1e} |")
     best = ways[-1][0] if len(ways) > 1 else "1 GPU"
     print(f"SUMMARY encode-dir --ray: 1 GPU {rates['1 GPU']:.1f} images/s, {best} {rates[best]:.1f}: speed-up "
           f"{rates[best] / rates['1 GPU']:.2f} (steady {steady['1 GPU']:.1f} vs {steady[best]:.1f}: "

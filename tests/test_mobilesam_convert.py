@@ -9,6 +9,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
+from PIL import Image
 
 import ggpy
 from examples.mobilesam.preprocess import PIXEL_MEAN, PIXEL_STD, load_image, preprocess
@@ -123,6 +124,22 @@ def test_preprocess_resizes_longest_side_normalises_and_pads(h, w):
     hi = (255 - np.array(PIXEL_MEAN)) / np.array(PIXEL_STD)
     inside = x[:, :nh, :nw].reshape(3, -1)
     assert np.all(inside.min(1) >= lo - 1e-5) and np.all(inside.max(1) <= hi + 1e-5)
+
+
+def test_preprocess_equals_the_rgb_resize_normalised():
+    """preprocess resizes each channel on its own thread: equal to Pillow's resize of the RGB image, then (x - mean) /
+    std in float32, on shapes where Pillow runs its vertical pass first and on those where it runs it second."""
+    rng = np.random.default_rng(7)
+    shapes = [(770, 769), (500, 37), (37, 500), (1090, 424), (1295, 3), (3000, 4000), (1024, 700), (1, 1)]
+    shapes += [tuple(int(v) for v in rng.integers(1, 2500, 2)) for _ in range(32)]
+    for h, w in shapes:
+        img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        scale = 1024 / max(h, w)
+        nh, nw = int(h * scale + 0.5), int(w * scale + 0.5)
+        rgb = np.asarray(Image.fromarray(img).resize((nw, nh), Image.BILINEAR)) if (nh, nw) != (h, w) else img
+        want = np.zeros((3, 1024, 1024), np.float32)
+        want[:, :nh, :nw] = ((rgb.astype(np.float32) - np.float32(PIXEL_MEAN)) / np.float32(PIXEL_STD)).transpose(2, 0, 1)
+        np.testing.assert_array_equal(preprocess(img), want, err_msg=f"image {h}x{w}")
 
 
 def test_preprocess_of_a_uniform_image_is_its_normalised_colour():

@@ -12,6 +12,9 @@ from pathlib import Path
 from .encode_dir import BatchEncoder, JobError, per_call, read_image
 
 EXAMPLES = Path(__file__).resolve().parents[1]          # shipped to the workers (py_modules): ggpy is installed there
+READS_PER_TASK = 4
+"""Images per read task (a Ray Data block, whose bookkeeping is the driver's): with one image a block, two H200 actors
+reached 1.63-1.78x one actor's steady rate; with 4, 2.07-2.09x (RESULTS.md, issue 18; different machines)."""
 
 
 def check_reachable(address: str, timeout: float = 10):
@@ -88,7 +91,7 @@ def dataset(items: list, settings: dict, prep: dict):
         object_store_memory=max(4 * actors * call, 16) * 3 * prep["image_size"] ** 2)
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)   # says the bars are off
-    blocks = min(len(items), 20_000)
+    blocks = min(math.ceil(len(items) / READS_PER_TASK), 20_000)
     ds = ray.data.from_items(items, override_num_blocks=blocks)
     # On the CPU the actors hold every core: reading (a small part of the work) takes none, a few at a time.
     ds = ds.map(read_image, fn_kwargs={"prep": prep}, num_cpus=0 if cpu else 1,

@@ -34,7 +34,9 @@ def resized_shape(h: int, w: int, long_side: int) -> tuple:
 
 
 def resize_longest_side(image: np.ndarray, long_side: int = 1024) -> np.ndarray:
-    """uint8 (H, W, 3) resized (Pillow bilinear) so that its longest side is `long_side`."""
+    """uint8 (H, W, 3) or one channel (H, W) resized (Pillow bilinear) so that its longest side is `long_side`.
+    Pillow resizes every channel with the same integer arithmetic, so a channel resized alone equals that channel of
+    the RGB image resized."""
     new_h, new_w = resized_shape(image.shape[0], image.shape[1], long_side)
     if (new_h, new_w) == image.shape[:2]:       # already resized (Pillow would return a copy)
         return image
@@ -45,20 +47,21 @@ def preprocess(image: np.ndarray, image_size: int = 1024, pixel_mean=PIXEL_MEAN,
                out: np.ndarray | None = None) -> np.ndarray:
     """float32 (3, image_size, image_size) encoder input (ggml ne (image_size, image_size, 3)) from a uint8
     RGB (H, W, 3) image: resized, normalised per channel, zero-padded at the bottom and right. out: an array of
-    that shape and type to write into (a buffer kept across images: no fresh pages to fault in each time)."""
+    that shape and type to write into (a buffer kept across images: no fresh pages to fault in each time). The three
+    channels are resized and normalised on three threads (1024 x 768 pictures took 12 ms to resize as RGB and 6 ms to
+    normalise on one thread here)."""
     image = np.asarray(image)
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
         raise ValueError(f"preprocess expects a uint8 RGB image of shape (H, W, 3), got {image.dtype} {image.shape}")
-    resized = resize_longest_side(image, image_size)
-    h, w = resized.shape[:2]
+    h, w = resized_shape(image.shape[0], image.shape[1], image_size)
     levels = np.arange(256, dtype=np.float32)
     out = np.empty((3, image_size, image_size), dtype=np.float32) if out is None else out
     out[:, h:], out[:, :h, w:] = 0, 0
 
     def channel(c: int):    # a table of (level - mean) / std: the float32 arithmetic, done 256 times, gathered
-        plane = np.ascontiguousarray(resized[:, :, c])
+        plane = resize_longest_side(np.ascontiguousarray(image[:, :, c]), image_size)
         out[c, :h, :w] = ((levels - np.float32(pixel_mean[c])) / np.float32(pixel_std[c])).take(plane)
-    list(_channel_threads().map(channel, range(3)))     # numpy lets go of the GIL: the channels side by side
+    list(_channel_threads().map(channel, range(3)))     # Pillow and numpy let go of the GIL: the channels side by side
     return out
 
 

@@ -66,7 +66,9 @@ def test_not_fused_when_intermediate_is_read_twice():
 
 
 def test_chain_fused_equals_unfused():
-    """A stack of linear layers whose buffers get reused: fused and unfused runs agree bit for bit."""
+    """A stack of linear layers whose buffers get reused: fused and unfused runs agree to float32 rounding (bit for bit
+    on the AVX-512 hosts CI ran on; on an AVX2 host 7% of the elements differed in the last bits, at most 1.9e-4
+    relative after four layers, where a block read after reuse would be off entirely)."""
     def build(ctx):
         x = ctx.new_tensor(ggpy.F32, (24, 700)).set_input()
         ts, h = [x], x
@@ -78,7 +80,7 @@ def test_chain_fused_equals_unfused():
         return ts, h
     fused = _run(build, True, np.random.default_rng(5))[0]
     plain = _run(build, False, np.random.default_rng(5))[0]
-    np.testing.assert_array_equal(fused, plain)
+    np.testing.assert_allclose(fused, plain, rtol=1e-3, atol=1e-3)
 
 
 def test_bias_computed_after_the_matmul_is_not_fused():

@@ -57,7 +57,9 @@ def test_encode_refuses_a_file_that_is_not_an_image(random_gguf, tmp_path):
 
 def test_encode_several_images_in_batches(random_gguf, tmp_path):
     """A directory and a file, in batches of 2 (the last one padded), F16 activations: one .npy per image that
-    equals the embedding of that image encoded alone."""
+    equals the embedding of that image encoded alone, up to F16 rounding (bit-equal on the AVX-512 hosts CI ran on; on an
+    AVX2 host the batch of 2 changed the last bits of some products and the F16 activations carried that to 2.5e-3 of
+    the largest value, also with every mul_mat on BLAS), and not the other images' embeddings."""
     from PIL import Image
     rng = np.random.default_rng(3)
     d = tmp_path / "images"
@@ -76,7 +78,9 @@ def test_encode_several_images_in_batches(random_gguf, tmp_path):
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in out.iterdir()) == ["im0.npy", "im1.npy", "single.npy"]
     got, ref = np.load(out / "single.npy"), np.load(alone)
-    assert got.shape == (1, 256, 64, 64) and np.abs(got - ref).max() <= 1e-6 * max(1.0, np.abs(ref).max())
+    assert got.shape == (1, 256, 64, 64) and np.abs(got - ref).max() <= 1e-2 * np.abs(ref).max()
+    for other in ("im0.npy", "im1.npy"):
+        assert np.abs(np.load(out / other) - ref).max() > 0.1 * np.abs(ref).max()
 
 
 def test_encode_refuses_bad_batch_and_dtype(random_gguf, tmp_path):

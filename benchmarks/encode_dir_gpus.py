@@ -186,27 +186,31 @@ def main(argv=None) -> int:
               f"{n_gpus} GPU(s); batch {opts.batch}", flush=True)
         print(f"kernel cache warmed by one in-process batch in {warm_kernel_cache(images, Path(tmp) / 'warm', opts.batch):.1f} s",
               flush=True)
-        rows, rates, steady, reference = [], {}, {}, None
+        rows, reference = [], None
         if opts.log_dir is not None:
             opts.log_dir.mkdir(parents=True, exist_ok=True)
-        for k in range(opts.rounds):
-            for name, gpus, shared in (ways if k % 2 == 0 else ways[::-1]):
+        for k in range(1, opts.rounds + 1):
+            for name, gpus, shared in (ways if k % 2 else ways[::-1]):
                 out = Path(tmp) / f"out-{gpus}-{shared}-{k}"
-                log = opts.log_dir / f"{gpus}-{'shared' if shared else 'gpus'}-{k + 1}.log" if opts.log_dir else None
+                log = opts.log_dir / f"{gpus}-{'shared' if shared else 'gpus'}-{k}.log" if opts.log_dir else None
                 r = run_way(images, out, gpus, shared, opts.batch, log)
                 once, diff = check(images, out, reference)
                 reference = reference or out
-                rate, (ready, marks) = opts.images / r["wall_s"], steady_rate(out, r["began"])
-                rates[name], steady[name] = max(rates.get(name, 0.0), rate), max(steady.get(name, 0.0), ready)
-                print(f"{name}, round {k + 1}: embeddings first / 10% / 50% / last written {marks} s after the job "
-                      f"began", flush=True)
-                rows.append((name, k + 1, r["start_s"], r["wall_s"], rate, ready, once, diff))
-                print(rows[-1], "|", r["summary"], flush=True)
+                ready, marks = steady_rate(out, r["began"])
+                print(f"{name}, round {k}: embeddings first / 10% / 50% / last written {marks} s after the job began",
+                      flush=True)
+                rows.append({"way": name, "round": k, "start": r["start_s"], "wall": r["wall_s"],
+                             "rate": opts.images / r["wall_s"], "steady": ready, "once": once, "diff": diff})
+                print(f"{name}, round {k}: {rows[-1]['rate']:.1f} images/s, steady {ready:.1f} | {r['summary']}",
+                      flush=True)
+    rates = {name: max(row["rate"] for row in rows if row["way"] == name) for name, _, _ in ways}
+    steady = {name: max(row["steady"] for row in rows if row["way"] == name) for name, _, _ in ways}
     print("\n| way | round | cluster start s | job wall s | images/s | vs 1 GPU (best) | steady images/s | vs 1 GPU (best) "
           "| every image once, ok | max rel. diff vs first 1 GPU |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name, k, start, wall, rate, ready, once, diff in rows:
-        print(f"| {name} | {k} | {start:.1f} | {wall:.1f} | {rate:.1f} | {rate / rates['1 GPU']:.2f} | {ready:.1f} | "
-              f"{ready / steady['1 GPU']:.2f} | {'yes' if once else 'NO'} | {diff:.1e} |")
+    for row in rows:
+        print(f"| {row['way']} | {row['round']} | {row['start']:.1f} | {row['wall']:.1f} | {row['rate']:.1f} | "
+              f"{row['rate'] / rates['1 GPU']:.2f} | {row['steady']:.1f} | {row['steady'] / steady['1 GPU']:.2f} | "
+              f"{'yes' if row['once'] else 'NO'} | {row['diff']:.1e} |")
     best = ways[-1][0] if len(ways) > 1 else "1 GPU"
     print(f"SUMMARY encode-dir --ray: 1 GPU {rates['1 GPU']:.1f} images/s, {best} {rates[best]:.1f}: speed-up "
           f"{rates[best] / rates['1 GPU']:.2f} (steady {steady['1 GPU']:.1f} vs {steady[best]:.1f}: "

@@ -20,7 +20,7 @@ from examples.llama.gguf_file import open_llama
 from examples.llama.reference import ReferenceModel
 from examples.llama.tokenizer import Tokenizer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEED = int(np.random.SeedSequence().entropy % 2**32)
 STATS = re.compile(r"^n_prompt=(\d+) n_gen=(\d+) prompt_tok_s=(\d+\.\d+) gen_tok_s=(\d+\.\d+)$")
 

@@ -7,7 +7,7 @@ import numpy as np
 
 import ggpy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args):

@@ -16,7 +16,7 @@ from examples.mobilesam.__main__ import main
 from examples.mobilesam.encode_dir import MANIFEST, Manifest
 from examples.mobilesam.preprocess import load_image
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 READABLE = ["a.png", "b.jpg", "c.png", "f.png", "g.jpg", "sub/deeper/d.png", "sub/e.jpg"]
 UNREADABLE = ["broken.jpg", "sub/notes.png"]
 

@@ -2,7 +2,7 @@
 and CUDA graphs: replayed results identical to plain launches, a new plan captured again.
 
 Skips where cuda-python or a GPU is missing; the comparison with PyTorch where torch with CUDA or mobile_sam is.
-Uses the session fixtures of tests/mobilesam_fixtures.py (a seeded random checkpoint and its F32 / F16 GGUF
+Uses the session fixtures of tests/models/mobilesam_fixtures.py (a seeded random checkpoint and its F32 / F16 GGUF
 conversions) and, for the CUDA-graph tests, which need no PyTorch, the random-weights model of examples.mobilesam.
 """
 import numpy as np

@@ -10,7 +10,7 @@ import pytest
 from examples.mobilesam.convert import convert_state_dict
 from examples.mobilesam.random_weights import random_state_dict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args):

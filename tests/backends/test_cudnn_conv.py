@@ -1,7 +1,7 @@
 """The cudnn conv_2d candidate without a GPU: no frontend, no candidate (and importing ggpy imports no cudnn); with a
 stand-in of the frontend's pygraph API, the ggml -> cuDNN mapping (dims, element strides of views, H-first padding,
 stride and dilation), the conv type of mixed operands, the TF32 and precision filters, plan caching (refusals too)
-and the steps. tests/test_cuda_cudnn.py runs the real thing on a GPU."""
+and the steps. tests/backends/test_cuda_cudnn.py runs the real thing on a GPU."""
 from __future__ import annotations
 
 import enum

@@ -189,7 +189,7 @@ def test_second_process_compiles_nothing(backend, tmp_path):
             "b.module; print(compiler.STATS['compiles'], compiler.STATS['hits'])")
     env = dict(os.environ, GGPY_CUDA_CACHE=str(tmp_path))
     runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
-                           cwd=os.path.dirname(os.path.dirname(__file__))).stdout.split() for _ in range(2)]
+                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__)))).stdout.split() for _ in range(2)]
     assert runs == [["1", "0"], ["0", "1"]]
 
 

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 
 def _import_llama():
-    """transformers' Llama modules, imported with the MobileSAM tests' torchvision stand-in (conftest) hidden."""
+    """transformers' Llama modules, imported with the MobileSAM tests' torchvision stand-in (tests/models/conftest.py) hidden."""
     stubs = {k: m for k, m in sys.modules.items() if k.split(".")[0] == "torchvision" and getattr(m, "__file__", None) is None}
     for k in stubs:
         del sys.modules[k]

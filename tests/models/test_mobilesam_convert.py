@@ -1,7 +1,7 @@
 """MobileSAM conversion to GGUF, the generic GGUF loader and SAM's pre-processing.
 
 The loader and pre-processing tests need no torch; the conversion tests use a seeded random checkpoint
-(tests/mobilesam_fixtures.py) and skip when torch or mobile_sam is missing.
+(tests/models/mobilesam_fixtures.py) and skip when torch or mobile_sam is missing.
 """
 import os
 from pathlib import Path
@@ -15,7 +15,7 @@ import ggpy
 from examples.mobilesam.preprocess import PIXEL_MEAN, PIXEL_STD, load_image, preprocess
 from ggpy.model_file import load_gguf
 
-SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mobilesam" / "assets" / "picture2.jpg"
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mobilesam" / "assets" / "picture2.jpg"
 
 
 @pytest.fixture(scope="module")

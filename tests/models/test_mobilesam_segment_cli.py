@@ -13,7 +13,7 @@ import examples.mobilesam.__main__ as cli_module
 from examples.mobilesam import render
 from examples.mobilesam.__main__ import main, random_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # -- reference: SAM's post-processing as two linear maps (independent of the predictor's graph) ---------

@@ -193,7 +193,7 @@ print(json.dumps([autotune.STATS, [st.name for st in b.program(g)], y.numpy().to
 def test_second_process_measures_nothing(tuned, cache):
     env = dict(os.environ, GGPY_AUTOTUNE_CACHE=str(cache))
     runs = [json.loads(subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
-                                      check=True, cwd=os.path.dirname(os.path.dirname(__file__))).stdout)
+                                      check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__)))).stdout)
             for _ in range(2)]
     (first, names, y1, c1), (second, names2, y2, c2) = runs
     assert first["measured"] >= 2 and first["disk_hits"] == 0

@@ -1,7 +1,7 @@
 """MobileSAM's prompt encoder and mask decoder on ggpy vs the official PyTorch modules, block by block, and the
 Predictor end to end vs mobile_sam's SamPredictor on the same random-weight checkpoint and image.
 
-Random-weight checkpoints (tests/mobilesam_fixtures.py) converted to GGUF by examples/mobilesam/convert.py;
+Random-weight checkpoints (tests/models/mobilesam_fixtures.py) converted to GGUF by examples/mobilesam/convert.py;
 skipped when torch or mobile_sam is not installed. The CUDA test skips without cuda-python or a GPU.
 """
 import numpy as np

@@ -18,11 +18,11 @@ $PY -c "from nvmath.bindings import cublasLt; import nvmath; print('nvmath', nvm
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 $PY -c "import cuda.bindings, numpy, numba; print('cuda-bindings', cuda.bindings.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__)"
 $PY -c "import time; t = time.perf_counter(); import ggpy; b = ggpy.backends.make_backend('cuda'); b.module; print(b, f'kernels ready in {time.perf_counter() - t:.2f} s')"
-# every test-backend-ops case on the GPU (the cuda half of tests/test_backend_ops.py), then the CUDA tests
-$PY -m pytest -q -p no:cacheprovider -rfE tests/test_backend_ops.py -k "cuda-" 2>&1 | tee /tmp/ggpy-op-tests.log | tail -n 15
+# every test-backend-ops case on the GPU (the cuda half of tests/backends/test_backend_ops.py), then the CUDA tests
+$PY -m pytest -q -p no:cacheprovider -rfE tests/backends/test_backend_ops.py -k "cuda-" 2>&1 | tee /tmp/ggpy-op-tests.log | tail -n 15
 op_status=${PIPESTATUS[0]}
 echo "SUMMARY op cases on cuda: $(tail -n 1 /tmp/ggpy-op-tests.log | tr -d '=') (exit $op_status)"
-$PY -m pytest -q -p no:cacheprovider -rfE tests/test_cuda_backend.py tests/test_cuda_conv.py tests/test_scheduler.py tests/test_op_table.py "$@" 2>&1 | tee /tmp/ggpy-tests.log | tail -n 40
+$PY -m pytest -q -p no:cacheprovider -rfE tests/backends/test_cuda_backend.py tests/backends/test_cuda_conv.py tests/core/test_scheduler.py tests/core/test_op_table.py "$@" 2>&1 | tee /tmp/ggpy-tests.log | tail -n 40
 status=${PIPESTATUS[0]}
 [ "$op_status" -ne 0 ] && status=$op_status
 echo "cuda tests exit status: $status"
@@ -35,12 +35,12 @@ echo "SUMMARY llama: $(grep '^| ggpy CUDA' /tmp/ggpy-llama-bench.log | tail -n 1
 # MobileSAM on the GPU (needs torch; mobile_sam and gguf come as wheels in wheels/): correctness vs PyTorch,
 # CUDA graphs, then the side-by-side benchmark (ggpy CUDA vs PyTorch eager and torch.compile)
 if [ -z "${GGPY_SKIP_MOBILESAM:-}" ]; then
-    $PY -m pytest -q -p no:cacheprovider -rfE -s tests/test_mobilesam_cuda.py 2>&1 | tee /tmp/ggpy-mobilesam-tests.log | grep -E "relative error|passed|failed|skipped|Error|error" | tail -n 30
+    $PY -m pytest -q -p no:cacheprovider -rfE -s tests/models/test_mobilesam_cuda.py 2>&1 | tee /tmp/ggpy-mobilesam-tests.log | grep -E "relative error|passed|failed|skipped|Error|error" | tail -n 30
     echo "mobilesam cuda tests exit status: ${PIPESTATUS[0]}"
     PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} $PY benchmarks/mobilesam_gpu.py ${MOBILESAM_BENCH_ARGS:-} 2>&1 | tee /tmp/ggpy-mobilesam-bench.log | tail -n 45
     echo "SUMMARY mobilesam: tests $(tail -n 1 /tmp/ggpy-mobilesam-tests.log | tr -d '=') | $(grep '^SUMMARY' /tmp/ggpy-mobilesam-bench.log)"
     # segmentation (prompt encoder + mask decoder) on CUDA: SamPredictor comparison, then per-prompt timing
-    $PY -m pytest -q -p no:cacheprovider -rfE tests/test_mobilesam_decoder.py -k cuda 2>&1 | tee /tmp/ggpy-mobilesam-decoder-tests.log | tail -n 15
+    $PY -m pytest -q -p no:cacheprovider -rfE tests/models/test_mobilesam_decoder.py -k cuda 2>&1 | tee /tmp/ggpy-mobilesam-decoder-tests.log | tail -n 15
     PYTHONUNBUFFERED=1 $PY benchmarks/mobilesam_decoder.py -b cuda ${DECODER_BENCH_ARGS:---runs 20 --rounds 3} 2>&1 | tee /tmp/ggpy-mobilesam-decoder-bench.log | tail -n 20
     echo "SUMMARY mobilesam decoder: tests $(tail -n 1 /tmp/ggpy-mobilesam-decoder-tests.log | tr -d '=') | $(grep '^summary' /tmp/ggpy-mobilesam-decoder-bench.log)"
 fi

@@ -90,7 +90,7 @@ class LlamaCppRuntime:
         lowlevel = llama_cpp.llama_cpp
         default = lowlevel.llama_model_default_params
 
-        def params():       # ggml's extra CPU buffer types (AMX) segfault on this project's VM: see tests/llama_cpp_ref.py
+        def params():       # ggml's extra CPU buffer types (AMX) segfault on this project's VM: see tests/models/llama_cpp_ref.py
             p = default()
             p.use_extra_bufts = False
             return p

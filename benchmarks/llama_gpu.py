@@ -5,7 +5,7 @@
 
 With -m, those files. Without, models of SmolLM2-135M's shape (30 blocks, width 576, 9 query / 3 KV heads, MLP
 1536, vocabulary 49152, output tied to the token embedding) with seeded random weights, written once per --weights
-type into a temporary folder (tests/llama_tiny.py; the GPU machine cannot download the real file, and tokens/s do
+type into a temporary folder (tests/models/llama_tiny.py; the GPU machine cannot download the real file, and tokens/s do
 not depend on the values): matrices of that type, the embedding Q8_0 (F16 for f16), norms F32. As
 benchmarks/llama_cpu.py, a round forgets the cache, reads a seeded random prompt (only the last logits kept), then
 `gen` random tokens one at a time; the first round (building, planning, the CUDA graph captures, and on a fresh
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "models")]
 
 SMOLLM2_SHAPE = {"n_layer": 30, "n_embd": 576, "n_head": 9, "n_head_kv": 3, "n_ff": 1536, "n_ctx": 8192,
                  "n_vocab": 49152, "rope_base": 100000.0, "tied": True}

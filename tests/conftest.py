@@ -19,7 +19,7 @@ from pathlib import Path
 
 def _test_numba_cache() -> str:
     src = Path(__file__).resolve().parent.parent / "ggpy"
-    files = sorted((src / "backends" / "cpu").rglob("*.py")) + [src / "ops" / "registry.py"]
+    files = sorted((src / "backends" / "cpu").rglob("*.py")) + [src / "optable.py"]
     digest = hashlib.sha1(b"".join(f.read_bytes() for f in files)).hexdigest()[:12]
     root = Path.home() / ".cache" / "ggpy"
     for old in root.glob("numba-tests-*"):

@@ -12,7 +12,7 @@ sources and scratch were live.
 from __future__ import annotations
 
 from ..backends.base import COMPUTE
-from ..ops.registry import may_run_inplace
+from ..optable import may_run_inplace
 from .dynamic import DynamicAllocator, align_up
 from .plan import FOREVER, Block, Plan, TimelineRow
 

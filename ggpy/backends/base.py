@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import UnsupportedOpError
-from ..ops.registry import is_view
+from ..optable import is_view
 
 WEIGHTS, COMPUTE = "weights", "compute"
 

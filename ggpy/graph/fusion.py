@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from collections.abc import Callable
 
-from ..ops.registry import ACTIVATIONS, UNARY_OPS, is_view
+from ..optable import ACTIVATIONS, UNARY_OPS, is_view
 from .tensor import Tensor
 
 

@@ -1,7 +1,7 @@
 """Op constructors: they check arguments, infer the result's shape and type, and record a node.
 
 They never compute. Names, argument order and result shapes follow ggml. Every op is in the op table
-(registry.py), with the family module that holds its constructors.
+(ggpy/optable.py), with the family module that holds its constructors.
 """
 from .attention import flash_attn_ext
 from .conv import *  # noqa: F401,F403 - im2col, conv_1d, conv_2d, conv_2d_dw, conv_transpose_2d

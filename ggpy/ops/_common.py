@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..errors import ShapeError, TypeMismatchError
 from ..graph.tensor import Tensor, normalize_ne
 from ..types import FLOAT_TYPES, GGType
-from .registry import OPS
+from ..optable import OPS
 
 
 def check_tensor(op: str, t, what: str = "a") -> Tensor:

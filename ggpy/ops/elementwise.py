@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..errors import ShapeError
 from ._common import can_repeat, check_float, new_node
-from .registry import UNARY_OPS
+from ..optable import UNARY_OPS
 
 
 def _binary(op: str, a, b):

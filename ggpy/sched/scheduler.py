@@ -30,7 +30,7 @@ from ..alloc.tensor_alloc import alloc_tensors
 from ..errors import AllocationError, UnsupportedOpError
 from ..graph import FLAG_OUTPUT, Graph, Tensor
 from ..graph.tensor import creation_hook
-from ..ops.registry import is_view
+from ..optable import is_view
 
 def _base(t):
     return t.view_src if t.view_src is not None else t

@@ -1,4 +1,4 @@
-"""The op table (ggpy/ops/registry.py) is the one list of ops: every op has its constructors, a float64 reference,
+"""The op table (ggpy/optable.py) is the one list of ops: every op has its constructors, a float64 reference,
 test-backend-ops cases, a CPU kernel and a CUDA kernel entry (or an explicit refusal), each in its family's module;
 no registry names an op the table lacks; nothing outside the table keeps its own list of view or in-place ops."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import ggpy
 from ggpy.backends.cpu.registry import KERNELS as CPU_KERNELS
 from ggpy.backends.cuda import kernels as cuda_kernels  # noqa: F401 - registers the CUDA entries (no GPU needed)
 from ggpy.backends.cuda.registry import KERNELS as CUDA_KERNELS
-from ggpy.ops.registry import ACTIVATIONS, FAMILIES, OPS, UNARY_OPS
+from ggpy.optable import ACTIVATIONS, FAMILIES, OPS, UNARY_OPS
 from ggpy.test_backend_ops import all_cases
 from ggpy.test_backend_ops.references import REFERENCES
 
@@ -76,7 +76,7 @@ def test_no_other_list_of_view_or_inplace_ops():
     views = {n for n, op in OPS.items() if op.view}
     inplace = {n for n, op in OPS.items() if op.inplace}
     for path in ROOT.rglob("*.py"):
-        if path.name == "registry.py" and path.parent.name == "ops":
+        if path.name == "optable.py" and path.parent == ROOT:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
@@ -133,6 +133,15 @@ def _module_imports() -> dict:
         own = {".".join(mod.split(".")[:k]) for k in range(1, mod.count(".") + 2)}    # already importing
         deps[mod] = out - own
     return deps
+
+
+def test_op_table_at_the_bottom():
+    """The op table imports nothing of ggpy, and nothing under ggpy/graph imports the op constructors (ggpy/ops)."""
+    deps = _module_imports()
+    assert deps["ggpy.optable"] == set()
+    for mod, imported in deps.items():
+        if mod.startswith("ggpy.graph"):
+            assert not any(d == "ggpy.ops" or d.startswith("ggpy.ops.") for d in imported), (mod, imported)
 
 
 def test_no_import_cycle():

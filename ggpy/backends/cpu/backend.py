@@ -10,7 +10,7 @@ import numpy as np
 
 from ...errors import AllocationError
 from ...graph.fusion import find_fusions, fusion_stamp
-from ...ops.registry import is_view
+from ...optable import is_view
 from ..base import Backend, Step, Timing
 from . import autotune, kernels, precompile  # noqa: F401 - kernels registers every kernel module
 from .buffer import HostBufferType

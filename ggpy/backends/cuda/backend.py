@@ -23,7 +23,7 @@ import ctypes
 
 from ...errors import AllocationError, CudaError
 from ...graph.fusion import Attention, Chain, consumers, find_fusions, fusion_stamp
-from ...ops.registry import is_view
+from ...optable import is_view
 from ..base import Backend, Timing
 from . import autotune, kernels
 from .buffer import CUDABuffer, CUDABufferType

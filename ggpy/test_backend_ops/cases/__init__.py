@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import importlib
 
-from ...ops.registry import FAMILIES
+from ...optable import FAMILIES
 
 
 def all_cases():

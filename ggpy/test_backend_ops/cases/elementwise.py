@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ... import ops
-from ...ops.registry import UNARY_OPS
+from ...optable import UNARY_OPS
 from ...types import BF16, F16, F32
 from ..harness import OpCase
 from ..references import evaluate

@@ -8,7 +8,7 @@ import importlib
 import numpy as np
 
 from ...graph import Graph
-from ...ops.registry import OPS, is_view
+from ...optable import OPS, is_view
 from .common import REFERENCES
 
 for _family in dict.fromkeys(op.family for op in OPS.values() if not op.view):

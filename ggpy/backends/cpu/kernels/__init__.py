@@ -10,7 +10,7 @@ from numba.core.errors import NumbaExperimentalFeatureWarning, NumbaIRAssumption
 warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning)
 warnings.filterwarnings("ignore", category=NumbaExperimentalFeatureWarning)
 
-from ....ops.registry import OPS  # noqa: E402
+from ....optable import OPS  # noqa: E402
 
 for _family in dict.fromkeys(op.family for op in OPS.values() if not op.view):
     importlib.import_module(f"{__name__}.{_family}")

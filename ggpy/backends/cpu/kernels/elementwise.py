@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ....ops.registry import ACTIVATIONS
+from ....optable import ACTIVATIONS
 from ..registry import BoundNode, register
 from .common import (
     STREAM_MIN_BYTES,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-from ....ops.registry import OPS
+from ....optable import OPS
 from ..registry import KERNELS
 from . import attention
 from .common import HEADER

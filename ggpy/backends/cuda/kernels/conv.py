@@ -12,7 +12,7 @@ from __future__ import annotations
 from itertools import product
 from types import SimpleNamespace
 
-from ....ops.registry import ACTIVATIONS
+from ....optable import ACTIVATIONS
 from ....types import F32
 from .. import cudnn_conv
 from ..cublas import MISSING, WORKSPACE, Gemm

@@ -7,7 +7,7 @@ replace the per-element unravel (b's index is (i / inner) % b's elements). The o
 where the tensors fit (iparam32)."""
 from __future__ import annotations
 
-from ....ops.registry import ACTIVATIONS
+from ....optable import ACTIVATIONS
 from ..registry import register
 from .common import BLOCK, C_TYPES, FLOATS, MAX_BLOCKS, SUFFIX, iparam32
 

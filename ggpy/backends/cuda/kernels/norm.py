@@ -4,7 +4,7 @@ with any strides. A norm followed by mul(weight) and add(bias) runs fused as nor
 ggpy/graph/fusion.py)."""
 from __future__ import annotations
 
-from ....ops.registry import ACTIVATIONS
+from ....optable import ACTIVATIONS
 from ..registry import register
 from .common import C_TYPES, FLOATS, SUFFIX, row_launch, rows, tensor_ptr, vector_rows
 from .elementwise import epilogue_act_source

@@ -3,7 +3,8 @@ pass, both backends and test-backend-ops read from here (ggml's one enum and nam
 
 `family` names the module the op lives in, in every layer: `ggpy/ops/<family>.py`,
 `ggpy/backends/cpu/kernels/<family>`, `ggpy/backends/cuda/kernels/<family>.py`,
-`ggpy/test_backend_ops/cases/<family>.py` and `ggpy/test_backend_ops/references/<family>.py`.
+`ggpy/test_backend_ops/cases/<family>.py` and `ggpy/test_backend_ops/references/<family>.py`. It imports nothing
+of ggpy: the graph, the fusion pass and the planner read it without importing the op constructors (ggpy/ops).
 """
 from __future__ import annotations
 

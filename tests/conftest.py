@@ -143,3 +143,14 @@ def placement_checker():
     """The independent placement check, as a fixture (session scoped: safe inside hypothesis tests)."""
     return verify_placement
 
+
+@pytest.fixture(scope="module")
+def cuda_backend():
+    """The CUDA backend (cuda:0, default options), made once per test module; skips the test where no GPU can be
+    used here (no cuda-python, no driver, no device). A test needing other options builds
+    `CUDABackend("cuda", ...)` after asking for this fixture."""
+    pytest.importorskip("cuda.bindings.driver")
+    try:
+        return ggpy.backends.make_backend("cuda")
+    except ggpy.CudaError as e:
+        pytest.skip(f"no usable GPU: {e}")

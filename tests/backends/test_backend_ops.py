@@ -10,26 +10,17 @@ import ggpy
 from ggpy.test_backend_ops import all_cases, refusal, run_case
 
 CASES = [c for c in all_cases() if "perf" not in c.tags]
-_BACKENDS = {}
 
 
-def _backend(name: str):
-    """The backend `name`, made once per session; pytest.skip where it cannot be made here."""
-    if name not in _BACKENDS:
-        try:
-            _BACKENDS[name] = ggpy.CPUBackend(n_threads=2) if name == "cpu" else ggpy.backends.make_backend(name)
-        except ggpy.CudaError as e:
-            _BACKENDS[name] = e
-    made = _BACKENDS[name]
-    if isinstance(made, Exception):
-        pytest.skip(f"no {name} backend here: {made}")
-    return made
+@pytest.fixture(scope="module")
+def cpu_backend():
+    return ggpy.CPUBackend(n_threads=2)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 @pytest.mark.parametrize("backend_name", ["cpu", "cuda"])
-def test_op(backend_name, case):
-    backend = _backend(backend_name)
+def test_op(backend_name, case, request):
+    backend = request.getfixturevalue(f"{backend_name}_backend")       # cuda_backend (conftest) skips without a GPU
     reason = refusal(case, backend)
     if reason is not None:
         pytest.skip(reason)

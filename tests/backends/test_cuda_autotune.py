@@ -34,14 +34,10 @@ def cache(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def tuned():
-    try:
-        backend = ggpy.backends.cuda.CUDABackend("cuda", autotune=True)
-    except ggpy.CudaError as e:
-        pytest.skip(f"no usable GPU: {e}")
+def tuned(cuda_backend):
     if cublas.MISSING:
         pytest.skip(cublas.MISSING)
-    return backend
+    return ggpy.backends.cuda.CUDABackend("cuda", autotune=True)
 
 
 def _conv_node(how="cont"):

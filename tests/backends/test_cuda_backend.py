@@ -21,22 +21,14 @@ from ggpy.backends.cuda import cublas  # noqa: E402
 from ggpy.backends.cuda.kernels import elementwise  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def backend():
-    try:
-        return ggpy.backends.make_backend("cuda")
-    except ggpy.CudaError as e:
-        pytest.skip(f"no usable GPU: {e}")
-
-
 MUL_MAT = [c for c in matmul.cases() if "perf" not in c.tags]
 
 
 @pytest.fixture(scope="module")
-def blas_backend(backend):
+def blas_backend(cuda_backend):
     if cublas.MISSING:
         pytest.skip(cublas.MISSING)
-    return backend
+    return cuda_backend
 
 
 @pytest.fixture(scope="module")
@@ -65,16 +57,16 @@ def test_mul_mat_plan(blas_backend):
     assert y.temp is not None and y.temp[2] == blas_backend.temp_size(y) > (32 << 20)
 
 
-def _computed(backend, y, leafs, seed: int) -> list:
+def _computed(cuda_backend, y, leafs, seed: int) -> list:
     """Plan y's graph on backend, fill `leafs` with seeded standard normal values, compute: its step names."""
     graph = ggpy.Graph()
     graph.build_forward_expand(y)
-    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    ggpy.GraphAllocator(cuda_backend).alloc_graph(graph)
     rng = np.random.default_rng(seed)
     for t in leafs:
         t.set(rng.standard_normal(t.shape).astype(np.float32))
-    backend.compute(graph)
-    return [st.name for st in backend.program(graph)]
+    cuda_backend.compute(graph)
+    return [st.name for st in cuda_backend.program(graph)]
 
 
 def _np_mul_mat(a, b):
@@ -130,11 +122,11 @@ def test_mul_mat_bias_epilogue(blas_backend, act):
 
 
 @pytest.mark.parametrize("type_", [ggpy.F32, ggpy.F16, ggpy.I32], ids=lambda t: t.name)
-def test_round_trip(backend, type_):
+def test_round_trip(cuda_backend, type_):
     ctx = ggpy.Context()
     t = ctx.new_tensor(type_, (37, 5, 3))
     u = ctx.new_tensor(type_, (6, 4))
-    ggpy.alloc_ctx_tensors(ctx, backend)
+    ggpy.alloc_ctx_tensors(ctx, cuda_backend)
     rng = np.random.default_rng(0)
     values = rng.integers(-1000, 1000, size=t.shape).astype(type_.dtype)
     assert np.array_equal(t.set(values).numpy(), values)
@@ -146,22 +138,22 @@ def test_round_trip(backend, type_):
     assert np.array_equal(u.numpy(), vals_t.T)
 
 
-def test_graph_reuses_its_launches(backend):
+def test_graph_reuses_its_launches(cuda_backend):
     ctx = ggpy.Context()
     x = ctx.new_tensor(ggpy.F32, (1000, 3)).set_input()
     y = ggpy.gelu(ggpy.add(ggpy.scale(x, 2.0), x))
     graph = ggpy.Graph()
     graph.build_forward_expand(y)
-    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    ggpy.GraphAllocator(cuda_backend).alloc_graph(graph)
     rng = np.random.default_rng(5)
     x.set(rng.standard_normal(x.shape).astype(np.float32))
-    backend.compute(graph)
-    first = backend.program(graph)
+    cuda_backend.compute(graph)
+    first = cuda_backend.program(graph)
     v = rng.standard_normal(x.shape).astype(np.float32)          # new values through the same launches
     x.set(v)
-    backend.compute(graph)
-    assert backend.program(graph) is first and len(first) == 1        # one generated kernel for the chain
-    times = backend.profile(graph)
+    cuda_backend.compute(graph)
+    assert cuda_backend.program(graph) is first and len(first) == 1        # one generated kernel for the chain
+    times = cuda_backend.profile(graph)
     assert [t.name for t in times] == ["fused:scale+add+gelu"]
     assert all(s >= 0 for _, _, s in times)
     u = 3.0 * v.astype(np.float64)
@@ -169,7 +161,7 @@ def test_graph_reuses_its_launches(backend):
                        atol=1e-6)
 
 
-def test_compile_cache(backend, tmp_path, monkeypatch):
+def test_compile_cache(cuda_backend, tmp_path, monkeypatch):
     from ggpy.backends.cuda import compiler
     from ggpy.backends.cuda.device import get_device
     monkeypatch.setenv("GGPY_CUDA_CACHE", str(tmp_path))
@@ -184,7 +176,7 @@ def test_compile_cache(backend, tmp_path, monkeypatch):
     assert len(list(tmp_path.glob("cache_test-*.cubin"))) == 1
 
 
-def test_second_process_compiles_nothing(backend, tmp_path):
+def test_second_process_compiles_nothing(cuda_backend, tmp_path):
     code = ("import ggpy; from ggpy.backends.cuda import compiler; b = ggpy.backends.make_backend('cuda'); "
             "b.module; print(compiler.STATS['compiles'], compiler.STATS['hits'])")
     env = dict(os.environ, GGPY_CUDA_CACHE=str(tmp_path))
@@ -193,46 +185,46 @@ def test_second_process_compiles_nothing(backend, tmp_path):
     assert runs == [["1", "0"], ["0", "1"]]
 
 
-def test_bad_device_index(backend):
+def test_bad_device_index(cuda_backend):
     with pytest.raises(ggpy.CudaError, match=r"'cuda:99' does not exist: \d+ device\(s\) found"):
         ggpy.backends.make_backend("cuda:99")
     with pytest.raises(ggpy.CudaError, match="expected 'cuda' or 'cuda:N'"):
         ggpy.backends.cuda.CUDABackend("cuda:x")
 
 
-def test_unsupported_op_is_refused(backend):
+def test_unsupported_op_is_refused(cuda_backend):
     from ggpy.ops._common import new_node
     ctx = ggpy.Context()
     y = new_node("no_such_op", ggpy.F32, (8, 4, 6), [ctx.new_tensor(ggpy.F32, (8, 4, 6))])
-    assert not backend.supports_op(y)
-    assert backend.kernel_name(y) == "unsupported"
+    assert not cuda_backend.supports_op(y)
+    assert cuda_backend.kernel_name(y) == "unsupported"
     graph = ggpy.Graph()
     graph.build_forward_expand(y)
     with pytest.raises(ggpy.UnsupportedOpError, match=r"backend cuda:0 cannot run node .* op=no_such_op.*: no CUDA "
                                                       r"kernel for op no_such_op"):
-        ggpy.GraphAllocator(backend).alloc_graph(graph)
+        ggpy.GraphAllocator(cuda_backend).alloc_graph(graph)
 
 
-def test_mul_mat_refused_without_nvmath(backend, monkeypatch):
+def test_mul_mat_refused_without_nvmath(cuda_backend, monkeypatch):
     from ggpy.backends.cuda.kernels import matmul as mm
     monkeypatch.setattr(mm, "MISSING", "needs nvmath-python (test)")
     ctx = ggpy.Context()
     y = ggpy.mul_mat(ctx.new_tensor(ggpy.F32, (8, 4)), ctx.new_tensor(ggpy.F32, (8, 3)))
-    assert not backend.supports_op(y)
-    assert backend.refusal(y) == "mul_mat on CUDA needs nvmath-python (test)"
+    assert not cuda_backend.supports_op(y)
+    assert cuda_backend.refusal(y) == "mul_mat on CUDA needs nvmath-python (test)"
 
 
-def test_driver_errors_name_the_call(backend):
+def test_driver_errors_name_the_call(cuda_backend):
     from ggpy.backends.cuda.driver import check, driver
     with pytest.raises(ggpy.CudaError, match="cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY"):
         check(driver.cuMemAlloc(1 << 60), "cuMemAlloc")
     with pytest.raises(ggpy.OutOfMemoryError, match="cannot allocate a buffer of"):
-        backend.buffer_type.alloc_buffer(1 << 60)
+        cuda_backend.buffer_type.alloc_buffer(1 << 60)
 
 
 @pytest.mark.parametrize("act", [None, "gelu_erf", "relu"])
 @pytest.mark.parametrize("n", [64, 150, 320, 500, 513, 3000])
-def test_norm_affine_fused(backend, n, act):
+def test_norm_affine_fused(cuda_backend, n, act):
     """norm -> mul(weight) -> add(bias) [-> activation] (LayerNorm's affine) is one row kernel writing the last
     node's memory."""
     from math import erf
@@ -244,13 +236,13 @@ def test_norm_affine_fused(backend, n, act):
     y = getattr(ggpy, act)(y) if act else y
     graph = ggpy.Graph()
     graph.build_forward_expand(y)
-    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    ggpy.GraphAllocator(cuda_backend).alloc_graph(graph)
     rng = np.random.default_rng(2)
     for t in (x, w, b):
         t.set((rng.standard_normal(t.shape) + 3 * (act is None)).astype(np.float32))
-    backend.compute(graph)
+    cuda_backend.compute(graph)
     kernel = "norm_affine_f32" if n > 512 else "norm_affine_vec_f32" if n % 4 == 0 else "norm_affine_warp_f32"
-    assert [st.name for st in backend.program(graph)] == [kernel + "+scale+bias" + (f"+{act}" if act else "")]
+    assert [st.name for st in cuda_backend.program(graph)] == [kernel + "+scale+bias" + (f"+{act}" if act else "")]
     xv = x.numpy().astype(np.float64)
     ref = (xv - xv.mean(-1, keepdims=True)) / np.sqrt(xv.var(-1, keepdims=True) + 1e-5) * w.numpy() + b.numpy()
     if act == "gelu_erf":
@@ -346,7 +338,7 @@ def test_residual_read_twice_is_not_fused(blas_backend):
 
 @pytest.mark.parametrize("n,mtype", [(49, ggpy.F32), (196, ggpy.F32), (196, ggpy.F16), (256, ggpy.F32),
                                      (257, ggpy.F32), (5, None)])
-def test_soft_max_rows(backend, n, mtype):
+def test_soft_max_rows(cuda_backend, n, mtype):
     """Windowed attention's soft_max: rows of n (one warp each up to 256, else one block), the per-head bias
     table broadcast over windows, a scale; float64 reference."""
     heads, windows = 3, 5
@@ -356,7 +348,7 @@ def test_soft_max_rows(backend, n, mtype):
     y = ggpy.soft_max_ext(x, mask, 0.3, 0.0) if mtype else ggpy.soft_max(x)
     graph = ggpy.Graph()
     graph.build_forward_expand(y)
-    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    ggpy.GraphAllocator(cuda_backend).alloc_graph(graph)
     rng = np.random.default_rng(8)
     xv = rng.uniform(-5, 5, x.shape).astype(np.float32)
     x.set(xv)
@@ -365,16 +357,16 @@ def test_soft_max_rows(backend, n, mtype):
         mv = rng.uniform(-2, 2, mask.shape).astype(np.float32)
         mask.set(mv)
         v = v + mask.numpy().astype(np.float64)[None]
-    backend.compute(graph)
+    cuda_backend.compute(graph)
     suffix = f"_f32_{mtype.name.lower()}" if mtype else "_f32"
-    assert backend.kernel_name(y) == ("soft_max_warp" if n <= 256 else "soft_max") + suffix
+    assert cuda_backend.kernel_name(y) == ("soft_max_warp" if n <= 256 else "soft_max") + suffix
     e = np.exp(v - v.max(-1, keepdims=True))
     assert np.allclose(y.numpy(), e / e.sum(-1, keepdims=True), atol=1e-6)
 
 
 @pytest.mark.parametrize("bne,flat", [((1, 1, 5), True), ((33, 7, 1), True), ((1, 7, 5), True),
                                       ((33, 1, 5), False)])
-def test_add_broadcast_block(backend, bne, flat):
+def test_add_broadcast_block(cuda_backend, bne, flat):
     """add of b whose dims are one block of a's (a per-channel vector, ...) runs the flat kernel; a broadcast
     dim inside the block takes the strided kernel (32-bit indices); both as numpy's."""
     ctx = ggpy.Context()
@@ -383,14 +375,14 @@ def test_add_broadcast_block(backend, bne, flat):
     y = ggpy.add(a, b)
     graph = ggpy.Graph()
     graph.build_forward_expand(y)
-    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    ggpy.GraphAllocator(cuda_backend).alloc_graph(graph)
     rng = np.random.default_rng(9)
     av, bv = rng.standard_normal(a.shape).astype(np.float32), rng.standard_normal(b.shape).astype(np.float32)
     a.set(av)
     b.set(bv)
-    backend.compute(graph)
-    assert backend.kernel_name(y) == ("add_c_f32_f32" if flat else "add_f32_f32")
-    assert backend.program(graph)[0].args.iop == (elementwise._inner(y) if flat else 1)
+    cuda_backend.compute(graph)
+    assert cuda_backend.kernel_name(y) == ("add_c_f32_f32" if flat else "add_f32_f32")
+    assert cuda_backend.program(graph)[0].args.iop == (elementwise._inner(y) if flat else 1)
     assert np.allclose(y.numpy(), av + bv, atol=1e-6)
 
 
@@ -464,18 +456,18 @@ def test_cross_attention_fused(blas_backend, nq, nk, heads, hk, b, bk, shared_q)
 
 
 @pytest.mark.parametrize("n", [4096, 4098])
-def test_unary_float4(backend, n):
+def test_unary_float4(cuda_backend, n):
     """Flat F32 unary kernels take float4 groups when the element count is a multiple of 4 (else scalars)."""
     ctx = ggpy.Context()
     x = ctx.new_tensor(ggpy.F32, (n, 3)).set_input()
     y = ggpy.gelu_erf(x)
     graph = ggpy.Graph()
     graph.build_forward_expand(y)
-    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    ggpy.GraphAllocator(cuda_backend).alloc_graph(graph)
     xv = np.random.default_rng(12).standard_normal(x.shape).astype(np.float32) * 3
     x.set(xv)
-    backend.compute(graph)
-    step = backend.program(graph)[0]
+    cuda_backend.compute(graph)
+    step = cuda_backend.program(graph)[0]
     assert step.name == "gelu_erf_c_f32" and step.args.iop == (4 if n % 4 == 0 else 0)
     from math import erf
     ref = 0.5 * xv * (1 + np.vectorize(erf)(xv.astype(np.float64) / np.sqrt(2)))

@@ -17,18 +17,10 @@ pytest.importorskip("cuda.bindings.driver")
 from ggpy.backends.cuda.kernels import conv as conv_kernels  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def backend():
-    try:
-        return ggpy.backends.make_backend("cuda")
-    except ggpy.CudaError as e:
-        pytest.skip(f"no usable GPU: {e}")
-
-
-def test_cwhn_result_keeps_its_layout(backend):
+def test_cwhn_result_keeps_its_layout(cuda_backend):
     case = conv.dw_case((9, 7, 6, 1), (3, 3), (1, 1), (2, 2), (2, 2), cwhn=True)    # dilated: the generic kernel
-    assert backend.kernel_name(case.build(ggpy.Context())) == "conv_2d_dw_cwhn_f32_f32"
-    assert run_case(case, backend).ok
+    assert cuda_backend.kernel_name(case.build(ggpy.Context())) == "conv_2d_dw_cwhn_f32_f32"
+    assert run_case(case, cuda_backend).ok
 
 
 # (W, H, C, N), stride, padding: the fast 3x3 CWHN depthwise kernel (conv_dw3_cwhn), 1 or 4 channels a thread,
@@ -40,13 +32,13 @@ DW3 = [((17, 13, 5, 2), 1, 1), ((17, 13, 5, 2), 2, 1), ((23, 9, 12, 1), 1, 1), (
 
 @pytest.mark.parametrize("ta", [ggpy.F32, ggpy.F16], ids=lambda t: t.name)
 @pytest.mark.parametrize("ne,s,p", DW3, ids=[f"{ne}-s{s}-p{p}" for ne, s, p in DW3])
-def test_dw3_cwhn(backend, ne, s, p, ta):
+def test_dw3_cwhn(cuda_backend, ne, s, p, ta):
     case = conv.dw_case(ne, (3, 3), (s, s), (p, p), (1, 1), ta, cwhn=True)
     node = case.build(ggpy.Context())
     vec = 4 if ne[2] % 4 == 0 else 1
     assert conv_kernels.dw_fast(node) == s
-    assert backend.kernel_name(node) == f"conv_dw3_cwhn_s{s}_v{vec}_{ta.name.lower()}_f32_f32"
-    result = run_case(case, backend)
+    assert cuda_backend.kernel_name(node) == f"conv_dw3_cwhn_s{s}_v{vec}_{ta.name.lower()}_f32_f32"
+    result = run_case(case, cuda_backend)
     assert result.ok, f"{case.id}: {result.message}"
 
 
@@ -71,7 +63,7 @@ ACTS = {None: lambda u: u, "gelu_erf": lambda u: 0.5 * u * (1 + ERF(u / np.sqrt(
 @pytest.mark.parametrize("act", list(ACTS) + ["read twice"])
 @pytest.mark.parametrize("ne,s,wtype", [((20, 7, 24), 1, ggpy.F32), ((15, 9, 6), 2, ggpy.F32),
                                         ((33, 10, 16), 1, ggpy.F16)], ids=["s1-v4", "s2-v1", "f16w"])
-def test_dw3_bias_act_fused(backend, ne, s, wtype, act):
+def test_dw3_bias_act_fused(cuda_backend, ne, s, wtype, act):
     """Tokens (C, W, H) -> CWHN depthwise -> permute back -> add(bias) [-> activation] is one kernel writing the
     last node's memory (MobileSAM's depthwise blocks); an add read twice keeps its reader a node."""
     W, H, C = ne
@@ -88,17 +80,17 @@ def test_dw3_bias_act_fused(backend, ne, s, wtype, act):
         out = getattr(ggpy, act)(out)
     graph = ggpy.Graph()
     graph.build_forward_expand(out)
-    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    ggpy.GraphAllocator(cuda_backend).alloc_graph(graph)
     rng = np.random.default_rng(5)
     vals = {t: rng.standard_normal(t.shape).astype(np.float32) for t in (x, w, b)}
     for t, v in vals.items():
         t.set(v)
-    backend.compute(graph)
+    cuda_backend.compute(graph)
     wv = vals[w].astype(np.float16) if wtype == ggpy.F16 else vals[w]
     ref = _np_dw_tokens(vals[x].astype(np.float64), wv.astype(np.float64), vals[b], s, 1)
     ref = ref * ref if act == "read twice" else ACTS[act](ref)
     head = f"conv_dw3_cwhn_s{s}_v{4 if C % 4 == 0 else 1}_{wtype.name.lower()}_f32_f32+bias"
-    names = [st.name for st in backend.program(graph)]
+    names = [st.name for st in cuda_backend.program(graph)]
     assert names == ([head, "mul_c_f32_f32"] if act == "read twice" else [head + (f"+{act}" if act else "")])
     np.testing.assert_allclose(out.numpy().reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
 
@@ -109,14 +101,14 @@ def test_dw3_bias_act_fused(backend, ne, s, wtype, act):
     lambda a, b: ggpy.im2col(a, b, 257, 1, 300, 0, 1, 1, True, ggpy.F32),
     lambda a, b: ggpy.pool_2d(b, "avg", 300, 2, 270, 1, 260, 0),
 ], ids=["conv_2d", "conv_2d_dilated", "im2col", "pool_2d"])
-def test_large_integer_parameters(backend, build):
+def test_large_integer_parameters(cuda_backend, build):
     """Strides, paddings, dilations and pool windows travel as int32 (Args.ip): values past 255 run on the GPU and
     agree with the CPU."""
     rng = np.random.default_rng(9)
     k_values = rng.standard_normal((2, 2, 3, 3)).astype(np.float32)
     x_values = rng.standard_normal((1, 2, 9, 601)).astype(np.float32)
     outs = []
-    for b in (backend, ggpy.CPUBackend(n_threads=2)):
+    for b in (cuda_backend, ggpy.CPUBackend(n_threads=2)):
         ctx = ggpy.Context()
         ka = ctx.new_tensor(ggpy.F32, (3, 3, 2, 2)).set_input()
         xb = ctx.new_tensor(ggpy.F32, (601, 9, 2, 1)).set_input()
@@ -137,7 +129,7 @@ CONV_2D = [c for c in conv.cases() if c.op == "conv_2d"]
 
 
 @pytest.fixture(scope="module")
-def im2col_backend(backend):
+def im2col_backend(cuda_backend):
     return ggpy.backends.cuda.CUDABackend("cuda", force={"conv_2d": "im2col"})
 
 
@@ -155,7 +147,7 @@ def test_conv_2d_im2col_gemm(im2col_backend, case, monkeypatch):
 
 
 @pytest.mark.parametrize("impl", ["direct", "implicit"])
-def test_conv_2d_forced(backend, impl):
+def test_conv_2d_forced(cuda_backend, impl):
     """conv_2d forced to conv_2d_direct (every case with K = Cin * KH * KW <= DIRECT_K) or to the implicit GEMM
     (every case, the shallow ones included, which choose() now gives to direct)."""
     forced = ggpy.backends.cuda.CUDABackend("cuda", force={"conv_2d": impl})
@@ -167,7 +159,7 @@ def test_conv_2d_forced(backend, impl):
 
 
 @pytest.mark.parametrize("t", [ggpy.F32, ggpy.F16, ggpy.BF16], ids=lambda t: t.name)
-def test_conv_2d_direct_epilogue(backend, t):
+def test_conv_2d_direct_epilogue(cuda_backend, t):
     """An image's first convolution -> [cast] -> + bias over channels -> GELU runs as one conv_2d_direct launch
     that writes the GELU's memory in its type; the values agree with the CPU."""
     rng = np.random.default_rng(4)
@@ -178,26 +170,26 @@ def test_conv_2d_direct_epilogue(backend, t):
     graph = ggpy.Graph().build_forward_expand(out.set_output())
     values = [rng.standard_normal(tuple(reversed(v.ne))).astype(np.float32) for v in (k, x, b)]
     results = []
-    for be in (backend, ggpy.CPUBackend(n_threads=2)):
+    for be in (cuda_backend, ggpy.CPUBackend(n_threads=2)):
         ggpy.GraphAllocator(be).alloc_graph(graph)
         for leaf, v in zip((k, x, b), values):
             leaf.set(v.astype(t.dtype))
         be.compute(graph)
         results.append(out.numpy().astype(np.float32))
-        if be is backend:
+        if be is cuda_backend:
             suffix = "" if t == ggpy.F32 else f"+{t.name}"
-            assert [s.name for s in backend.program(graph)] == [f"conv_2d_direct_{t.name}_{t.name}_{t.name}{suffix}+bias+gelu_erf"]
+            assert [s.name for s in cuda_backend.program(graph)] == [f"conv_2d_direct_{t.name}_{t.name}_{t.name}{suffix}+bias+gelu_erf"]
     np.testing.assert_allclose(results[0], results[1], rtol=2e-2 if t == ggpy.BF16 else 2e-3, atol=2e-2 if t == ggpy.BF16 else 2e-3)
 
 
 @pytest.mark.parametrize("align_corners", [False, True])
 @pytest.mark.parametrize("src,dst", [((256, 256, 3), (1024, 1024)), ((37, 23, 2), (101, 7)), ((50, 40, 1), (17, 29))])
-def test_bilinear_matches_the_cpu(backend, src, dst, align_corners):
+def test_bilinear_matches_the_cpu(cuda_backend, src, dst, align_corners):
     """Bilinear resizing computes taps and weights in float32 as PyTorch does, on both backends (SAM's mask
     upscaling thresholds the result at 0, so the two should agree to rounding)."""
     x = np.random.default_rng(8).standard_normal(tuple(reversed(src))).astype(np.float32)
     outs = []
-    for b in (backend, ggpy.CPUBackend(n_threads=2)):
+    for b in (cuda_backend, ggpy.CPUBackend(n_threads=2)):
         ctx = ggpy.Context()
         a = ctx.new_tensor(ggpy.F32, (*src, 1)).set_input()
         y = ggpy.interpolate(a, dst[0], dst[1], src[2], 1, mode="bilinear", align_corners=align_corners)

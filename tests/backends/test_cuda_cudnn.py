@@ -22,22 +22,19 @@ from ggpy.backends.cuda.registry import KERNELS  # noqa: E402
 
 
 def _backend(**kw):
-    try:
-        backend = CUDABackend("cuda", **kw)
-    except ggpy.CudaError as e:
-        pytest.skip(f"no usable GPU: {e}")
+    """CUDABackend("cuda", **kw), once the cuda_backend fixture has found a GPU; skips without cuDNN."""
     if cudnn_conv.frontend() is None:
         pytest.skip("cuDNN's Python frontend (nvidia-cudnn-frontend) is not installed or libcudnn does not load")
-    return backend
+    return CUDABackend("cuda", **kw)
 
 
 @pytest.fixture(scope="module")
-def forced():
+def forced(cuda_backend):
     return _backend(force={"conv_2d": "cudnn"})
 
 
 @pytest.fixture(scope="module")
-def forced_tf32():
+def forced_tf32(cuda_backend):
     return _backend(force={"conv_2d": "cudnn"}, allow_tf32=True)
 
 
@@ -145,7 +142,7 @@ def cache(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("t", [ggpy.F32, ggpy.F16], ids=lambda t: t.name)
-def test_autotune_times_cudnn(cache, t):
+def test_autotune_times_cudnn(cuda_backend, cache, t):
     """CUDABackend(autotune=True) lists cudnn among a conv's candidates, times it, and the result stays correct."""
     tuned = _backend(autotune=True)
     case = conv._conv_2d(t, "cont", *SHAPES[0], tb=t)

@@ -308,13 +308,10 @@ def test_cuda_takes_every_quantized_node():
         assert temp_size(many) >= WORKSPACE + 2 * 512 * (48 + 16)
 
 
-def test_cuda_scheduler_runs_quantized_nodes_on_the_gpu():
+def test_cuda_scheduler_runs_quantized_nodes_on_the_gpu(cuda_backend):
     """With a GPU: a graph mixing quantized weights and float ops plans and runs on CUDA, before the CPU, and gives
     the CPU's results."""
-    try:
-        cuda = ggpy.backends.make_backend("cuda")
-    except ggpy.CudaError as e:
-        pytest.skip(f"no CUDA backend here: {e}")
+    cuda = cuda_backend
     rng = np.random.default_rng(7)
     values = {"w": random_blocks(rng, Q4_K, (512, 48, 1, 1)), "e": random_blocks(rng, Q8_0, (512, 10, 1, 1)),
               "i": np.array([3, 1, 4, 1, 5], np.int32)}

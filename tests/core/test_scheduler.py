@@ -273,16 +273,7 @@ def test_no_backend_runs_the_op():
 
 
 # -- CUDA + CPU ----------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def cuda():
-    pytest.importorskip("cuda.bindings.driver")
-    try:
-        return ggpy.backends.make_backend("cuda")
-    except ggpy.CudaError as e:
-        pytest.skip(f"no usable GPU: {e}")
-
-
-def test_cuda_fallback_and_weights_uploaded_once(cuda):
+def test_cuda_fallback_and_weights_uploaded_once(cuda_backend):
     from ggpy.backends.cuda import CUDABackend
 
     class NoSoftMax(CUDABackend):
@@ -308,30 +299,30 @@ def test_cuda_fallback_and_weights_uploaded_once(cuda):
     assert rel_err(first, reference(v)) < 1e-4
 
 
-def test_cuda_node_by_node_vs_cpu(cuda):
+def test_cuda_node_by_node_vs_cpu(cuda_backend):
     cpu = CPUBackend(n_threads=4)
     v = make_values(7)
     x1, g1, _ = setup(cpu, v, all_outputs=True)
     ggpy.GraphAllocator(cpu).alloc_graph(g1)
     x1.set(v["x"].astype(np.float32))
     cpu.compute(g1)
-    x2, g2, _ = setup(cuda, v, all_outputs=True)       # weights on the GPU: every node follows them
-    sched = ggpy.Scheduler([cuda, cpu])
+    x2, g2, _ = setup(cuda_backend, v, all_outputs=True)       # weights on the GPU: every node follows them
+    sched = ggpy.Scheduler([cuda_backend, cpu])
     sched.alloc_graph(g2)
     x2.set(v["x"].astype(np.float32))
     sched.compute(g2)
     print(sched.dump())
-    assert [sp.backend.name for sp in sched.splits] == [cuda.name]
+    assert [sp.backend.name for sp in sched.splits] == [cuda_backend.name]
     for a, b in zip(g1.nodes, g2.nodes):
         ra, rb = a.numpy(), b.numpy()
         assert np.abs(ra - rb).max() <= 1e-4 * max(1.0, np.abs(ra).max()), (a.name, a.op)
 
 
-def test_cuda_extra_ops_on_gpu(cuda):
+def test_cuda_extra_ops_on_gpu(cuda_backend):
     """diag_mask_inf, group_norm, get_rel_pos and add_rel_pos run on CUDA now."""
     ctx = ggpy.Context()
     a = ctx.new_tensor(ggpy.F32, (5, 4, 3, 2))
-    assert cuda.supports_op(ggpy.diag_mask_inf(a, 1)) and cuda.supports_op(ggpy.group_norm(a, 2))
+    assert cuda_backend.supports_op(ggpy.diag_mask_inf(a, 1)) and cuda_backend.supports_op(ggpy.group_norm(a, 2))
     p = ctx.new_tensor(ggpy.F32, (3, 5, 2, 2))
-    assert cuda.supports_op(ggpy.add_rel_pos(ctx.new_tensor(ggpy.F32, (9, 10, 2)), p, p))
-    assert cuda.supports_op(ggpy.get_rel_pos(ctx.new_tensor(ggpy.F32, (6, 13)), 7, 7))
+    assert cuda_backend.supports_op(ggpy.add_rel_pos(ctx.new_tensor(ggpy.F32, (9, 10, 2)), p, p))
+    assert cuda_backend.supports_op(ggpy.get_rel_pos(ctx.new_tensor(ggpy.F32, (6, 13)), 7, 7))

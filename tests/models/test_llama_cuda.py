@@ -12,18 +12,13 @@ import pytest
 pytest.importorskip("tokenizers")
 pytest.importorskip("cuda.bindings.driver")
 
-import ggpy  # noqa: E402
-
 from llama_tiny import write_tiny_llama  # noqa: E402
 
 from examples.llama.gguf_file import open_llama  # noqa: E402
 from examples.llama.reference import ReferenceModel  # noqa: E402
 from examples.llama.runner import GraphModel  # noqa: E402
 
-try:
-    ggpy.backends.make_backend("cuda")
-except Exception as e:  # noqa: BLE001 - no driver, no GPU
-    pytest.skip(f"no CUDA device: {e}", allow_module_level=True)
+pytestmark = pytest.mark.usefixtures("cuda_backend")       # conftest: skips without a GPU
 
 Q = gguf.GGMLQuantizationType
 SEED = int(np.random.SeedSequence().entropy % 2**32)

@@ -402,14 +402,9 @@ def test_bad_parameters(predictor, kw, match):
         AutomaticMaskGenerator(predictor, **kw)
 
 
-def test_cuda_generator(predictor, spread_checkpoint, image):
+def test_cuda_generator(cuda_backend, predictor, spread_checkpoint, image):
     """On a GPU (F32): the decoder graph, the post-processing graph and the records equal the CPU generator's."""
-    pytest.importorskip("cuda.bindings.driver")
-    import ggpy
-    try:
-        gpu = Predictor(spread_checkpoint.with_suffix(".gguf"), backend="cuda")
-    except ggpy.CudaError as e:
-        pytest.skip(f"no usable GPU: {e}")
+    gpu = Predictor(spread_checkpoint.with_suffix(".gguf"), backend="cuda")
     kw = dict(points_per_side=4, points_per_batch=8, box_nms_thresh=1.0, **PERMISSIVE)
     ref = AutomaticMaskGenerator(predictor, **kw).generate(image)
     got = AutomaticMaskGenerator(gpu, **kw).generate(image)

@@ -12,6 +12,8 @@ pytest.importorskip("cuda.bindings.driver")
 
 import ggpy
 
+pytestmark = pytest.mark.usefixtures("cuda_backend")       # conftest: skips without a GPU
+
 
 @pytest.fixture(scope="module")
 def torch():
@@ -27,12 +29,10 @@ def rel_err(a, b) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def cuda_backend(**kw):
+def new_backend(**kw):
+    """A fresh CUDABackend("cuda", **kw) (every test here asks for conftest's cuda_backend, which skips without a GPU)."""
     from ggpy.backends.cuda.backend import CUDABackend
-    try:
-        return CUDABackend("cuda", **kw)
-    except ggpy.CudaError as e:
-        pytest.skip(f"no usable GPU: {e}")
+    return CUDABackend("cuda", **kw)
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def torch_reference(torch, mobilesam_checkpoint):
 def test_encoder_vs_torch(torch_reference, mobilesam_gguf_f32, mobilesam_gguf_f16, wtype, tf32, tol):
     from examples.mobilesam.runner import ImageEncoder
     enc = ImageEncoder(mobilesam_gguf_f32 if wtype == "f32" else mobilesam_gguf_f16,
-                       backend=cuda_backend(allow_tf32=tf32))
+                       backend=new_backend(allow_tf32=tf32))
     assert all(type(t.buffer).__name__ == "CUDABuffer" for t in enc.model.tensors.values())
     xs, refs = torch_reference
     errs = []
@@ -75,7 +75,7 @@ def test_half_activations_batched(torch_reference, mobilesam_gguf_f32, dtype, to
     """F16 / BF16 activations, both images in one batch of 2: the errors of the issue, the casts fused into the
     GEMMs (cuBLASLt writing the half type), the depthwise convolutions and the window attention."""
     from examples.mobilesam.runner import ImageEncoder
-    enc = ImageEncoder(mobilesam_gguf_f32, backend=cuda_backend(), dtype=dtype, batch=2)
+    enc = ImageEncoder(mobilesam_gguf_f32, backend=new_backend(), dtype=dtype, batch=2)
     xs, refs = torch_reference
     got = enc.encode_preprocessed(np.concatenate(xs))
     errs = [rel_err(got[i], refs[i]) for i in range(2)]
@@ -95,8 +95,8 @@ def test_cuda_graphs_identical_and_recaptured():
     mobilesam_gguf_f32 = random_model()
     x = np.random.default_rng(0).standard_normal((1, 3, 1024, 1024)).astype(np.float32)
     x2 = np.random.default_rng(1).standard_normal((1, 3, 1024, 1024)).astype(np.float32)
-    plain = ImageEncoder(mobilesam_gguf_f32, backend=cuda_backend(graphs=False))
-    graphed = ImageEncoder(mobilesam_gguf_f32, backend=cuda_backend(graphs=True))
+    plain = ImageEncoder(mobilesam_gguf_f32, backend=new_backend(graphs=False))
+    graphed = ImageEncoder(mobilesam_gguf_f32, backend=new_backend(graphs=True))
     want, want2 = plain.encode_preprocessed(x), plain.encode_preprocessed(x2)
     assert plain.backend.captures == 0 and plain.backend.cuda_graph(plain.graph) is None
     first = graphed.encode_preprocessed(x)                  # plain launches, then the capture
@@ -119,7 +119,7 @@ def test_small_graph_capture_and_fallback():
     """A small graph: replay equals plain launches after its input changes; a step that cannot be captured
     (a host-side synchronize) makes the backend fall back to plain launches with the same results."""
     from scipy.special import erf
-    b = cuda_backend()
+    b = new_backend()
     ctx = ggpy.Context()
     a = ctx.new_tensor(ggpy.F32, (64, 32)).set_input()
     out = ggpy.soft_max_ext(ggpy.gelu_erf(ggpy.add(a, a)), None, 0.5, 0.0)
@@ -144,7 +144,7 @@ def test_small_graph_capture_and_fallback():
     steps = b.program(graph)
     bad = type("Sync", (), {"node": steps[0].node, "name": "sync", "__call__": lambda self, s: s.synchronize()})()
     steps.insert(0, bad)                        # stream synchronize is illegal during capture
-    b2 = cuda_backend()
+    b2 = new_backend()
     graph.backend_cache[(b2, "program")] = graph.backend_cache[(b, "program")]
     v = rng.standard_normal((32, 64)).astype(np.float32)
     a.set(v)

@@ -300,14 +300,10 @@ def test_f16_predictor(mobilesam_gguf_f16, image, sam_predictor):
         assert rel_err(low_res, ref_low_res) < 1e-2 and rel_err(iou, ref_iou) < 1e-2
 
 
-def test_cuda_predictor(mobilesam_gguf_f32, image, sam_predictor):
+def test_cuda_predictor(cuda_backend, mobilesam_gguf_f32, image, sam_predictor):
     """On a GPU (F32, no TF32): the same results; sin and cos, which the CUDA backend lacks, run on the CPU."""
-    pytest.importorskip("cuda.bindings.driver")
     from examples.mobilesam.predictor import Predictor
-    try:
-        p = Predictor(mobilesam_gguf_f32, backend="cuda")
-    except ggpy.CudaError as e:
-        pytest.skip(f"no usable GPU: {e}")
+    p = Predictor(mobilesam_gguf_f32, backend="cuda")
     p.set_image(image)
     for kw in PROMPTS.values():
         for multimask in (True, False):
@@ -355,17 +351,14 @@ def test_predict_batch_equals_one_by_one(predictor):
 
 
 @pytest.mark.parametrize("backend_name", ["cpu", "cuda"])
-def test_set_image_again(mobilesam_gguf_f32, image, backend_name):
+def test_set_image_again(mobilesam_gguf_f32, image, backend_name, request):
     """Image after image: set_image leaves each image's embedding (E, E, D order) in image_embedding, written by the
     encoder's graph on the backend: as a separate CPU encoder's."""
     from examples.mobilesam.predictor import Predictor
     from examples.mobilesam.runner import ImageEncoder
     if backend_name == "cuda":
-        pytest.importorskip("cuda.bindings.driver")
-    try:
-        p = Predictor(mobilesam_gguf_f32, backend=backend_name, n_threads=2)
-    except ggpy.CudaError as e:
-        pytest.skip(f"no usable GPU: {e}")
+        request.getfixturevalue("cuda_backend")         # skips without a GPU
+    p = Predictor(mobilesam_gguf_f32, backend=backend_name, n_threads=2)
     reference = ImageEncoder(mobilesam_gguf_f32, "cpu", 2)
     other = np.random.default_rng(8).integers(0, 256, (300, 500, 3), dtype=np.uint8)
     for img in (image, other, image):

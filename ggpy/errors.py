@@ -35,3 +35,11 @@ class ModelFileError(GGPYError):
 
 class CudaError(GGPYError):
     """A CUDA driver, NVRTC or cuBLAS call failed."""
+
+
+class OptionError(GGPYError, TypeError):
+    """A call was given an option (keyword) it does not take."""
+
+
+class TensorNameError(GGPYError, LookupError):
+    """A graph has no input or output of the name (or tensor) given."""

@@ -8,7 +8,9 @@ Assignment, in graph order (`backends` in priority order, the CPU last):
     of their own) - weights in host memory only when `offload_host_weights=False` -, the previous node's
     backend unless that is the last (fallback) one, then every backend by priority; the first that
     `supports_op` the node gets it. An op a backend refuses therefore falls back to the next one.
-  * graph inputs (leafs with no memory) live on the last backend (the host), unless pinned.
+  * graph inputs (leafs with no memory) live on the last backend (the host), unless pinned - or unless one
+    backend runs every node: then the graph is one split and its inputs live in that backend's memory, where
+    `tensor.set` writes them (no copy through the host per compute).
 
 A split is a run of consecutive computing nodes on one backend. A source a split reads from another backend
 is copied into a tensor of that backend's memory (one copy per (tensor, backend), made before the first split
@@ -150,6 +152,7 @@ class Scheduler:
     def _assign(self, graph, st: _State):
         last = self.backends[-1]
         where = st.backend_of
+        unplaced = []             # ids of leafs placed by default (inputs, memoryless leafs): on the host
         for leaf in graph.leafs:
             pin = self._pins.get(id(leaf))
             if leaf.buffer is not None and not leaf.buffer.usage == COMPUTE:
@@ -158,6 +161,7 @@ class Scheduler:
                 where[id(leaf)] = pin[1]
             else:
                 where[id(leaf)] = last
+                unplaced.append(id(leaf))
         prev = None
         for node in graph.nodes:
             pin = self._pins.get(id(node))
@@ -190,6 +194,12 @@ class Scheduler:
             where[id(node)] = b
             if not is_view(node):
                 prev = b
+        ran = {id(where[id(n)]): where[id(n)] for n in graph.nodes if not is_view(n)}
+        if len(ran) == 1:         # one backend runs every node: the default-placed leafs (and their views) go there
+            only, moved = next(iter(ran.values())), set(unplaced)
+            for t in graph.leafs + graph.nodes:
+                if id(t) in moved or (is_view(t) and id(t.view_src) in moved):
+                    where[id(t)] = only
 
     # -- splitting ---------------------------------------------------------------------------------------
     def _split(self, graph, st: _State):
@@ -297,12 +307,22 @@ class Scheduler:
             user.buffer, user.offset, user.released = own.buffer, own.offset, own.released
 
     # -- planning and evaluation -----------------------------------------------------------------------
-    def alloc_graph(self, graph) -> list:
-        """Assign, split and plan `graph` (the plans are replayed when an equal graph was planned before);
-        returns the splits. Graph inputs get their memory here: set them after this call."""
+    def _schedule(self, graph) -> _State:
         st = _State(graph)
         self._assign(graph, st)
         self._split(graph, st)
+        return st
+
+    def reserve(self, graph):
+        """Plan `graph` (the worst case) on each backend it uses and allocate their buffers, placing nothing: later
+        graphs that need no more memory are planned without growing them (GraphAllocator.reserve)."""
+        for b, g in self._schedule(graph).sub_graphs.items():
+            self.allocators[b].reserve(g)
+
+    def alloc_graph(self, graph) -> list:
+        """Assign, split and plan `graph` (the plans are replayed when an equal graph was planned before);
+        returns the splits. Graph inputs get their memory here: set them after this call."""
+        st = self._schedule(graph)
         self._alloc_weights(st)
         for b, g in st.sub_graphs.items():
             plan = self.allocators[b].alloc_graph(g)
@@ -334,8 +354,8 @@ class Scheduler:
             st = self._state
         return st
 
-    def compute(self, graph):
-        """Evaluate `graph`: weight uploads (first time), then each split after copying in its inputs."""
+    def _run(self, graph, run_split):
+        """Weight uploads (first time), then run_split(split) for each split after copying in its inputs."""
         st = self._ensure(graph)
         for entry in st.weights:
             if not entry[2]:
@@ -346,8 +366,27 @@ class Scheduler:
             for src, c in sp.inputs:
                 _copy(self._wired(st, src), c)
                 self.n_copies += 1
-            sp.backend.compute(sp.graph)
+            run_split(sp)
             self.n_splits_run += 1
+        return st
+
+    def compute_async(self, graph):
+        """Evaluate `graph`, queueing each split where its backend can (CUDA): the copies between splits read
+        their sources after the work queued before them, so only the last split may still run on return."""
+        self._run(graph, lambda sp: compute_async(sp.backend, sp.graph))
+
+    def compute(self, graph):
+        """Evaluate `graph` (compute_async, then wait for every backend)."""
+        self.compute_async(graph)
+        self.synchronize()
+
+    def profile(self, graph) -> list:
+        """Evaluate `graph` once, timing every kernel: each split's Backend.profile rows in order, with the user's
+        node of each row (Timing.node)."""
+        rows = []
+        st = self._run(graph, lambda sp: rows.extend(sp.backend.profile(sp.graph)))
+        users = {id(own): user for user, own in st.wired.values()}
+        return [row._replace(node=users.get(id(row.node), row.node)) for row in rows]
 
     def synchronize(self):
         for b in self.backends:
@@ -355,11 +394,17 @@ class Scheduler:
 
     # -- inspection --------------------------------------------------------------------------------------
     @property
+    def graph(self):
+        """The graph planned last (None before the first, or after a pin changed the assignment)."""
+        return self._state.graph if self._state is not None else None
+
+    @property
     def splits(self) -> list:
         return self._state.splits if self._state is not None else []
 
     def dump(self) -> str:
-        """The schedule as text: per split its backend, the copies made before it, and each node's kernel."""
+        """The schedule as text: where each graph input lives, per split its backend, the copies made before it,
+        and each node's kernel."""
         st = self._state
         if st is None:
             return "scheduler: no graph scheduled (call alloc_graph or compute first)"
@@ -368,6 +413,9 @@ class Scheduler:
         lines = [(f"scheduler: {len(st.splits)} split(s) over {', '.join(b.name for b in self.backends)}; "
                   f"{n_copy} copies per compute ({copy_bytes} bytes); {len(st.weights)} weight copies "
                   f"({sum(e[1].nbytes for e in st.weights)} bytes, uploaded once)")]
+        for leaf in st.graph.leafs:
+            if leaf.is_input:
+                lines.append(f"input {_label(leaf)} {leaf.type.name}{list(leaf.ne)} in {st.backend_of[id(leaf)].name}")
         index = {id(n): i for i, n in enumerate(st.graph.nodes)}
         for sp in st.splits:
             lines.append(f"split {sp.index}: {sp.backend.name}, {len(sp.nodes)} node(s)")
@@ -387,6 +435,11 @@ class Scheduler:
 
     def __repr__(self) -> str:
         return f"Scheduler([{', '.join(b.name for b in self.backends)}])"
+
+
+def compute_async(backend, graph):
+    """Queue a planned graph on `backend` where it can queue (CUDA's compute_async), else run it (the CPU)."""
+    getattr(backend, "compute_async", backend.compute)(graph)
 
 
 def _copy_tensor(t, backend) -> Tensor:

@@ -1,0 +1,199 @@
+"""GraphRunner: the one way to run a built graph, over one backend or a Scheduler."""
+from __future__ import annotations
+
+import numpy as np
+
+from .alloc import GraphAllocator
+from .errors import AllocationError, TensorNameError
+from .graph import Graph, Tensor
+from .sched import Scheduler
+from .sched.scheduler import compute_async
+
+
+class GraphRunner:
+    """Plans a built graph once, takes its inputs by name, evaluates it and gives its outputs by name.
+
+    Named for the one thing it does: it runs a graph that is already built (ggml's gallocr + graph_compute, or
+    sched_alloc_graph + sched_graph_compute, behind one object); it neither builds graphs nor owns backends.
+
+        run = GraphRunner(graph, backend)               # or GraphRunner(graph, [cuda, cpu]): a Scheduler's splits
+        run.set(x=array)                                # or run["x"] = array: numpy shape reversed(ne)
+        run.compute()                                   # queued where the backend can (CUDA), else run
+        y = run.get("y")                                # numpy shape reversed(ne), once the work is done
+
+    The same over one backend or a Scheduler. The graph is planned (and its kernels bound) here and again only when
+    it changes (nodes added: graph.version; or another graph given to `use`); every input is set after each plan,
+    before the compute that reads it (a new plan may move the inputs: compute refuses inputs not set since).
+    """
+
+    def __init__(self, graph, on, *, reserve: Graph | None = None):
+        """graph: a Graph, or a function returning one (called here). on: a Backend; or a Scheduler, or a list of
+        backends in priority order (the CPU last) for a Scheduler of this runner's own, for graphs that one backend
+        may not run whole. reserve: a worst-case graph whose memory is reserved first, so that the graphs run later
+        (`use`) that need no more are planned without growing the buffers."""
+        self.sched = Scheduler(on) if isinstance(on, (list, tuple)) else on if isinstance(on, Scheduler) else None
+        self.allocator = None if self.sched is not None else GraphAllocator(on)
+        if reserve is not None:
+            (self.sched or self.allocator).reserve(reserve)
+        self.use(graph)
+
+    @property
+    def backends(self) -> list:
+        """The backends that may run the graph (priority order; the CPU, when there, last)."""
+        return self.sched.backends if self.sched is not None else [self.allocator.backend]
+
+    def use(self, graph) -> GraphRunner:
+        """Run `graph` (a Graph, or a function returning one) from now on: planned now (a graph equal in structure
+        and shapes to the one planned before replays its plan)."""
+        graph = graph if isinstance(graph, Graph) else graph()
+        if not isinstance(graph, Graph):
+            raise TypeError(f"GraphRunner runs a ggpy Graph (or a function returning one), got {type(graph).__name__}")
+        self.graph = graph
+        self._plan()
+        return self
+
+    def _plan(self):
+        g = self.graph
+        if self.sched is not None:
+            self.sched.alloc_graph(g)
+        else:
+            self.allocator.alloc_graph(g)
+        for backend, planned in self._runs():
+            backend.program(planned)             # kernels bound now, not in the first compute
+        self._version = g.version
+        self._input_list = [t for t in g.leafs if t.is_input]
+        self._output_list = [t for t in g.nodes if t.is_output] + [t for t in g.leafs if not t.is_input]
+        self._inputs, self._outputs = _by_name(self._input_list), _by_name(self._output_list)
+        self._unset = {id(t): t for t in self._input_list}
+        self._computed = False
+
+    def _runs(self) -> list:
+        """(backend, planned graph) of each split, in order (the graph itself on one backend)."""
+        if self.sched is not None:
+            return [(sp.backend, sp.graph) for sp in self.sched.splits]
+        return [(self.allocator.backend, self.graph)]
+
+    def _ensure(self):
+        """Plan again when the graph changed (or a pin of the Scheduler did)."""
+        planned = self.graph if self.sched is None else self.sched.graph
+        if planned is not None and planned is not self.graph:
+            raise AllocationError("GraphRunner: its Scheduler has planned another graph since (each Scheduler holds "
+                                  "one plan per backend): give each GraphRunner a Scheduler, or list of backends, of "
+                                  "its own")
+        if planned is None or self.graph.version != self._version:
+            self._plan()
+
+    @property
+    def plans(self) -> tuple:
+        """The memory plan of each split (one on one backend; splits on one backend share its plan), the same
+        objects while the graph is not planned again."""
+        return tuple(planned.plan for _, planned in self._runs())
+
+    @property
+    def inputs(self) -> dict:
+        """{name: Tensor} of the graph's named inputs (leafs marked set_input)."""
+        self._ensure()
+        return {k: t for k, t in self._inputs.items() if t is not None}
+
+    @property
+    def outputs(self) -> dict:
+        """{name: Tensor} of what `get` reads by name: the graph's outputs (set_output, or given to
+        build_forward_expand) and its other leafs (weights, stores)."""
+        self._ensure()
+        return {k: t for k, t in self._outputs.items() if t is not None}
+
+    # -- inputs, evaluation, outputs -----------------------------------------------------------------------
+    def set(self, **arrays) -> GraphRunner:
+        """Write each named input: an array of the tensor's numpy shape, reversed(ne) without trailing 1s, or the full
+        reversed(ne) (Tensor.set; ShapeError or TypeMismatchError naming the tensor otherwise)."""
+        for name, array in arrays.items():
+            self[name] = array
+        return self
+
+    def __setitem__(self, key, array):
+        """runner[name or input Tensor] = array (as `set`)."""
+        self._ensure()
+        t = _find(key, self._inputs, self._input_list, "input")
+        t.set(array)
+        self._unset.pop(id(t), None)
+
+    def compute(self) -> GraphRunner:
+        """Evaluate the graph on the inputs set: queued where the backend can (CUDA: `synchronize` or `get` waits for
+        it), else run before returning."""
+        self._ready()
+        if self.sched is not None:
+            self.sched.compute_async(self.graph)
+        else:
+            compute_async(self.allocator.backend, self.graph)
+        return self
+
+    def _ready(self):
+        """Plan again if the graph changed; AllocationError naming the inputs not set since the last plan."""
+        self._ensure()
+        if self._unset:
+            names = ", ".join(_label(t) for t in self._unset.values())
+            raise AllocationError(f"GraphRunner: input(s) {names} not set since the graph was planned; set every "
+                                  "input (runner.set(name=array)) before computing")
+        self._computed = True
+
+    def synchronize(self) -> GraphRunner:
+        """Wait until the work queued by `compute` is done."""
+        for backend in self.backends:
+            backend.synchronize()
+        return self
+
+    def get(self, key) -> np.ndarray:
+        """The values of a named output (or an output Tensor of the graph), numpy shape reversed(ne) without
+        trailing 1s (Tensor.numpy), once the last compute is done."""
+        self._ensure()
+        t = _find(key, self._outputs, self._output_list, "output")
+        if not self._computed and t.op is not None:
+            raise AllocationError(f"GraphRunner: output {_label(t)} read before any compute of the planned graph; "
+                                  "call compute() first")
+        self.synchronize()
+        return t.numpy()
+
+    def profile(self) -> list:
+        """Evaluate once, timing every kernel: [Timing(node, kernel name, seconds)] in order (Backend.profile)."""
+        self._ready()
+        if self.sched is not None:
+            return self.sched.profile(self.graph)
+        return self.allocator.backend.profile(self.graph)
+
+    def dump(self) -> str:
+        """The plan as text: the Scheduler's splits and copies, or the graph's table with its fused groups."""
+        self._ensure()
+        return self.sched.dump() if self.sched is not None else self.graph.dump(self.allocator.backend)
+
+    def __repr__(self) -> str:
+        return (f"GraphRunner({self.graph!r} on {self.sched or self.allocator.backend.name}; inputs "
+                f"{', '.join(self._inputs) or 'none'})")
+
+
+def _label(t: Tensor) -> str:
+    return repr(t.name) if t.name else f"<unnamed {t.type.name}{list(t.ne)}>"
+
+
+def _by_name(tensors) -> dict:
+    """{name: tensor} of the named tensors; a name two of them share maps to None (ambiguous)."""
+    out = {}
+    for t in tensors:
+        if t.name:
+            out[t.name] = None if t.name in out and out[t.name] is not t else t
+    return out
+
+
+def _find(key, named: dict, members: list, what: str) -> Tensor:
+    """The tensor `key` (a name, or a Tensor) stands for among the graph's `what`s (`members`; `named` by name), or
+    TensorNameError saying what was given and what the graph has."""
+    if isinstance(key, Tensor):
+        if any(t is key for t in members):
+            return key
+        raise TensorNameError(f"tensor {_label(key)} is not an {what} of this graph (inputs: leafs marked set_input(); "
+                              "outputs: tensors marked set_output() or given to build_forward_expand, and leafs)")
+    t = named.get(key)
+    if t is None:
+        known = ", ".join(sorted(k for k, v in named.items() if v is not None)) or "none"
+        why = "names more than one tensor" if key in named else "is not one of its names"
+        raise TensorNameError(f"{what} {key!r} {why}; this graph's {what}s: {known}")
+    return t

@@ -1,0 +1,156 @@
+"""GraphRunner: one graph planned once, named inputs set, evaluated and named outputs read, with the same results and
+errors over one backend, a Scheduler of one backend, the fast path of a Scheduler over two, and split graphs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from runner_graph import HD, M, N, build, close, input_values, reference, set_weights, weight_values
+
+import ggpy
+from ggpy.backends.cpu import CPUBackend
+
+
+class Device(CPUBackend):
+    """A CPU backend under another name that refuses the ops in `refuse`."""
+
+    def __init__(self, refuse=(), name="dev"):
+        super().__init__(n_threads=2)
+        self.refuse, self.name = tuple(refuse), name
+
+    def supports_op(self, node) -> bool:
+        return node.op not in self.refuse and super().supports_op(node)
+
+
+def targets():
+    """name -> a function making (weights backend, what the runner runs on)."""
+    return {"cpu": lambda: (lambda c: (c, c))(CPUBackend(n_threads=2)),
+            "sched-cpu": lambda: (lambda c: (c, ggpy.Scheduler([c])))(CPUBackend(n_threads=2)),
+            "sched-fast": lambda: (lambda c: (c, [Device(), c]))(CPUBackend(n_threads=2)),
+            "sched-split": lambda: (lambda d: (d, [d, CPUBackend(n_threads=2)]))(Device(refuse=("soft_max",)))}
+
+
+def make_runner(target: str, seed: int = 0):
+    weights_backend, on = targets()[target]()
+    graph, w = build(weights_backend)
+    wv = weight_values(seed)
+    set_weights(w, wv)
+    return ggpy.GraphRunner(graph, on), wv
+
+
+def run(runner, iv) -> dict:
+    runner.set(ids=iv["ids"], bias=iv["bias"])
+    runner.compute()
+    return {k: runner.get(k) for k in ("p", "energy")}
+
+
+def test_same_results_over_a_backend_and_schedulers():
+    results = {}
+    for target in targets():
+        runner, wv = make_runner(target, seed=3)
+        results[target] = [run(runner, input_values(k)) for k in range(3)]
+        for k, got in enumerate(results[target]):
+            ref = reference(wv, input_values(k))
+            assert close(got["p"], ref["p"]) and close(got["energy"], ref["energy"]), target
+    for target, runs in results.items():
+        for got, want in zip(runs, results["cpu"]):
+            for k in ("p", "energy"):
+                assert np.allclose(got[k], want[k], rtol=1e-6, atol=1e-7), (target, k)
+    assert not np.array_equal(results["cpu"][0]["p"], results["cpu"][1]["p"])
+
+
+@pytest.mark.parametrize("target", list(targets()))
+def test_plans_once_and_replans_when_the_graph_grows(target):
+    runner, wv = make_runner(target, seed=4)
+    plans = runner.plans
+    for k in range(3):
+        runner["ids"] = input_values(k)["ids"]
+        runner[runner.inputs["bias"]] = input_values(k)["bias"]        # by Tensor as well as by name
+        runner.compute()
+    assert all(a is b for a, b in zip(runner.plans, plans)) and runner.plans
+    h = next(t for t in runner.graph.nodes if t.name == "h")
+    runner.graph.build_forward_expand(ggpy.scale(h, 2.0).set_name("h2"))
+    with pytest.raises(ggpy.AllocationError, match="'ids', 'bias' not set since the graph was planned"):
+        runner.compute()                     # planned again: the inputs may have moved
+    iv = input_values(9)
+    got = run(runner, iv)
+    assert close(got["p"], reference(wv, iv)["p"])
+    x = wv["emb"][iv["ids"]] @ wv["w1"].T + wv["b1"]
+    gelu = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    assert close(runner.get("h2"), 2 * gelu)
+
+
+@pytest.mark.parametrize("target", ["cpu", "sched-fast"])
+def test_errors_say_what_was_given_and_expected(target):
+    runner, _ = make_runner(target)
+    with pytest.raises(ggpy.AllocationError, match="input.*'ids', 'bias' not set"):
+        runner.compute()
+    with pytest.raises(ggpy.TensorNameError, match=r"input 'idx' is not one of its names; this graph's inputs: bias, ids"):
+        runner.set(idx=np.zeros(N, np.int32))
+    with pytest.raises(ggpy.TensorNameError, match="input 'w1' is not one of its names"):
+        runner["w1"] = np.zeros((HD, 16), np.float32)                 # a weight, not an input
+    with pytest.raises(ggpy.ShapeError, match=r"'bias' has ne=\(12, 5, 1, 1\).*expects an array of shape \(5, 12\).*got \(12, 5\)"):
+        runner.set(bias=np.zeros((M, N), np.float32))
+    with pytest.raises(ggpy.TypeMismatchError, match="'ids' is i32.*integer array, got dtype float64"):
+        runner.set(ids=np.zeros(N, np.float64))
+    with pytest.raises(ggpy.TensorNameError, match=r"output 'q' is not one of its names; this graph's outputs: .*energy.*p"):
+        runner.get("q")
+    h = next(t for t in runner.graph.nodes if t.name == "h")
+    with pytest.raises(ggpy.TensorNameError, match="tensor 'h' is not an output of this graph"):
+        runner.get(h)                        # an intermediate, whose memory later nodes may reuse
+    with pytest.raises(ggpy.AllocationError, match="read before any compute"):
+        runner.get("p")
+    with pytest.raises(TypeError, match="runs a ggpy Graph"):
+        runner.use(lambda: "not a graph")
+
+
+def test_a_build_function_and_reserved_memory():
+    """reserve plans the worst case first; graphs given to `use` later fit its buffers."""
+    cpu = CPUBackend(n_threads=2)
+    wv = weight_values(5)
+    worst = build(cpu)[0]
+    graph, w = build(cpu)
+    set_weights(w, wv)
+    runner = ggpy.GraphRunner(lambda: graph, cpu, reserve=worst)
+    buffers = list(runner.allocator.buffers)
+    iv = input_values(5)
+    got = run(runner, iv)
+    assert runner.graph is graph and runner.allocator.buffers == buffers
+    assert close(got["p"], reference(wv, iv)["p"])
+
+
+def test_a_scheduler_serves_one_runner():
+    cpu = CPUBackend(n_threads=2)
+    sched = ggpy.Scheduler([Device(), cpu])
+    first = ggpy.GraphRunner(build(cpu)[0], sched)
+    ggpy.GraphRunner(build(cpu)[0], sched)
+    with pytest.raises(ggpy.AllocationError, match="planned another graph since"):
+        first.set(ids=np.zeros(N, np.int32))
+
+
+@pytest.mark.parametrize("target", ["cpu", "sched-split"])
+def test_profile_rows_name_the_graphs_nodes(target):
+    runner, wv = make_runner(target, seed=6)
+    iv = input_values(6)
+    runner.set(ids=iv["ids"], bias=iv["bias"])
+    rows = runner.profile()
+    nodes = {id(n) for n in runner.graph.nodes}
+    assert rows and all(id(r.node) in nodes and r.seconds >= 0 for r in rows)
+    assert close(runner.get("p"), reference(wv, iv)["p"])
+
+
+def test_cuda_runner_equals_cpu_runner(cuda_backend):
+    runners = {}
+    for name, on in (("cpu", CPUBackend(n_threads=4)), ("cuda", cuda_backend),
+                     ("sched", [cuda_backend, CPUBackend(n_threads=4)])):
+        graph, w = build(on if name != "sched" else on[1])
+        set_weights(w, weight_values(7))
+        runners[name] = ggpy.GraphRunner(graph, on)
+    assert runners["sched"].sched.splits[0].inputs == [] and len(runners["sched"].sched.splits) == 1
+    for k in range(3):
+        iv = input_values(k)
+        got = {name: run(r, iv) for name, r in runners.items()}
+        ref = reference(weight_values(7), iv)
+        for name in ("cuda", "sched"):
+            for out in ("p", "energy"):
+                assert np.allclose(got[name][out], got["cpu"][out], rtol=1e-4, atol=1e-6), (name, out)
+                assert close(got[name][out], ref[out], 1e-4), (name, out)

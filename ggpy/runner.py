@@ -27,15 +27,18 @@ class GraphRunner:
     """
 
     def __init__(self, graph, on, *, reserve: Graph | None = None):
-        """graph: a Graph, or a function returning one (called here). on: a Backend; or a Scheduler, or a list of
-        backends in priority order (the CPU last) for a Scheduler of this runner's own, for graphs that one backend
-        may not run whole. reserve: a worst-case graph whose memory is reserved first, so that the graphs run later
-        (`use`) that need no more are planned without growing the buffers."""
+        """graph: a Graph, or a function returning one (called here), or None (nothing to run until `use`). on: a
+        Backend; or a Scheduler, or a list of backends in priority order (the CPU last) for a Scheduler of this
+        runner's own, for graphs that one backend may not run whole. reserve: a worst-case graph whose memory is
+        reserved first, so that the graphs run later (`use`) that need no more are planned without growing the
+        buffers."""
         self.sched = Scheduler(on) if isinstance(on, (list, tuple)) else on if isinstance(on, Scheduler) else None
         self.allocator = None if self.sched is not None else GraphAllocator(on)
         if reserve is not None:
             (self.sched or self.allocator).reserve(reserve)
-        self.use(graph)
+        self.graph = None
+        if graph is not None:
+            self.use(graph)
 
     @property
     def backends(self) -> list:
@@ -75,6 +78,8 @@ class GraphRunner:
 
     def _ensure(self):
         """Plan again when the graph changed (or a pin of the Scheduler did)."""
+        if self.graph is None:
+            raise AllocationError("GraphRunner: no graph to run yet; give it one with use(graph)")
         planned = self.graph if self.sched is None else self.sched.graph
         if planned is not None and planned is not self.graph:
             raise AllocationError("GraphRunner: its Scheduler has planned another graph since (each Scheduler holds "
@@ -166,8 +171,7 @@ class GraphRunner:
         return self.sched.dump() if self.sched is not None else self.graph.dump(self.allocator.backend)
 
     def __repr__(self) -> str:
-        return (f"GraphRunner({self.graph!r} on {self.sched or self.allocator.backend.name}; inputs "
-                f"{', '.join(self._inputs) or 'none'})")
+        return f"GraphRunner({self.graph!r} on {self.sched or self.allocator.backend.name})"
 
 
 def _label(t: Tensor) -> str:

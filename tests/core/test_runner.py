@@ -110,10 +110,13 @@ def test_a_build_function_and_reserved_memory():
     worst = build(cpu)[0]
     graph, w = build(cpu)
     set_weights(w, wv)
-    runner = ggpy.GraphRunner(lambda: graph, cpu, reserve=worst)
+    runner = ggpy.GraphRunner(None, cpu, reserve=worst)
     buffers = list(runner.allocator.buffers)
+    assert buffers and runner.graph is None
+    with pytest.raises(ggpy.AllocationError, match="no graph to run yet"):
+        runner.compute()
     iv = input_values(5)
-    got = run(runner, iv)
+    got = run(runner.use(lambda: graph), iv)
     assert runner.graph is graph and runner.allocator.buffers == buffers
     assert close(got["p"], reference(wv, iv)["p"])
 

@@ -1,6 +1,6 @@
 """The official MobileSAM image encoder in PyTorch and ONNX Runtime, for benchmarks/mobilesam_cpu.py.
 
-mobile_sam imports a few helpers from timm and torchvision, which are not installed here: examples/mobilesam/
+mobile_sam imports a few helpers from timm and torchvision, which are not installed here: ggpy/models/mobilesam/
 timm_stub's stand-ins take their place.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from examples.mobilesam.timm_stub import install_timm_stub
+from ggpy.models.mobilesam.timm_stub import install_timm_stub
 
 ONNX_CACHE = Path.home() / ".cache" / "ggpy"
 

@@ -30,9 +30,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from examples.mobilesam.__main__ import random_model  # noqa: E402 - after the path is set
-from examples.mobilesam.encode_dir import input_params, stream_in_process  # noqa: E402
-from examples.mobilesam.encode_dir_ray import stream_on_ray  # noqa: E402
+from ggpy.models.mobilesam.random_weights import random_model  # noqa: E402 - after the path is set
+from ggpy.models.mobilesam.jobs.encode_dir import input_params, stream_in_process  # noqa: E402
+from ggpy.models.mobilesam.jobs.encode_dir_ray import stream_on_ray  # noqa: E402
 
 
 def make_images(folder: Path, n: int, size: tuple) -> list:

@@ -5,7 +5,7 @@
 
 Writes --images random JPEGs into a temporary folder, then for each way starts a local Ray cluster with `ray start
 --head --block --num-gpus G` (its start-up timed apart; stopped by signalling its process group, so other Ray
-instances on the machine are left alone), runs the CLI `python -m examples.mobilesam encode-dir IMAGES -o OUT
+instances on the machine are left alone), runs the CLI `ggpy-sam encode-dir IMAGES -o OUT
 -b cuda --batch B --ray ADDRESS` against it (one encoder actor per GPU the cluster declares, with the seeded
 random-weights model) and stops the cluster:
 
@@ -106,7 +106,7 @@ def run_way(images: Path, out: Path, gpus: int, share: bool, batch: int, log: Pa
     started = time.perf_counter() - t0
     try:
         t0, began = time.perf_counter(), time.time()
-        r = subprocess.run([sys.executable, "-m", "examples.mobilesam", "encode-dir", str(images), "-o", str(out),
+        r = subprocess.run([sys.executable, "-m", "ggpy.models.mobilesam", "encode-dir", str(images), "-o", str(out),
                             "-b", "cuda", "--batch", str(batch), "--ray", f"127.0.0.1:{port}"], env=env, cwd=ROOT,
                            capture_output=True, text=True)
         wall = time.perf_counter() - t0
@@ -127,7 +127,7 @@ def warm_kernel_cache(images: Path, out: Path, batch: int) -> float:
     for p in first:
         (warm / p.name).symlink_to(p)
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "examples.mobilesam", "encode-dir", str(warm), "-o", str(out / "emb"),
+    r = subprocess.run([sys.executable, "-m", "ggpy.models.mobilesam", "encode-dir", str(warm), "-o", str(out / "emb"),
                         "-b", "cuda", "--batch", str(batch)], cwd=ROOT, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"the warm-up encode-dir failed ({r.returncode}):\n{r.stderr[-3000:]}")

@@ -14,7 +14,7 @@ if [ "$model" = fresh ]; then rm -f ~/.cache/ggpy/mobilesam-random-*.gguf; fi
 log=$(mktemp)
 load=$(cut -d' ' -f1 /proc/loadavg)
 t0=$(date +%s.%N)
-"$python" -u -m examples.mobilesam encode --bench 3 -o "$(mktemp --suffix .npy)" 2>&1 |
+"$python" -u -m ggpy.models.mobilesam encode --bench 3 -o "$(mktemp --suffix .npy)" 2>&1 |
     while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done >"$log"
 t1=$(grep -m1 " embedding (" "$log" | cut -d' ' -f1)
 t2=$(tail -1 "$log" | cut -d' ' -f1)

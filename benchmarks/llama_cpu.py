@@ -39,15 +39,15 @@ def token_ids(n_vocab: int, n: int, seed: int) -> list:
 
 
 class GgpyRuntime:
-    """examples.llama's GraphModel on the CPU backend."""
+    """ggpy.models.llama's GraphModel on the CPU backend."""
 
     flash_attn = False
 
     def __init__(self, opts, threads: int):
         import numba
 
-        from examples.llama.gguf_file import open_llama
-        from examples.llama.runner import GraphModel
+        from ggpy.models.llama.gguf_file import open_llama
+        from ggpy.models.llama.runner import GraphModel
         self.model = GraphModel(open_llama(opts.model), "cpu", threads, opts.prompt + opts.gen, N_BATCH,
                                 self.flash_attn)
         self.n_vocab = self.model.hp.n_vocab
@@ -212,7 +212,7 @@ def main(argv=None):
     p.add_argument("--flash-attn", action="store_true", help="also ggpy with flash_attn_ext")
     opts = p.parse_args(argv)
     if opts.model is None:
-        from examples.llama.fetch import default_model
+        from ggpy.models.llama.fetch import default_model
         opts.model = str(default_model())
     print(f"{opts.model}: pp{opts.prompt} + tg{opts.gen}, {opts.rounds} rounds; {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")

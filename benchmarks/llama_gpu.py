@@ -65,8 +65,8 @@ def run_rounds(model, n_vocab: int, opts) -> tuple:
 
 
 def bench_ggpy(path: Path, opts) -> dict:
-    from examples.llama.gguf_file import open_llama
-    from examples.llama.runner import GraphModel
+    from ggpy.models.llama.gguf_file import open_llama
+    from ggpy.models.llama.runner import GraphModel
     t0 = time.perf_counter()
     model = GraphModel(open_llama(path), "cuda", n_ctx=opts.prompt + opts.gen, n_batch=512)
     load = time.perf_counter() - t0

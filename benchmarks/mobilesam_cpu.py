@@ -47,7 +47,10 @@ class GgpyRuntime:
 
     def __init__(self, opts, x):
         import ggpy
-        from examples.mobilesam.runner import ImageEncoder, flops_per_image
+        try:
+            from ggpy.models.mobilesam.runner import ImageEncoder, flops_per_image
+        except ImportError:         # a --baseline checkout from before the models moved into ggpy
+            from examples.mobilesam.runner import ImageEncoder, flops_per_image
         self.enc = ImageEncoder(opts.model, backend=ggpy.CPUBackend(n_threads=opts.threads, force=self.force))
         self.enc.set_input(x)
         self.flops = flops_per_image(self.enc.hp)
@@ -84,7 +87,7 @@ class TorchRuntime:
         import torch
         from _mobilesam_torch import torch_encoder
 
-        from examples.mobilesam.random_weights import random_state_dict
+        from ggpy.models.mobilesam.random_weights import random_state_dict
         torch.set_num_threads(opts.threads)
         self.torch = torch
         self.encoder = torch_encoder(random_state_dict(0))
@@ -109,7 +112,7 @@ class OrtRuntime:
         import onnxruntime
         from _mobilesam_torch import onnx_path, ort_session, torch_encoder
 
-        from examples.mobilesam.random_weights import random_state_dict
+        from ggpy.models.mobilesam.random_weights import random_state_dict
         self.session = ort_session(onnx_path(torch_encoder(random_state_dict(0)), IMAGE_SIZE), opts.threads)
         self.feed = {self.session.get_inputs()[0].name: x}
         self.version = onnxruntime.__version__
@@ -261,7 +264,7 @@ def parse_args(argv=None):
     p.add_argument("-t", "--threads", type=int, default=2)
     p.add_argument("--runs", type=int, default=10, help="timed evaluations per runtime per round")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--model", help="GGUF for ggpy (default: the seeded random-weights model of examples.mobilesam)")
+    p.add_argument("--model", help="GGUF for ggpy (default: the seeded random-weights model of ggpy.models.mobilesam)")
     p.add_argument("--baseline", help="another ggpy checkout to time beside this one (before/after in one run)")
     p.add_argument("--no-torch", dest="torch", action="store_false")
     p.add_argument("--no-ort", dest="ort", action="store_false")
@@ -276,7 +279,7 @@ def main(argv=None):
     opts = parse_args(argv)
     same_weights = opts.model is None
     if same_weights:
-        from examples.mobilesam.__main__ import random_model
+        from ggpy.models.mobilesam.random_weights import random_model
         opts.model = str(random_model())
     x = np.random.default_rng(1).standard_normal((1, 3, IMAGE_SIZE, IMAGE_SIZE)).astype(np.float32)
     print(f"MobileSAM image encoder {IMAGE_SIZE}x{IMAGE_SIZE}, batch 1, {opts.threads} threads, {opts.rounds} rounds x "

@@ -6,7 +6,7 @@ The measurement for RESULTS.md, on a quiet machine (the defaults spelled out; a 
 
     python benchmarks/mobilesam_decoder.py -t 1 2 -b cpu cuda --runs 20 --rounds 3
 
-Both hold the same seeded random checkpoint (examples.mobilesam.random_weights, seed 0: ggpy its GGUF
+Both hold the same seeded random checkpoint (ggpy.models.mobilesam.random_weights, seed 0: ggpy its GGUF
 conversion, PyTorch the official `build_sam_vit_t()` model) and set the same image (the sample picture): each
 computes the image embedding once (the two agree to ~1e-6) and every prompt reuses it, as in SAM's predictor. Prompts:
 1 point, 3 points (two foreground, one background), a box, a box and a point; multimask output on. A "prompt"
@@ -61,11 +61,11 @@ def prompt(name: str, height: int, width: int) -> dict:
 
 # -- the runtimes, each built inside its own worker process ------------------------------------------
 class GgpyRuntime:
-    """examples.mobilesam.predictor.Predictor on the random-weights GGUF."""
+    """ggpy.models.mobilesam.predictor.Predictor on the random-weights GGUF."""
 
     def __init__(self, backend: str, threads: int, image: np.ndarray):
-        from examples.mobilesam.__main__ import random_model
-        from examples.mobilesam.predictor import Predictor
+        from ggpy.models.mobilesam.random_weights import random_model
+        from ggpy.models.mobilesam.predictor import Predictor
         self.predictor = Predictor(str(random_model()), backend=backend, n_threads=threads)
         self.predictor.set_image(image)
         self.version = "ggpy"
@@ -82,8 +82,8 @@ class TorchRuntime:
     def __init__(self, backend: str, threads: int, image: np.ndarray):
         import torch
 
-        from examples.mobilesam.random_weights import random_state_dict
-        from examples.mobilesam.timm_stub import install_timm_stub
+        from ggpy.models.mobilesam.random_weights import random_state_dict
+        from ggpy.models.mobilesam.timm_stub import install_timm_stub
         install_timm_stub()
         for noise in ("Overwriting tiny_vit", "Importing from timm"):   # mobile_sam on a real timm: re-registration,
             warnings.filterwarnings("ignore", message=noise)             # a deprecated import path
@@ -244,8 +244,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     opts = parse_args(argv)
-    from examples.mobilesam.__main__ import SAMPLE_IMAGE, random_model
-    from examples.mobilesam.preprocess import load_image
+    from ggpy.models.mobilesam.options import SAMPLE_IMAGE
+    from ggpy.models.mobilesam.random_weights import random_model
+    from ggpy.models.mobilesam.preprocess import load_image
     image = load_image(SAMPLE_IMAGE)
     random_model()                   # converted once here, not by two workers at the same time
     print(f"MobileSAM decoder per prompt, multimask; image {SAMPLE_IMAGE.name} ({image.shape[1]}x{image.shape[0]}); "

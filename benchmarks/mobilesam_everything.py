@@ -4,7 +4,7 @@
                                               [--rounds 1] [--pred-iou-thresh 0.88] [--stability-score-thresh 0.95]
                                               [--tf32]
 
-Both hold the same seeded random checkpoint (examples.mobilesam.random_weights, seed 0: ggpy its GGUF conversion,
+Both hold the same seeded random checkpoint (ggpy.models.mobilesam.random_weights, seed 0: ggpy its GGUF conversion,
 PyTorch the official `build_sam_vit_t()` model) and generate the masks of the sample picture with the same
 parameters (SamAutomaticMaskGenerator's defaults unless given), once per crop_n_layers value and round. Each runtime
 lives in a process of its own (thread pools never compete; every BLAS library held to -t threads); in each round
@@ -67,8 +67,8 @@ def torch_batched_nms(boxes, scores, idxs, iou_threshold):
 
 class GgpyRuntime:
     def __init__(self, backend: str, threads: int, tf32: bool):
-        from examples.mobilesam.__main__ import random_model
-        from examples.mobilesam.predictor import Predictor
+        from ggpy.models.mobilesam.random_weights import random_model
+        from ggpy.models.mobilesam.predictor import Predictor
         self.predictor = Predictor(str(random_model()), backend=backend, n_threads=threads, tf32=tf32)
         self.generators = {}
         self.version = "ggpy"
@@ -76,7 +76,7 @@ class GgpyRuntime:
     def generate(self, image, params: dict) -> tuple:
         """One image through the generator of these parameters, made on first use and kept (as an application
         keeps it for image after image: its decoder graphs are planned once)."""
-        from examples.mobilesam.automatic import AutomaticMaskGenerator
+        from ggpy.models.mobilesam.automatic import AutomaticMaskGenerator
         key = repr(sorted(params.items()))
         if key not in self.generators:
             self.generators[key] = AutomaticMaskGenerator(self.predictor, output_mode="uncompressed_rle", **params)
@@ -94,8 +94,8 @@ class TorchRuntime:
     def __init__(self, backend: str, threads: int, tf32: bool):
         import torch
 
-        from examples.mobilesam.random_weights import random_state_dict
-        from examples.mobilesam.timm_stub import install_timm_stub
+        from ggpy.models.mobilesam.random_weights import random_state_dict
+        from ggpy.models.mobilesam.timm_stub import install_timm_stub
         real_torchvision = importlib.util.find_spec("torchvision") is not None
         install_timm_stub()
         for noise in ("Overwriting tiny_vit", "Importing from timm"):
@@ -166,7 +166,7 @@ def worker(conn, kind: str, backend: str, threads: int, tf32: bool, image: np.nd
 
 def compare(ours: list, ref: list) -> str:
     """'n / n masks, lowest IoU x' of each official mask with its best ggpy counterpart of the same point."""
-    from examples.mobilesam.mask_rle import rle_to_mask
+    from ggpy.models.mobilesam.mask_rle import rle_to_mask
     lowest = 1.0
     for r in ref:
         same = [o for o in ours if o["point_coords"] == r["point_coords"]]
@@ -195,8 +195,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     opts = parse_args(argv)
-    from examples.mobilesam.__main__ import SAMPLE_IMAGE, random_model
-    from examples.mobilesam.preprocess import load_image
+    from ggpy.models.mobilesam.options import SAMPLE_IMAGE
+    from ggpy.models.mobilesam.random_weights import random_model
+    from ggpy.models.mobilesam.preprocess import load_image
     image = load_image(SAMPLE_IMAGE)
     random_model()
     print(f"segment everything, {SAMPLE_IMAGE.name} ({image.shape[1]}x{image.shape[0]}), {opts.points_per_side}^2 "

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch
 
-from examples.mobilesam.timm_stub import install_timm_stub
+from ggpy.models.mobilesam.timm_stub import install_timm_stub
 
 install_timm_stub()
 
@@ -66,7 +66,7 @@ def set_tf32(on: bool):
 
 
 def torch_model(checkpoint):
-    from examples.mobilesam.random_checkpoint import load_reference_model
+    from ggpy.models.mobilesam.random_checkpoint import load_reference_model
     return load_reference_model(checkpoint).image_encoder.cuda().eval()
 
 
@@ -112,9 +112,9 @@ def main():
         return compile_main(args)
 
     import ggpy
-    from examples.mobilesam.convert import convert
-    from examples.mobilesam.random_checkpoint import make_random_checkpoint
-    from examples.mobilesam.runner import ImageEncoder, flops_per_image
+    from ggpy.models.mobilesam.convert import convert
+    from ggpy.models.mobilesam.random_checkpoint import make_random_checkpoint
+    from ggpy.models.mobilesam.runner import ImageEncoder, flops_per_image
     from ggpy.backends.cuda.backend import CUDABackend
 
     tmp = Path(tempfile.mkdtemp(prefix="mobilesam-gpu-"))

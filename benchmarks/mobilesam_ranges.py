@@ -17,12 +17,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from examples.mobilesam.timm_stub import install_timm_stub  # noqa: E402
+from ggpy.models.mobilesam.timm_stub import install_timm_stub  # noqa: E402
 
 install_timm_stub()
 
-from examples.mobilesam.preprocess import load_image, preprocess  # noqa: E402
-from examples.mobilesam.random_checkpoint import load_reference_model, make_random_checkpoint  # noqa: E402
+from ggpy.models.mobilesam.options import SAMPLE_IMAGE  # noqa: E402
+from ggpy.models.mobilesam.preprocess import load_image, preprocess  # noqa: E402
+from ggpy.models.mobilesam.random_checkpoint import load_reference_model, make_random_checkpoint  # noqa: E402
 
 F16_MAX = 65504.0
 
@@ -30,8 +31,7 @@ F16_MAX = 65504.0
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", help="mobile_sam.pt (default: the seeded random-weights checkpoint)")
-    p.add_argument("-i", "--image", default=str(Path(__file__).resolve().parent.parent / "examples" / "mobilesam"
-                                                / "assets" / "picture2.jpg"))
+    p.add_argument("-i", "--image", default=str(SAMPLE_IMAGE))
     p.add_argument("--top", type=int, default=12)
     args = p.parse_args()
     ckpt = args.checkpoint

@@ -5,15 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from examples.llama.fetch import CACHE, FILE_NAME
+from ggpy.models.llama.fetch import CACHE, FILE_NAME
 
 SMOLLM = CACHE / FILE_NAME
 
 
 def smollm_path() -> Path:
-    """The SmolLM2 GGUF in the cache (`python -m examples.llama -p hi` fetches it); the test skips without it."""
+    """The SmolLM2 GGUF in the cache (`ggpy-llama -p hi` fetches it); the test skips without it."""
     if not SMOLLM.is_file():
-        pytest.skip(f"{SMOLLM} is not there (run `python -m examples.llama -p hi` once to fetch it)")
+        pytest.skip(f"{SMOLLM} is not there (run `ggpy-llama -p hi` once to fetch it)")
     return SMOLLM
 
 

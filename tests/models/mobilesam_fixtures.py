@@ -12,7 +12,7 @@ import pytest
 def install_mobilesam_stubs():
     """Register the timm/torchvision stand-ins when torch and mobile_sam are installed (else do nothing)."""
     if importlib.util.find_spec("torch") and importlib.util.find_spec("mobile_sam"):
-        from examples.mobilesam.timm_stub import install_timm_stub
+        from ggpy.models.mobilesam.timm_stub import install_timm_stub
 
         install_timm_stub()
 
@@ -22,7 +22,7 @@ def mobilesam_checkpoint(tmp_path_factory):
     """Path of a random-weight mobile_sam.pt (seed 0; BatchNorm, LayerNorm and attention biases randomised)."""
     pytest.importorskip("torch")
     pytest.importorskip("mobile_sam")
-    from examples.mobilesam.random_checkpoint import make_random_checkpoint
+    from ggpy.models.mobilesam.random_checkpoint import make_random_checkpoint
 
     path = tmp_path_factory.mktemp("mobilesam") / "mobile_sam_random.pt"
     make_random_checkpoint(path, seed=0)
@@ -30,7 +30,7 @@ def mobilesam_checkpoint(tmp_path_factory):
 
 
 def _converted(checkpoint, file_type: str):
-    from examples.mobilesam.convert import convert
+    from ggpy.models.mobilesam.convert import convert
 
     path = checkpoint.parent / f"mobilesam_{file_type}.gguf"
     convert(checkpoint, path, type=file_type, progress=False)

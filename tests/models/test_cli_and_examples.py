@@ -1,9 +1,13 @@
-"""The test-backend-ops CLI and the README's demo, run as a user would."""
+"""The test-backend-ops CLI, the README's demo, the examples' scripts and the models' command lines (console scripts
+and the `python -m examples.*` entry points), run as a user would."""
+import importlib
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
+from PIL import Image
 
 import ggpy
 
@@ -39,6 +43,39 @@ def test_demo_matches_numpy():
     r = run("examples/demo.py", "--tokens", "24", "--dim", "32", "--heads", "4", "--runs", "2")
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip().endswith("OK")
+
+
+def test_console_scripts_name_the_models_mains():
+    """pyproject's [project.scripts] are exactly ggpy-sam and ggpy-llama, each naming a module's main()."""
+    tomllib = pytest.importorskip("tomllib")            # Python 3.11+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"ggpy-sam": "ggpy.models.mobilesam.cli:main", "ggpy-llama": "ggpy.models.llama.cli:main"}
+    for target in scripts.values():
+        module, _, name = target.partition(":")
+        assert callable(getattr(importlib.import_module(module), name))
+
+
+@pytest.mark.parametrize("entry,prog,words", [
+    ("examples.mobilesam", "ggpy-sam", ("convert", "encode", "segment", "everything", "encode-dir")),
+    ("examples.llama", "ggpy-llama", ("--prompt", "--n-predict", "--backend")),
+])
+def test_examples_entry_points_run_the_package_cli(entry, prog, words):
+    """`python -m examples.mobilesam` / `examples.llama` from the repository root are the package's command lines."""
+    r = run("-m", entry, "-h")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"usage: {prog}") and all(w in r.stdout for w in words), r.stdout
+
+
+def test_segment_point_example(tmp_path):
+    """examples/segment_point.py: one point at the sample image's centre, the best mask written as a PNG of the
+    image's size (random weights: the mask itself means nothing)."""
+    out = tmp_path / "mask.png"
+    r = run("examples/segment_point.py", "-o", str(out), "-t", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"-> {out}" in r.stdout
+    from ggpy.models.mobilesam.options import SAMPLE_IMAGE
+    with Image.open(out) as mask, Image.open(SAMPLE_IMAGE) as image:
+        assert mask.size == image.size
 
 
 def test_readme_tour():

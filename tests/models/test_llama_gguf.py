@@ -1,4 +1,4 @@
-"""examples/llama's model file checks: a good small llama/qwen2 GGUF opens with the hyper-parameters written; another
+"""ggpy.models.llama's model file checks: a good small llama/qwen2 GGUF opens with the hyper-parameters written; another
 architecture, a missing key or tensor, a wrong shape, an unknown or unsupported tensor type, a cut-off file, and
 random truncations and byte flips are all refused with ggpy.ModelFileError naming the problem."""
 import os
@@ -12,8 +12,8 @@ pytest.importorskip("tokenizers")          # the llama extra: pip install -e ".[
 
 from llama_tiny import Q, write_tiny_llama
 
-from examples.llama.gguf_file import open_llama, read_gguf
-from examples.llama.tokenizer import Tokenizer
+from ggpy.models.llama.gguf_file import open_llama, read_gguf
+from ggpy.models.llama.tokenizer import Tokenizer
 from ggpy import ModelFileError
 
 SEED = int(np.random.SeedSequence().entropy % 2**32)     # fresh weights each run; printed on failure

@@ -1,4 +1,4 @@
-"""ggpy's llama graph (examples/llama/model.py, runner.py) against the float64 reference forward on small random GGUFs
+"""ggpy's llama graph (ggpy/models/llama/model.py, runner.py) against the float64 reference forward on small random GGUFs
 (both architectures, tied and untied output, other head counts and weight types; a prompt read in chunks, then
 generated tokens one at a time), the KV cache across evaluations against one evaluation of the whole sequence, the
 replay of planned graphs, and llama.cpp itself on SmolLM2 (skipped without llama-cpp-python or the file)."""
@@ -10,10 +10,10 @@ pytest.importorskip("tokenizers")          # the llama extra: pip install -e ".[
 from llama_cpp_ref import llama_cpp, smollm_path
 from llama_tiny import write_tiny_llama
 
-from examples.llama.gguf_file import open_llama
-from examples.llama.reference import ReferenceModel
-from examples.llama.runner import KV_PAD, GraphModel
-from examples.llama.tokenizer import Tokenizer
+from ggpy.models.llama.gguf_file import open_llama
+from ggpy.models.llama.reference import ReferenceModel
+from ggpy.models.llama.runner import KV_PAD, GraphModel
+from ggpy.models.llama.tokenizer import Tokenizer
 
 Q = gguf.GGMLQuantizationType
 SEED = int(np.random.SeedSequence().entropy % 2**32)

@@ -1,4 +1,4 @@
-"""The float64 reference forward (examples/llama/reference.py) against independent implementations: transformers
+"""The float64 reference forward (ggpy/models/llama/reference.py) against independent implementations: transformers
 loading the same GGUF (its own dequantization, rope and attention; float32 kernels), transformers' YaRN frequencies,
 and llama.cpp itself (per-position logits: relative error and top-1 agreement; greedy tokens on SmolLM2)."""
 import sys
@@ -12,9 +12,9 @@ pytest.importorskip("tokenizers")          # the llama extra: pip install -e ".[
 from llama_cpp_ref import llama_cpp, smollm_path
 from llama_tiny import write_tiny_llama
 
-from examples.llama.gguf_file import open_llama
-from examples.llama.reference import ReferenceModel, rope_cos_sin
-from examples.llama.tokenizer import Tokenizer
+from ggpy.models.llama.gguf_file import open_llama
+from ggpy.models.llama.reference import ReferenceModel, rope_cos_sin
+from ggpy.models.llama.tokenizer import Tokenizer
 
 SEED = int(np.random.SeedSequence().entropy % 2**32)
 PROMPT = "The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy is"

@@ -1,9 +1,9 @@
-"""examples/llama's sampler: greedy at temperature 0; top-k, then top-p, then temperature, then a seeded draw whose
+"""ggpy.models.llama's sampler: greedy at temperature 0; top-k, then top-p, then temperature, then a seeded draw whose
 frequencies follow the expected probabilities."""
 import numpy as np
 import pytest
 
-from examples.llama.sampling import Sampler, softmax
+from ggpy.models.llama.sampling import Sampler, softmax
 
 SEED = int(np.random.SeedSequence().entropy % 2**32)
 

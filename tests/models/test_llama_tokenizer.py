@@ -1,4 +1,4 @@
-"""examples/llama's tokenizer: equal to Hugging Face's own configuration of each pre-tokenizer (trained on the tiny
+"""ggpy.models.llama's tokenizer: equal to Hugging Face's own configuration of each pre-tokenizer (trained on the tiny
 vocabulary) and to llama.cpp's tokenization of the same file (tiny files and SmolLM2, when llama-cpp-python is
 installed); BOS/EOS as the file says; special tokens whole; decoding byte-level, streamed across split UTF-8."""
 import numpy as np
@@ -9,9 +9,9 @@ pytest.importorskip("jinja2")
 from llama_cpp_ref import llama_cpp, smollm_path
 from llama_tiny import CHAT_TEMPLATE, tiny_tokenizer, write_tiny_llama
 
-from examples.llama.chat import ChatTemplateError, render_chat
-from examples.llama.gguf_file import read_gguf
-from examples.llama.tokenizer import Tokenizer
+from ggpy.models.llama.chat import ChatTemplateError, render_chat
+from ggpy.models.llama.gguf_file import read_gguf
+from ggpy.models.llama.tokenizer import Tokenizer
 
 SEED = int(np.random.SeedSequence().entropy % 2**32)
 PIECES = (list("abcdefgh ABC  0123456789\n\t.,!?'\"-_()[]{}<>|/\\@#$%^&*~`") + ["é", "日本", "🤖", "’", "\u200b", "\u00a0",

@@ -1,9 +1,9 @@
-"""SAM's automatic mask generator on ggpy (examples/mobilesam/automatic.py) vs mobile_sam's
+"""SAM's automatic mask generator on ggpy (ggpy/models/mobilesam/automatic.py) vs mobile_sam's
 SamAutomaticMaskGenerator on the same random-weight checkpoint and image, and its parts (RLE, COCO RLE, box NMS,
 crops, mask boxes, the post-processing graph) vs the official helpers.
 
 There is no torchvision here: the official generator's batched_nms is replaced by `reference_nms` below, a plain
-torch loop written from torchvision's definition (independent of examples/mobilesam/box_nms.py).
+torch loop written from torchvision's definition (independent of ggpy/models/mobilesam/box_nms.py).
 """
 import numpy as np
 import pytest
@@ -11,11 +11,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("mobile_sam")
 
-from examples.mobilesam import box_nms, crops, mask_rle, regions  # noqa: E402
-from examples.mobilesam.automatic import AutomaticMaskGenerator  # noqa: E402
-from examples.mobilesam.mask_stats import MaskStatsGraph  # noqa: E402
-from examples.mobilesam.predictor import Predictor  # noqa: E402
-from examples.mobilesam.random_checkpoint import load_reference_model  # noqa: E402
+from ggpy.models.mobilesam import box_nms, crops, mask_rle, regions  # noqa: E402
+from ggpy.models.mobilesam.automatic import AutomaticMaskGenerator  # noqa: E402
+from ggpy.models.mobilesam.mask_stats import MaskStatsGraph  # noqa: E402
+from ggpy.models.mobilesam.predictor import Predictor  # noqa: E402
+from ggpy.models.mobilesam.random_checkpoint import load_reference_model  # noqa: E402
 
 import mobile_sam.automatic_mask_generator as official  # noqa: E402  (after conftest's timm/torchvision stubs)
 from mobile_sam.utils import amg  # noqa: E402
@@ -112,7 +112,7 @@ def sam(spread_checkpoint):
 
 @pytest.fixture(scope="module")
 def predictor(spread_checkpoint):
-    from examples.mobilesam.convert import convert
+    from ggpy.models.mobilesam.convert import convert
     path = spread_checkpoint.with_suffix(".gguf")
     convert(spread_checkpoint, path, type="f32", progress=False)
     return CachedPredictor(path, n_threads=2)
@@ -370,7 +370,7 @@ def test_mask_stats_graph_vs_official(sam, predictor, image):
 
 def test_grid_decoder_equals_decoder_graph(predictor, image):
     """The decoder with the first block's shared work and the fused upscaling gives mask_decoder's results."""
-    from examples.mobilesam.grid_decoder import GridDecoderGraph
+    from ggpy.models.mobilesam.grid_decoder import GridDecoderGraph
     predictor.set_image(image)
     rng = np.random.default_rng(6)
     b = 3

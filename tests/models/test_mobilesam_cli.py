@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from examples.mobilesam.convert import convert_state_dict
-from examples.mobilesam.random_weights import random_state_dict
+from ggpy.models.mobilesam.convert import convert_state_dict
+from ggpy.models.mobilesam.random_weights import random_state_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "examples.mobilesam", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "ggpy.models.mobilesam", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=900)
 
 

@@ -12,10 +12,9 @@ import pytest
 from PIL import Image
 
 import ggpy
-from examples.mobilesam.preprocess import PIXEL_MEAN, PIXEL_STD, load_image, preprocess
 from ggpy.model_file import load_gguf
-
-SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mobilesam" / "assets" / "picture2.jpg"
+from ggpy.models.mobilesam.options import SAMPLE_IMAGE as SAMPLE
+from ggpy.models.mobilesam.preprocess import PIXEL_MEAN, PIXEL_STD, load_image, preprocess
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +172,7 @@ def torch_env():
 
 @pytest.fixture(scope="module")
 def reference(torch_env, mobilesam_checkpoint):
-    from examples.mobilesam.random_checkpoint import load_reference_model
+    from ggpy.models.mobilesam.random_checkpoint import load_reference_model
 
     return load_reference_model(mobilesam_checkpoint)
 
@@ -282,15 +281,15 @@ def test_f16_stores_weights_of_two_or_more_dims_only(mobilesam_gguf_f16, f16, f3
 
 
 def test_official_architecture_table_matches_build_sam_vit_t(torch_env):
-    from examples.mobilesam.architecture import official_shapes
-    from examples.mobilesam.convert import reference_shapes
+    from ggpy.models.mobilesam.architecture import official_shapes
+    from ggpy.models.mobilesam.convert import reference_shapes
 
     assert {k: tuple(v) for k, v in official_shapes().items()} == reference_shapes()
 
 
 # -- refused checkpoints -----------------------------------------------------------------------------
 def _convert_fails(torch, tmp_path, obj, match):
-    from examples.mobilesam.convert import convert
+    from ggpy.models.mobilesam.convert import convert
 
     ckpt, out = tmp_path / "bad.pt", tmp_path / "out.gguf"
     torch.save(obj, ckpt)
@@ -337,7 +336,7 @@ def test_pickled_code_is_refused(torch_env, tmp_path):
 
 
 def test_wrapped_state_dict_is_unwrapped(torch_env, state, tmp_path):
-    from examples.mobilesam.convert import load_state_dict
+    from ggpy.models.mobilesam.convert import load_state_dict
 
     for wrapper in ("model", "state_dict"):
         path = tmp_path / f"{wrapper}.pt"
@@ -346,8 +345,8 @@ def test_wrapped_state_dict_is_unwrapped(torch_env, state, tmp_path):
 
 
 def test_hyper_parameters_are_checked_against_the_architecture():
-    from examples.mobilesam.architecture import TINYVIT_5M
-    from examples.mobilesam.convert import check_hparams
+    from ggpy.models.mobilesam.architecture import TINYVIT_5M
+    from ggpy.models.mobilesam.convert import check_hparams
 
     match = r"ckpt: num_heads .* is \(2, 4, 8, 10\), MobileSAM has \(2, 4, 5, 10\)"
     with pytest.raises(ggpy.ModelFileError, match=match):
@@ -364,7 +363,7 @@ def test_truncated_mobilesam_gguf(mobilesam_gguf_f32, tmp_path, backend):
 
 def test_preprocess_matches_sam_predictor(torch_env):
     """Against mobile_sam's ResizeLongestSide.apply_image + Sam.preprocess (torchvision's PIL resize, or the
-    stand-in of examples/mobilesam/timm_stub.py where torchvision is not installed)."""
+    stand-in of ggpy/models/mobilesam/timm_stub.py where torchvision is not installed)."""
     from mobile_sam import build_sam_vit_t
     from mobile_sam.utils.transforms import ResizeLongestSide
 
@@ -381,7 +380,7 @@ def test_bf16_file_stores_weights_rounded_to_nearest_even(mobilesam_checkpoint, 
     F32 values; everything else F32. (The encoder on it, F32 activations: 2.9e-3 from PyTorch's F32.)"""
     import ml_dtypes
 
-    from examples.mobilesam.convert import convert
+    from ggpy.models.mobilesam.convert import convert
     path = tmp_path / "bf16.gguf"
     convert(mobilesam_checkpoint, path, type="bf16", progress=False)
     mf = load_gguf(path, backend, architecture="mobilesam")

@@ -3,7 +3,7 @@ and CUDA graphs: replayed results identical to plain launches, a new plan captur
 
 Skips where cuda-python or a GPU is missing; the comparison with PyTorch where torch with CUDA or mobile_sam is.
 Uses the session fixtures of tests/models/mobilesam_fixtures.py (a seeded random checkpoint and its F32 / F16 GGUF
-conversions) and, for the CUDA-graph tests, which need no PyTorch, the random-weights model of examples.mobilesam.
+conversions) and, for the CUDA-graph tests, which need no PyTorch, the random-weights model of ggpy.models.mobilesam.
 """
 import numpy as np
 import pytest
@@ -38,7 +38,7 @@ def new_backend(**kw):
 @pytest.fixture(scope="module")
 def torch_reference(torch, mobilesam_checkpoint):
     """(inputs, embeddings) of PyTorch's F32 encoder on the GPU (TF32 off) for two seeded images."""
-    from examples.mobilesam.random_checkpoint import load_reference_model
+    from ggpy.models.mobilesam.random_checkpoint import load_reference_model
     model = load_reference_model(mobilesam_checkpoint).image_encoder.cuda()
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
@@ -55,7 +55,7 @@ def torch_reference(torch, mobilesam_checkpoint):
 
 @pytest.mark.parametrize("wtype,tf32,tol", [("f32", False, 1e-4), ("f32", True, 3e-3), ("f16", False, 1e-2)])
 def test_encoder_vs_torch(torch_reference, mobilesam_gguf_f32, mobilesam_gguf_f16, wtype, tf32, tol):
-    from examples.mobilesam.runner import ImageEncoder
+    from ggpy.models.mobilesam.runner import ImageEncoder
     enc = ImageEncoder(mobilesam_gguf_f32 if wtype == "f32" else mobilesam_gguf_f16,
                        backend=new_backend(allow_tf32=tf32))
     assert all(type(t.buffer).__name__ == "CUDABuffer" for t in enc.model.tensors.values())
@@ -74,7 +74,7 @@ def test_encoder_vs_torch(torch_reference, mobilesam_gguf_f32, mobilesam_gguf_f1
 def test_half_activations_batched(torch_reference, mobilesam_gguf_f32, dtype, tol):
     """F16 / BF16 activations, both images in one batch of 2: the errors of the issue, the casts fused into the
     GEMMs (cuBLASLt writing the half type), the depthwise convolutions and the window attention."""
-    from examples.mobilesam.runner import ImageEncoder
+    from ggpy.models.mobilesam.runner import ImageEncoder
     enc = ImageEncoder(mobilesam_gguf_f32, backend=new_backend(), dtype=dtype, batch=2)
     xs, refs = torch_reference
     got = enc.encode_preprocessed(np.concatenate(xs))
@@ -90,8 +90,8 @@ def test_half_activations_batched(torch_reference, mobilesam_gguf_f32, dtype, to
 
 def test_cuda_graphs_identical_and_recaptured():
     """Replays of the captured graph give bit-identical embeddings to plain launches; a new plan re-captures."""
-    from examples.mobilesam.__main__ import random_model
-    from examples.mobilesam.runner import ImageEncoder
+    from ggpy.models.mobilesam.random_weights import random_model
+    from ggpy.models.mobilesam.runner import ImageEncoder
     mobilesam_gguf_f32 = random_model()
     x = np.random.default_rng(0).standard_normal((1, 3, 1024, 1024)).astype(np.float32)
     x2 = np.random.default_rng(1).standard_normal((1, 3, 1024, 1024)).astype(np.float32)

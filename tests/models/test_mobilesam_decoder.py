@@ -1,7 +1,7 @@
 """MobileSAM's prompt encoder and mask decoder on ggpy vs the official PyTorch modules, block by block, and the
 Predictor end to end vs mobile_sam's SamPredictor on the same random-weight checkpoint and image.
 
-Random-weight checkpoints (tests/models/mobilesam_fixtures.py) converted to GGUF by examples/mobilesam/convert.py;
+Random-weight checkpoints (tests/models/mobilesam_fixtures.py) converted to GGUF by ggpy/models/mobilesam/convert.py;
 skipped when torch or mobile_sam is not installed. The CUDA test skips without cuda-python or a GPU.
 """
 import numpy as np
@@ -11,10 +11,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("mobile_sam")
 
 import ggpy
-from examples.mobilesam import mask_decoder as D
-from examples.mobilesam import prompt_encoder as P
-from examples.mobilesam.predictor import PromptError, best_mask_index, sparse_prompt
-from examples.mobilesam.random_checkpoint import load_reference_model
+from ggpy.models.mobilesam import mask_decoder as D
+from ggpy.models.mobilesam import prompt_encoder as P
+from ggpy.models.mobilesam.predictor import PromptError, best_mask_index, sparse_prompt
+from ggpy.models.mobilesam.random_checkpoint import load_reference_model
 from ggpy.model_file import load_gguf
 
 IMAGE_SHAPE = (240, 320, 3)
@@ -188,7 +188,7 @@ def sam_predictor(torch_sam, image):
 
 @pytest.fixture(scope="module")
 def predictor(mobilesam_gguf_f32, image):
-    from examples.mobilesam.predictor import Predictor
+    from ggpy.models.mobilesam.predictor import Predictor
     p = Predictor(mobilesam_gguf_f32, n_threads=2)
     p.set_image(image)
     return p
@@ -288,7 +288,7 @@ def test_prompt_errors(predictor, kw, match):
 
 
 def test_f16_predictor(mobilesam_gguf_f16, image, sam_predictor):
-    from examples.mobilesam.predictor import Predictor
+    from ggpy.models.mobilesam.predictor import Predictor
     p = Predictor(mobilesam_gguf_f16, n_threads=2)
     with pytest.raises(RuntimeError, match="call set_image"):
         p.predict(box=BOX)
@@ -302,7 +302,7 @@ def test_f16_predictor(mobilesam_gguf_f16, image, sam_predictor):
 
 def test_cuda_predictor(cuda_backend, mobilesam_gguf_f32, image, sam_predictor):
     """On a GPU (F32, no TF32): the same results; sin and cos, which the CUDA backend lacks, run on the CPU."""
-    from examples.mobilesam.predictor import Predictor
+    from ggpy.models.mobilesam.predictor import Predictor
     p = Predictor(mobilesam_gguf_f32, backend="cuda")
     p.set_image(image)
     for kw in PROMPTS.values():
@@ -319,7 +319,7 @@ def test_cuda_predictor(cuda_backend, mobilesam_gguf_f32, image, sam_predictor):
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_low_precision_predictor_masks(mobilesam_gguf_f32, image, predictor, dtype):
     """Encoder activations in F16 / BF16: the masks agree with the F32 predictor's on > 99.5% of the pixels."""
-    from examples.mobilesam.predictor import Predictor
+    from ggpy.models.mobilesam.predictor import Predictor
     p = Predictor(mobilesam_gguf_f32, n_threads=2, dtype=dtype)
     p.set_image(image)
     for kw in PROMPTS.values():
@@ -354,8 +354,8 @@ def test_predict_batch_equals_one_by_one(predictor):
 def test_set_image_again(mobilesam_gguf_f32, image, backend_name, request):
     """Image after image: set_image leaves each image's embedding (E, E, D order) in image_embedding, written by the
     encoder's graph on the backend: as a separate CPU encoder's."""
-    from examples.mobilesam.predictor import Predictor
-    from examples.mobilesam.runner import ImageEncoder
+    from ggpy.models.mobilesam.predictor import Predictor
+    from ggpy.models.mobilesam.runner import ImageEncoder
     if backend_name == "cuda":
         request.getfixturevalue("cuda_backend")         # skips without a GPU
     p = Predictor(mobilesam_gguf_f32, backend=backend_name, n_threads=2)

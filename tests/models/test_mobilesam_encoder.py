@@ -1,7 +1,7 @@
 """MobileSAM's image encoder on ggpy vs the official PyTorch model, block by block and end to end.
 
 Random-weight checkpoints (BatchNorm statistics, LayerNorms and attention biases randomised) converted to
-GGUF by examples/mobilesam/convert.py; skipped when torch or mobile_sam is not installed.
+GGUF by ggpy/models/mobilesam/convert.py; skipped when torch or mobile_sam is not installed.
 """
 import numpy as np
 import pytest
@@ -10,8 +10,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("mobile_sam")
 
 import ggpy  # noqa: E402
-from examples.mobilesam import encoder as E  # noqa: E402
-from examples.mobilesam.random_checkpoint import load_reference_model  # noqa: E402
+from ggpy.models.mobilesam import encoder as E  # noqa: E402
+from ggpy.models.mobilesam.random_checkpoint import load_reference_model  # noqa: E402
 from ggpy.model_file import load_gguf  # noqa: E402
 
 
@@ -103,7 +103,7 @@ def test_neck(torch_sam, model_f32, backend):
 
 @pytest.mark.parametrize("wtype,tol", [("f32", 1e-4), ("f16", 1e-2)])
 def test_encoder_end_to_end(torch_sam, mobilesam_gguf_f32, mobilesam_gguf_f16, wtype, tol):
-    from examples.mobilesam.runner import ImageEncoder
+    from ggpy.models.mobilesam.runner import ImageEncoder
     enc = ImageEncoder(mobilesam_gguf_f32 if wtype == "f32" else mobilesam_gguf_f16, n_threads=2)
     x = torch.randn(1, 3, 1024, 1024, generator=torch.Generator().manual_seed(5))
     with torch.inference_mode():
@@ -122,7 +122,7 @@ def test_encoder_end_to_end(torch_sam, mobilesam_gguf_f32, mobilesam_gguf_f16, w
 @pytest.mark.parametrize("dtype,tol", [("f16", 2e-3), ("bf16", 1.5e-2)])
 def test_encoder_low_precision_activations(torch_sam, mobilesam_gguf_f32, dtype, tol):
     """Activations (and the encoder's weights) in F16 / BF16 against PyTorch's F32, two images in one batch."""
-    from examples.mobilesam.runner import ImageEncoder
+    from ggpy.models.mobilesam.runner import ImageEncoder
     enc = ImageEncoder(mobilesam_gguf_f32, n_threads=2, dtype=dtype, batch=2)
     types = {n.type for n in enc.graph.nodes if n.op in ("add", "norm", "gelu_erf", "win_part")}
     assert types == {getattr(ggpy, dtype.upper())}

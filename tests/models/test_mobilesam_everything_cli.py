@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from examples.mobilesam.__main__ import SAMPLE_IMAGE, main
-from examples.mobilesam.everything import overlay
-from examples.mobilesam.mask_rle import masks_to_rle
+from ggpy.models.mobilesam.cli import main
+from ggpy.models.mobilesam.options import SAMPLE_IMAGE
+from ggpy.models.mobilesam.everything import overlay
+from ggpy.models.mobilesam.mask_rle import masks_to_rle
 
 
 def test_everything_writes_coco_rle_json_and_overlay(tmp_path, capsys):

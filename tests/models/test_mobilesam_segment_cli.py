@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import examples.mobilesam.__main__ as cli_module
-from examples.mobilesam import render
-from examples.mobilesam.__main__ import main, random_model
+import ggpy.models.mobilesam.cli as cli_module
+from ggpy.models.mobilesam import render
+from ggpy.models.mobilesam.cli import main
+from ggpy.models.mobilesam.random_weights import random_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,7 +111,7 @@ def test_composite_refuses_labels_that_do_not_match_the_points():
 
 # -- the command line ----------------------------------------------------------------------------------
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "examples.mobilesam", *args], check=False, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "ggpy.models.mobilesam", *args], check=False, cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
 
 

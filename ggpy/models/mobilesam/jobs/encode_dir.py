@@ -1,7 +1,7 @@
 """`encode-dir`: the embedding of every image under a directory, in-process or on Ray; resumable.
 
-    python -m examples.mobilesam encode-dir IMAGES/ -o EMBEDDINGS/ [-m model.gguf] [-b cpu|cuda] [--batch N]
-                                            [-t THREADS] [--dtype f32|tf32|f16|bf16] [--ray [ADDRESS]]
+    ggpy-sam encode-dir IMAGES/ -o EMBEDDINGS/ [-m model.gguf] [-b cpu|cuda] [--batch N]
+                        [-t THREADS] [--dtype f32|tf32|f16|bf16] [--ray [ADDRESS]]
 
 Every image under IMAGES (recursively) gets EMBEDDINGS/<its relative path>.npy (float32 1x256x64x64, as `encode`
 writes it), written under a temporary name and renamed, and a row in EMBEDDINGS/manifest.jsonl: image, output,
@@ -16,7 +16,6 @@ import json
 import os
 import sys
 import time
-import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,17 +23,13 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-import ggpy
-
-from .__main__ import IMAGE_SUFFIXES, _positive, add_dtype_argument, model_or_random
-from .preprocess import load_image, resize_longest_side
+from ..options import add_dtype_argument, model_or_random, positive
+from ..preprocess import IMAGE_SUFFIXES
+from .batch import BatchEncoder, JobError, output_name, per_call, read_image
+from .encode_dir_ray import stream_on_ray
 
 MANIFEST = "manifest.jsonl"
 STATUSES = ("ok", "unreadable", "failed")
-
-
-class JobError(RuntimeError):
-    """The job cannot go on (the Ray cluster is unreachable or too small, an actor failed): a message, status 1."""
 
 
 def walk_files(root: Path):
@@ -47,25 +42,6 @@ def walk_files(root: Path):
 def find_images(root: Path) -> list:
     """Relative POSIX paths of the image files under `root`, recursively, sorted."""
     return sorted(f for f in walk_files(root) if Path(f).suffix.lower() in IMAGE_SUFFIXES)
-
-
-def output_name(image: str) -> str:
-    """The embedding file of an image, relative to the output directory: its relative path + '.npy'."""
-    return image + ".npy"
-
-
-def save_atomic(path: Path, array: np.ndarray):
-    """np.save under a temporary name in the same directory, synced, then renamed over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            np.save(f, array)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 class Manifest:
@@ -142,87 +118,6 @@ def plan_job(images_dir: Path, out_dir: Path) -> tuple:
     return manifest, [im for im in images if im not in done | bad], {"ok": len(done), "unreadable": len(bad)}
 
 
-def read_image(item: dict, prep: dict) -> dict:
-    """{image, path} -> with `input` (the bytes of the image resized as `encode` does, uint8 (height, width, 3) with
-    the longest side prep["image_size"]: 4x fewer bytes than the normalised float32 input, which the encoder makes),
-    height, width, status ('' when read, 'unreadable' when not an image, 'failed' when missing), error and seconds:
-    the read stage (decoding and resizing), on a thread or a Ray task."""
-    t0 = time.perf_counter()
-    out = dict(item, input=b"", height=0, width=0, status="", error="")
-    try:
-        resized = resize_longest_side(load_image(item["path"]), prep["image_size"])
-        out.update(input=resized.tobytes(), height=resized.shape[0], width=resized.shape[1])
-    except ValueError as e:
-        out.update(status="unreadable", error=str(e))
-    except OSError as e:
-        out.update(status="failed", error=str(e))
-    out["seconds"] = time.perf_counter() - t0
-    return out
-
-
-WRITERS = 4
-"""Threads that write the embeddings of one evaluation while the next is computed (4 wrote 1.4x as many synced
-4 MiB files a second as 1 here)."""
-
-
-def per_call(settings: dict) -> int:
-    """Images per BatchEncoder call: 4 evaluations on a GPU, so that writing (a synced 4 MiB file took 5-11 ms here,
-    longer than an H100's evaluation) overlaps the next; 1 on the CPU (an evaluation is ~100 writes, and smaller
-    calls keep the actors level at the end of a job)."""
-    return settings["batch"] * (4 if settings["backend"] == "cuda" else 1)
-
-
-class BatchEncoder:
-    """One planned ImageEncoder: called with read images (columns, Ray Data's numpy format), evaluates them
-    `batch` at a time, writes each embedding atomically and returns the manifest rows (columns image, status,
-    error, seconds)."""
-
-    def __init__(self, model: str, out_dir: str, backend: str = "cpu", threads: int | None = None,
-                 dtype: str = "f32", batch: int = 1):
-        from .runner import ImageEncoder
-        self.encoder = ImageEncoder(model, backend=backend, n_threads=threads, dtype=dtype, batch=batch)
-        self.out_dir = Path(out_dir)
-
-    def __call__(self, batch: dict) -> dict:
-        status, error = list(batch["status"]), list(batch["error"])
-        seconds = [float(s) for s in batch["seconds"]]
-        ok, b = [i for i, st in enumerate(status) if not st], self.encoder.batch
-        writes = []
-        with ThreadPoolExecutor(WRITERS) as writer:
-            for idx in (ok[start:start + b] for start in range(0, len(ok), b)):
-                t0 = time.perf_counter()
-                try:
-                    embeddings = self._evaluate(batch, idx)
-                except (ggpy.GGPYError, ValueError) as e:     # recorded per image; the job goes on
-                    for i in idx:
-                        status[i], error[i] = "failed", f"{type(e).__name__}: {e}"
-                    continue
-                for i, e in zip(idx, embeddings):
-                    seconds[i] += (time.perf_counter() - t0) / len(idx)
-                    writes.append((i, writer.submit(self._write, batch["image"][i], e)))
-            for i, done in writes:
-                status[i], error[i], spent = done.result()
-                seconds[i] += spent
-        return {"image": np.asarray(batch["image"], dtype=object), "status": np.asarray(status, dtype=object),
-                "error": np.asarray(error, dtype=object), "seconds": np.asarray(seconds)}
-
-    def _evaluate(self, batch: dict, idx: list) -> np.ndarray:
-        """Embeddings (len(idx), 256, E, E) of the read images at `idx` (normalised and padded by the encoder), read
-        back from the device (arrays of their own: the next evaluation cannot change them)."""
-        images = [np.frombuffer(batch["input"][i], np.uint8).reshape(int(batch["height"][i]), int(batch["width"][i]), 3)
-                  for i in idx]
-        return self.encoder.encode_many(images)
-
-    def _write(self, image: str, embedding: np.ndarray) -> tuple:
-        """(status, error, seconds) of writing one embedding (1, 256, E, E)."""
-        t0 = time.perf_counter()
-        try:
-            save_atomic(self.out_dir / output_name(image), embedding[None])
-            return "ok", "", time.perf_counter() - t0
-        except OSError as e:
-            return "failed", f"cannot write the embedding: {e}", time.perf_counter() - t0
-
-
 def to_columns(items: list) -> dict:
     """Rows (dicts of equal keys) -> columns, as Ray Data hands a batch to BatchEncoder."""
     return {k: np.asarray([r[k] for r in items], dtype=object) for k in items[0]}
@@ -275,7 +170,6 @@ def run(args) -> int:
             if args.ray is None:
                 batches = stream_in_process(items, settings, prep)
             else:
-                from .encode_dir_ray import stream_on_ray
                 batches = stream_on_ray(items, settings, prep, args.ray)
             record(batches, manifest, counts, len(todo))
         except JobError as e:
@@ -317,8 +211,8 @@ def add_parser(sub):
                    help="directory for <relative path>.npy and manifest.jsonl (created if missing)")
     p.add_argument("-m", "--model", help="GGUF made by `convert` (default: seeded random weights)")
     p.add_argument("-b", "--backend", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--batch", type=_positive, default=1, metavar="N", help="images per evaluation (default 1)")
-    p.add_argument("-t", "--threads", type=_positive, default=None,
+    p.add_argument("--batch", type=positive, default=1, metavar="N", help="images per evaluation (default 1)")
+    p.add_argument("-t", "--threads", type=positive, default=None,
                    help="threads per encoder (default: every core in-process; 1 per Ray actor on the CPU)")
     add_dtype_argument(p)
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",

@@ -1,6 +1,6 @@
-"""`python -m examples.mobilesam everything`: masks of every object in an image (SAM's automatic mask generator).
+"""`ggpy-sam everything`: masks of every object in an image (SAM's automatic mask generator).
 
-    python -m examples.mobilesam everything [-m model.gguf] -i image.jpg -o masks.json [--overlay overlay.png]
+    ggpy-sam everything [-m model.gguf] -i image.jpg -o masks.json [--overlay overlay.png]
         [--points-per-side 32] [--points-per-batch 64] [--pred-iou-thresh 0.88] [--stability-score-thresh 0.95]
         [--box-nms-thresh 0.7] [--crop-n-layers 0] [--min-mask-region-area 0] [-b cpu|cuda] [-t THREADS]
 
@@ -22,7 +22,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from . import render
-from .__main__ import add_dtype_argument, model_or_random, note_cpu_half
+from .options import add_dtype_argument, model_or_random, note_cpu_half
 from .automatic import AutomaticMaskGenerator
 from .crops import crop_boxes
 from .mask_rle import coco_rle, rle_to_mask

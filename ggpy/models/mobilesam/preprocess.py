@@ -14,6 +14,8 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 PIXEL_MEAN = (123.675, 116.28, 103.53)
 PIXEL_STD = (58.395, 57.12, 57.375)
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+"""The file names taken as images where a directory is given (encode -i DIR, encode-dir)."""
 
 
 def load_image(path) -> np.ndarray:

@@ -5,7 +5,7 @@ Activations between stages are tokens: ne = (C, W, H) stored channels-most-conti
 convolutions run on the permuted (W, H, C) view of the same memory. Only the patch embedding (3x3 stride-2
 convolutions on the image) and the neck's 3x3 convolution see the ordinary (W, H, C) layout.
 
-Weights come from a GGUF written by examples/mobilesam/convert.py (BatchNorms folded into their
+Weights come from a GGUF written by convert.py (BatchNorms folded into their
 convolutions as `<prefix>.weight` / `<prefix>.bias`, attention biases gathered into `<prefix>.ab`).
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ class EncoderParams:
             full = f"mobilesam.{key}"
             if full not in md:
                 raise ggpy.ModelFileError(f"model file has no metadata field {full!r}; expected a GGUF written by "
-                                          "`python -m examples.mobilesam convert`")
+                                          "`ggpy-sam convert`")
             return md[full]
         return cls(int(get("image_size")), tuple(int(v) for v in get("embed_dims")),
                    tuple(int(v) for v in get("depths")), tuple(int(v) for v in get("num_heads")),

@@ -13,7 +13,8 @@ import numpy as np
 
 import ggpy
 
-from .predictor import _schedule, postprocess_masks
+from .predictor import postprocess_masks
+from .schedule import planned_scheduler
 
 
 def column_max(x, band: int = 16):
@@ -65,7 +66,7 @@ class MaskStatsGraph:
         self.graph = ggpy.Graph()
         for t in self.outputs:
             self.graph.build_forward_expand(t)
-        self.sched = _schedule(self.graph, backends)
+        self.sched = planned_scheduler(self.graph, backends)
 
     def run(self, rows: np.ndarray) -> dict:
         """rows: the n <= capacity rows of the store to take -> {"intersections", "unions", "area": int64 (n,),

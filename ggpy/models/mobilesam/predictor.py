@@ -26,6 +26,7 @@ from .prompt_encoder import (
     sparse_embeddings,
 )
 from .runner import ImageEncoder
+from .schedule import planned_scheduler
 
 MASK_THRESHOLD = 0.0
 
@@ -113,12 +114,6 @@ def mask_prompt(mask_input, size: int):
 
 
 # -- graphs --------------------------------------------------------------------------------------------------
-def _schedule(graph, backends):
-    sched = ggpy.Scheduler(backends)
-    sched.alloc_graph(graph)
-    return sched
-
-
 class DecoderGraph:
     """The prompt encoder + mask decoder graph of one prompt shape and batch size, planned once and re-evaluated
     per batch of prompts."""
@@ -138,7 +133,7 @@ class DecoderGraph:
             self.mask = ctx.new_tensor(ggpy.F32, (s, s, 1, batch)).set_name("mask_input").set_input()
         self.masks, self.iou = predict_masks(model, hp, image, image_pe, sparse, self.mask, batch)
         self.graph = ggpy.Graph().build_forward_expand(self.masks).build_forward_expand(self.iou)
-        self.sched = _schedule(self.graph, backends)
+        self.sched = planned_scheduler(self.graph, backends)
 
     @property
     def plans(self) -> tuple:
@@ -178,7 +173,7 @@ class PostprocessGraph:
         self.low_res = ggpy.Context().new_tensor(ggpy.F32, (s, s, n_masks, 1)).set_name("low_res").set_input()
         self.logits = postprocess_masks(self.low_res, input_size, original_size, hp.image_size)
         self.graph = ggpy.Graph().build_forward_expand(self.logits)
-        self.sched = _schedule(self.graph, backends)
+        self.sched = planned_scheduler(self.graph, backends)
 
     def run(self, low_res: np.ndarray) -> np.ndarray:
         """low_res float32 (C, 4E, 4E) -> logits float32 (C, H, W)."""
@@ -217,7 +212,7 @@ class Predictor:
         grid = ggpy.Context().new_tensor(ggpy.F32, (2, e * e)).set_name("grid").set_input()
         pe = dense_positional_encoding(self.model, grid)
         graph = ggpy.Graph().build_forward_expand(pe)
-        sched = _schedule(graph, self.backends)
+        sched = planned_scheduler(graph, self.backends)
         grid.set(grid_coords(e))
         sched.compute(graph)
         return pe.numpy()

@@ -1,17 +1,17 @@
 """encode-dir on Ray: Ray Data streams the images (read and pre-processed by tasks) through a pool of encoder actors,
 one per GPU or per THREADS CPU cores, each holding one planned ImageEncoder; the driver gets the manifest rows
-as batches finish. Paths are absolute: on several nodes, IMAGES, EMBEDDINGS and the model are on shared storage."""
+as batches finish. Paths are absolute: on several nodes, IMAGES, EMBEDDINGS and the model are on shared storage.
+The workers import this package from their own environment (nothing is shipped): install the same ggpy[sam,ray]
+on every node (a local cluster's workers share the driver's)."""
 from __future__ import annotations
 
 import logging
 import math
 import os
 import socket
-from pathlib import Path
 
-from .encode_dir import BatchEncoder, JobError, per_call, read_image
+from .batch import BatchEncoder, JobError, per_call, read_image
 
-EXAMPLES = Path(__file__).resolve().parents[1]          # shipped to the workers (py_modules): ggpy is installed there
 READS_PER_TASK = 4
 """Images per read task (a Ray Data block, whose bookkeeping is the driver's): with one image a block, two H200 actors
 reached 1.63-1.78x one actor's steady rate; with 4, 2.07-2.09x (RESULTS.md, issue 18; different machines)."""
@@ -40,8 +40,7 @@ def connect(address: str) -> bool:
     if not address:        # a local cluster's encoders at the driver's priority: Ray nices workers by 15 by default
         os.environ.setdefault("RAY_worker_niceness", "0")
     try:
-        ray.init(address=address or None, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
-                 runtime_env={"py_modules": [str(EXAMPLES)]})
+        ray.init(address=address or None, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     except (ConnectionError, ValueError, RuntimeError) as e:
         raise JobError(f"cannot join the Ray cluster at {address!r}: {e}") from None
     return True

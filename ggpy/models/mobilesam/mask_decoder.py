@@ -35,7 +35,7 @@ class DecoderParams:
             full = f"mobilesam.{key}"
             if full not in md:
                 raise ggpy.ModelFileError(f"model file has no metadata field {full!r}; expected a GGUF written by "
-                                          "`python -m examples.mobilesam convert` (convert the checkpoint again)")
+                                          "`ggpy-sam convert` (convert the checkpoint again)")
             return int(md[full])
         return cls(get("image_size"), get("prompt_embed_dim"), get("decoder_depth"), get("decoder_num_heads"),
                    get("num_multimask_outputs") + 1)

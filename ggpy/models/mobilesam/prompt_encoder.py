@@ -5,7 +5,7 @@ each point plus the learned embedding of its kind. Dense prompts become an image
 image embedding: the embedding of a low-resolution mask (mask_downscaling), or the learned no_mask_embed
 broadcast over the grid. Tokens and embeddings are channels-contiguous, ne = (D, W, H), as in encoder.py.
 
-Weights come from a GGUF written by examples/mobilesam/convert.py under their state-dict names; in an F16
+Weights come from a GGUF written by convert.py under their state-dict names; in an F16
 file the `.weight` tables (point embeddings, no_mask_embed) are F16 and reach F32 through get_rows or add.
 """
 from __future__ import annotations

@@ -249,7 +249,7 @@ def convert_state_dict(state: dict, out_path, type: str = "f32", progress: bool 
                        expected_shapes: dict | None = None, source: str = "state dict") -> dict:
     """Convert `state` (key -> array, the official keys) to the GGUF file `out_path` with weights of `type`
     ("f32" or "f16"); no torch needed. `expected_shapes` (key -> torch shape) defaults to the architecture
-    table of examples/mobilesam/architecture.py; `source` names the state dict in error messages.
+    table of architecture.py; `source` names the state dict in error messages.
 
     Everything is checked and converted before anything is written; the file appears (by rename) only when
     complete. Returns the hyper-parameters written. ModelFileError names a missing or misshapen key.

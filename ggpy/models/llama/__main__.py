@@ -1,0 +1,4 @@
+"""`python -m ggpy.models.llama ...`: the same as `ggpy-llama ...`."""
+from .cli import main
+
+main()

@@ -1,0 +1,136 @@
+"""Text generation from a llama-family GGUF: `ggpy-llama` (also `python -m examples.llama` from the repository root):
+
+    ggpy-llama [-m MODEL.gguf] -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]
+               [-t THREADS] [-b cpu|cuda] [-c N_CTX] [--batch-size N] [-fa] [--chat] [--logits FILE.npy]
+
+The prompt is tokenized as llama.cpp tokenizes it for that file (with --chat: as the user message of the file's
+chat template). Tokens are printed as they come; the last line is
+`n_prompt=<int> n_gen=<int> prompt_tok_s=<float> gen_tok_s=<float>`. --logits saves float32 logits
+(n_prompt + n_gen - 1, n_vocab): row i is the output after reading tokens 0..i of prompt + generated text.
+Without -m, SmolLM2-135M-Instruct (Q4_1) is fetched once into ~/.cache/ggpy. The logits come from ggpy's graph of the
+model (ggpy/models/llama/model.py) on the backend -b with THREADS CPU workers; stderr ends with where the time went
+(building and planning graphs, computing) and the memory taken (weights, KV cache, planned compute buffers).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+import ggpy
+
+from .chat import ChatTemplateError, render_chat
+from .fetch import FetchError, default_model
+from .generate import generate
+from .gguf_file import open_llama
+from .runner import DEFAULT_BATCH, DEFAULT_CTX, GraphModel
+from .sampling import Sampler
+from .tokenizer import Tokenizer
+
+
+def _at_least(minimum, kind=int):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value >= minimum:
+            raise argparse.ArgumentTypeError(f"{text} is below {minimum}")
+        return value
+    return parse
+
+
+def _probability(text):
+    p = _at_least(0.0, float)(text)
+    if not 0 < p <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not in (0, 1]")
+    return p
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ggpy-llama", description=__doc__.split(":")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-m", "--model", help="GGUF file of a llama or qwen2 model (default: SmolLM2-135M-Instruct "
+                   "Q4_1, fetched once)")
+    p.add_argument("-p", "--prompt", required=True)
+    p.add_argument("-n", "--n-predict", type=_at_least(0), default=64, metavar="N", help="tokens to generate (64)")
+    p.add_argument("--temp", type=_at_least(0.0, float), default=0.8, help="temperature; 0 is greedy (0.8)")
+    p.add_argument("--top-k", type=_at_least(0), default=40, metavar="K", help="keep the K likeliest; 0 all (40)")
+    p.add_argument("--top-p", type=_probability, default=0.95, metavar="P", help="nucleus mass; 1 all (0.95)")
+    p.add_argument("--seed", type=_at_least(0), default=None, metavar="S", help="sampling seed (default: random)")
+    p.add_argument("-t", "--threads", type=_at_least(1), default=os.cpu_count(), metavar="THREADS")
+    p.add_argument("-b", "--backend", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("-c", "--ctx-size", type=_at_least(0), default=0, metavar="N_CTX",
+                   help=f"context size in tokens; 0: the model's, at most {DEFAULT_CTX} (0)")
+    p.add_argument("--batch-size", type=_at_least(1), default=DEFAULT_BATCH, metavar="N",
+                   help=f"the most prompt tokens one evaluation reads ({DEFAULT_BATCH})")
+    p.add_argument("-fa", "--flash-attn", action="store_true", help="attention as one flash_attn_ext per block")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the file's chat template as a user turn")
+    p.add_argument("--logits", metavar="FILE.npy", help="save the logits of every position read")
+    return p
+
+
+def make_model(model, backend: str, n_threads: int, n_ctx: int = 0, n_batch: int = DEFAULT_BATCH,
+               flash_attn: bool = False) -> GraphModel:
+    """The object computing logits for `generate` (see generate.py for what it must provide): the ggpy graph of the
+    model on `backend` ('cpu' or 'cuda') with `n_threads` CPU workers, a context of `n_ctx` tokens (0: the model's,
+    at most DEFAULT_CTX), prompts read `n_batch` tokens at a time, and attention by flash_attn_ext or not."""
+    return GraphModel(model, backend, n_threads, n_ctx or None, n_batch, flash_attn)
+
+
+def prompt_tokens(tokenizer: Tokenizer, prompt: str, chat: bool) -> list:
+    """The prompt as token ids; with `chat`, the chat template's rendering of one user message."""
+    if not chat:
+        return tokenizer.encode(prompt)
+    bos = tokenizer.tokens[tokenizer.bos_id] if tokenizer.bos_id is not None else ""
+    eos = tokenizer.tokens[tokenizer.eos_id] if tokenizer.eos_id is not None else ""
+    text = render_chat(tokenizer.chat_template, [{"role": "user", "content": prompt}], bos, eos)
+    add_bos = not (bos and text.startswith(bos))        # a template that writes BOS itself gets no second one
+    return tokenizer.encode(text, add_special=add_bos)
+
+
+def run(args):
+    path = args.model or default_model()
+    model = open_llama(path)
+    tokenizer = Tokenizer(model.metadata, model.path, model.hparams.n_vocab)
+    tokens = prompt_tokens(tokenizer, args.prompt, args.chat)
+    if not tokens:
+        raise ValueError("the prompt is empty once tokenized (and the model adds no BOS)")
+    hp = model.hparams
+    print(f"{model.path}: {hp.arch}, {hp.n_layer} blocks, width {hp.n_embd}, {hp.n_head} query / {hp.n_head_kv} KV "
+          f"heads, vocabulary {hp.n_vocab}; {len(tokens)} prompt tokens", file=sys.stderr)
+    lm = make_model(model, args.backend, args.threads, args.ctx_size, args.batch_size, args.flash_attn)
+    if len(tokens) + max(args.n_predict - 1, 0) > lm.n_ctx:
+        raise ValueError(f"{len(tokens)} prompt tokens + {args.n_predict} to generate exceed the context of "
+                         f"{lm.n_ctx} tokens")
+    stream = tokenizer.stream()
+    if not args.chat:
+        print(args.prompt, end="", flush=True)
+
+    def show(token):
+        print(stream.push(token), end="", flush=True)
+
+    sampler = Sampler(args.temp, args.top_k, args.top_p, args.seed)
+    out = generate(lm, tokens, args.n_predict, sampler, tokenizer.eog_ids, show, keep_logits=bool(args.logits))
+    print(stream.flush())
+    if args.logits:
+        np.save(args.logits, out.logits)
+        print(f"logits {out.logits.shape} float32 -> {args.logits}", file=sys.stderr)
+    print(lm.stats.line(len(tokens) + max(len(out.tokens) - 1, 0)), file=sys.stderr)
+    print("memory: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in lm.nbytes.items()), file=sys.stderr)
+    prompt_rate, gen_rate = out.rates(len(tokens))
+    print(f"n_prompt={len(tokens)} n_gen={len(out.tokens)} prompt_tok_s={prompt_rate:.2f} gen_tok_s={gen_rate:.2f}")
+
+
+def main(argv=None):
+    p = parser()
+    args = p.parse_args(argv)
+    if args.flash_attn and args.backend == "cuda":
+        p.error("-fa runs on the CPU backend only (flash_attn_ext has no CUDA kernel yet); drop -fa for -b cuda")
+    try:
+        run(args)
+    except (ggpy.GGPYError, FetchError, ChatTemplateError, OSError, ValueError) as e:
+        sys.exit(f"error: {e}")
+

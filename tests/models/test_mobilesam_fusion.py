@@ -2,7 +2,7 @@
 import pytest
 
 import ggpy
-from examples.mobilesam.encoder import depthwise, pointwise
+from ggpy.models.mobilesam.encoder import depthwise, pointwise
 from ggpy.graph.fusion import find_fusions
 
 

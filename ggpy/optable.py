@@ -17,7 +17,12 @@ class Op:
     (nothing to compute; the scheduler keeps it with its source). `inplace`: its result may take over a source's
     block (same type and layout) when the planner allows. `unary`: one of ggml_unary's functions (`ggpy.unary`).
     `activation`: the id fused epilogues use for it (0: not fusable as an activation). `quantized`: the positions of
-    the sources that may have a block-quantized type (all others refuse one when the node is built)."""
+    the sources that may have a block-quantized type (all others refuse one when the node is built). `fuses`: the
+    patterns of ggpy/graph/fusion.py a node of this op anchors, tried in order (whether a backend runs one is its
+    kernel entry's Kernel.fuses); "chain" marks the elementwise ops (one value per element of the first source's
+    shape). `bias`: how an
+    epilogue's bias broadcasts over the op's result: "row" (over ne[0]), "channel" (over ne[2] of an image),
+    "token" (over ne[2], the channels-first result read back as tokens through same-order views)."""
 
     name: str
     family: str
@@ -27,6 +32,8 @@ class Op:
     unary: bool = False
     activation: int = 0
     quantized: tuple = ()
+    fuses: tuple = ()
+    bias: str = ""
 
 
 def _table() -> dict:
@@ -42,7 +49,7 @@ def _table() -> dict:
     add("layout", "dup")
     add("layout", "cont", ("cont", "cont_1d", "cont_2d", "cont_3d", "cont_4d"))
     add("layout", "cpy", quantized=(1,))    # a view of its destination (view_src) that the copy kernel writes
-    add("layout", "cast")
+    add("layout", "cast", fuses=("chain",))
     add("layout", "concat")
     add("layout", "pad", ("pad", "pad_ext"))
     add("layout", "repeat")
@@ -51,29 +58,33 @@ def _table() -> dict:
     for name in ("win_part", "win_unpart", "get_rel_pos"):
         add("sam", name)
     add("sam", "add_rel_pos", inplace=True)
-    for name in ("add", "sub", "mul", "div"):
-        add("elementwise", name, inplace=True)
-    add("elementwise", "scale", ("scale", "scale_bias"), inplace=True)
+    add("elementwise", "add", inplace=True, fuses=("chain",))
+    for name in ("sub", "mul", "div"):
+        add("elementwise", name, inplace=True, fuses=("chain",))
+    add("elementwise", "scale", ("scale", "scale_bias"), inplace=True, fuses=("chain",))
     for name in ("clamp", "leaky_relu"):
-        add("elementwise", name, inplace=True)
+        add("elementwise", name, inplace=True, fuses=("chain",))
     activations = ("gelu", "gelu_erf", "gelu_quick", "relu", "silu", "sigmoid", "tanh")
     for name in ("sqr", "sqrt", "log", "exp", "abs", "neg", "sgn", "step", "relu", "gelu", "gelu_erf", "gelu_quick",
                  "silu", "sigmoid", "tanh", "elu", "hardswish", "hardsigmoid", "softplus"):
         act = activations.index(name) + 1 if name in activations else 0
-        add("elementwise", name, (name, "unary"), inplace=True, unary=True, activation=act)
+        add("elementwise", name, (name, "unary"), inplace=True, unary=True, activation=act, fuses=("chain",))
     for name in ("sin", "cos"):
         add("elementwise", name)
     for name in ("sum", "sum_rows", "mean", "argmax"):
         add("reduce", name)
-    for name in ("norm", "rms_norm", "group_norm"):
-        add("norm", name, inplace=True)
+    add("norm", "norm", inplace=True, fuses=("norm_affine",), bias="row")
+    add("norm", "rms_norm", inplace=True, fuses=("add_rms_norm",))
+    add("norm", "group_norm", inplace=True)
     add("softmax", "soft_max", ("soft_max", "soft_max_ext"), inplace=True)
     add("softmax", "diag_mask_inf", inplace=True)
     add("rope", "rope", ("rope", "rope_ext"), inplace=True)      # each pair is read before it is written
     add("attention", "flash_attn_ext")
-    add("matmul", "mul_mat", quantized=(0,))
-    for name in ("im2col", "conv_1d", "conv_2d", "conv_2d_dw", "conv_transpose_2d"):
+    add("matmul", "mul_mat", quantized=(0,), fuses=("epilogue", "attention"), bias="row")
+    for name in ("im2col", "conv_1d", "conv_transpose_2d"):
         add("conv", name)
+    add("conv", "conv_2d", fuses=("epilogue",), bias="channel")
+    add("conv", "conv_2d_dw", fuses=("epilogue",), bias="token")
     add("pool", "pool_2d")
     add("pool", "upscale", ("upscale", "interpolate"))
     return {op.name: op for op in ops}

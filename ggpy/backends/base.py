@@ -8,7 +8,9 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import UnsupportedOpError
+from ..graph.fusion import find_fusions, fusion_stamp
 from ..optable import is_view
+from .winners import tuned_impl
 
 WEIGHTS, COMPUTE = "weights", "compute"
 
@@ -72,45 +74,104 @@ class Timing(NamedTuple):
 
 
 class Backend:
-    """Runs planned graphs. Subclasses implement refusal, temp_size, program, compute and profile.
+    """Runs planned graphs. Subclasses set `kernels` (their table: op -> Kernel) and implement program, compute
+    and profile; with autotune, `winners` (winners.Winners), tune_key(node) and measure_impls(entry, node, impls).
 
     program(graph) is the planned graph's list of steps (each with `node` and `name`, made once per plan);
     profile(graph) runs them once and returns a Timing per step.
     """
 
     name = "abstract"
+    kind = "abstract"           # in messages: CPU, CUDA
+    kernels: dict = {}
+    force: dict = {}            # {op: implementation} every node of op runs with
+    autotune = False            # measure the implementations of a node (winners.tuned_impl)
+    fuse = False                # run the fusion pass's patterns its entries declare (Kernel.fuses) as one kernel
+    measure_errors: tuple = ()  # exceptions of measure_impls that mean "nothing measured now"
 
     def __init__(self, buffer_type: BufferType):
         self.buffer_type = buffer_type
 
-    def checked_force(self, force: dict | None, kernels: dict) -> dict:
-        """`force` ({op: implementation}) checked against the backend's kernel table `kernels`."""
+    def checked_force(self, force: dict | None) -> dict:
+        """`force` ({op: implementation}) checked against the backend's kernel table."""
         for op, impl in (force or {}).items():
-            impls = getattr(kernels.get(op), "impls", ())
+            impls = getattr(self.kernels.get(op), "impls", ())
             if impl not in impls:
                 raise UnsupportedOpError(f"{type(self).__name__}: cannot force {op!r} to run as {impl!r}; its "
                                          f"implementations: {', '.join(impls) or 'none'}")
         return dict(force or {})
 
+    # -- what runs where: lookups in the kernel table --------------------------------------------------------------
+    def entry(self, node):
+        """The kernel entry that runs `node`, or None (views, no entry, or refused)."""
+        entry = self.kernels.get(node.op)
+        return entry if entry is not None and entry.refusal(node) is None else None
+
     def refusal(self, node) -> str | None:
         """Why this backend cannot run `node` (None when it can). View ops never need a kernel."""
-        raise NotImplementedError
+        entry = self.kernels.get(node.op)
+        if entry is None:
+            return None if is_view(node) else f"no {self.kind} kernel for op {node.op}"
+        return entry.refusal(node)
 
     def supports_op(self, node) -> bool:
         return is_view(node) or self.refusal(node) is None
 
+    def impl_for(self, node) -> str | None:
+        """The implementation that runs `node`: forced, else measured (autotune), else the entry's choice (None:
+        only one)."""
+        entry = self.entry(node)
+        if entry is None or not entry.impls:
+            return None
+        if node.op in self.force:
+            return self.force[node.op]
+        return (tuned_impl(self, entry, node) if self.autotune else None) or entry.choose(node, self)
+
+    def is_tuned(self, node) -> bool:
+        """Whether node's kernel was picked by measuring (shown as +tuned)."""
+        return self.autotune and self.winners.winner(self.tune_key(node)) is not None
+
     def temp_size(self, node) -> int:
         """Scratch bytes the kernel chosen for `node` needs while it runs (0 when none)."""
-        return 0
+        entry = self.entry(node)
+        return 0 if entry is None else entry.scratch(node, self.impl_for(node), self)
 
     def kernel_name(self, node) -> str:
         """Which implementation runs `node` (shown in plan dumps)."""
-        return node.op
+        if is_view(node):
+            return node.op
+        entry = self.entry(node)
+        if entry is None:
+            return "unsupported"
+        name = entry.kernel_name(node, self.impl_for(node))
+        return name + "+tuned" if self.is_tuned(node) else name
+
+    # -- fusion: the fusion pass's patterns, run where the entries declare them ------------------------------------
+    def fused(self, node, pattern: str):
+        """The Fused of `node`'s entry for `pattern` when it runs the pattern anchored at this node, else None."""
+        entry = self.entry(node)
+        spec = entry.fuses.get(pattern) if entry is not None else None
+        return spec if spec is not None and spec.takes(node, self.impl_for(node)) else None
+
+    def fused_kernel(self, fusion):
+        """The Fused that runs `fusion` (its anchor's entry's)."""
+        return self.entry(fusion.anchor).fuses[fusion.pattern]
+
+    def fusions(self, graph) -> dict:
+        """{id(head): fusion} of the patterns this backend runs (none with fuse off), found once per graph version
+        and outputs."""
+        if not self.fuse:
+            return {}
+        return self.cached(graph, "fusions", lambda g: find_fusions(g, self.fused), fusion_stamp(graph))
 
     def fused_groups(self, graph) -> list:
         """The runs of nodes (lists in graph order, views left out) that one fused kernel computes at the
         first node's turn, writing the last one's result; the planner gives each run one block."""
-        return []
+        return [f.nodes for f in self.fusions(graph).values()]
+
+    def fused_runs(self, graph) -> list:
+        """Every node each fused kernel computes (views left out), for dumps."""
+        return [f.computed for f in self.fusions(graph).values()]
 
     def cached(self, graph, what: str, make, stamp=()):
         """make(graph), computed once per version of `graph` and `stamp` (what else the value depends on) and kept

@@ -2,49 +2,61 @@
 
 The pass finds the patterns and checks their structural legality (every intermediate has a single reader and
 is not an output; the operands the fused kernel reads are ready at the head's turn; views in between keep the
-memory order). Each backend decides which patterns it runs (find_fusions' arguments: which heads take an
-epilogue, whether the activation rides along, residual adds, attention) and binds them; ggml splits
-ggml_can_fuse (core) from ggml_cuda_can_fuse (backend) the same way. The graph and its memory plan are
-untouched: the head node is bound to the fused kernel, which writes the pattern's last output, and the planner
-gives the run one block (Backend.fused_groups).
+memory order). Which patterns a node anchors is the op table's (Op.fuses); whether a backend runs one is a lookup
+in its kernel table (find_fusions' `fused`: the anchor's entry's Fused for the pattern, ggpy/backends/kernel.py),
+which also says which variant it takes (activation, cast, residual) and accepts the types and layouts found; ggml splits
+ggml_can_fuse (core) from ggml_cuda_can_fuse (backend) the same way. The graph and its memory plan are untouched:
+the head node is bound to the fused kernel, which writes the pattern's last output, and the planner gives the run
+one block (Backend.fused_groups: each pattern's `nodes`).
 
-Patterns:
-- epilogue: a head (mul_mat, conv_2d_dw, conv_2d, or norm followed by mul(weight over ne[0]): LayerNorm's affine),
-  then add(bias over ne[0]; over ne[2], an image's channels, after a conv_2d) and optionally an activation
-  (ACTIVATIONS of the op table). Between a conv_2d_dw head and its add there may be views that keep the memory
-  order (the permute back to a token layout, reshapes).
-  With find_fusions(cast=True), a cast of a mul_mat or conv head's F32 result (after those views) may
-  come before the add: the fused kernel then writes the cast's type (activations kept in F16 / BF16).
-- residual: after a mul_mat's bias add (no activation), an add of a residual operand of the same shape
-  (through same-order views): a GEMM's C matrix.
+Patterns (a new one: a finder in PATTERNS, its name in Op.fuses of the op that anchors it). The anchor is the
+pattern's first node (its head, computed at whose turn the fused kernel runs) but for add_rms_norm (its norm):
+- epilogue: a head (mul_mat, conv_2d_dw, conv_2d: the ops whose Op.bias says how the bias broadcasts), then
+  add(bias) and optionally an activation (ACTIVATIONS of the op table). Between a "token" head (conv_2d_dw) and its
+  add there may be views that keep the memory order (the permute back to a token layout, reshapes). With Fused.cast,
+  a cast of the head's F32 result (after those views) may come before the add: the fused kernel then writes the
+  cast's type (activations kept in F16 / BF16).
+- norm_affine: norm, then mul(weight over ne[0]) and the epilogue's add(bias) [-> activation]: LayerNorm's affine.
+- residual (an epilogue with Fused.residual): after the bias add (no activation), an add of a residual operand of
+  the same shape (through same-order views): a GEMM's C matrix.
 - attention: S = mul_mat(k, q) -> P = soft_max(S, mask) -> O = mul_mat(v^T, P) -> permute(O, 0, 2, 1, 3) ->
-  cont (or, with cast=True, a cast to another float type): windowed attention in one kernel.
-- chain (find_fusions(chain=...)): a maximal run of elementwise nodes (ELEMENTWISE), each the only reader of the
-  one before, as its first source, all of one shape; the other operands ready at the first node's turn. A
-  backend generates one kernel per chain (nodes not taken by the patterns above).
+  cont (or, with Fused.cast, a cast to another float type): windowed attention in one kernel.
+- chain: a maximal run of elementwise nodes (Op.fuses has "chain"), each the only reader of the one before, as its
+  first source, all of one shape and each run by the backend (its entry declares "chain"); the other operands ready
+  at the first node's turn. A backend generates one kernel per chain (nodes not taken by the patterns above).
+- add_rms_norm: add(a, b) of one shape, then rms_norm of the sum as the next node but views: one row kernel of the
+  norm's entry writes the sum (other nodes may read it: the residual stream) and the normalised rows at the add's
+  turn, each in its own block.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from collections.abc import Callable
-
-from ..optable import ACTIVATIONS, UNARY_OPS, is_view
+from ..optable import ACTIVATIONS, OPS, is_view
 from .tensor import Tensor
 
 
 @dataclass
 class Epilogue:
-    """`head`, then `add_node` (+ bias over ne[0]) and optionally `act_node` (an activation); for a norm head,
-    `scale_node` (x weight over ne[0]) comes between the head and the add."""
+    """`head`, then `add_node` (+ bias) and optionally `act_node` (an activation); for a norm head (the norm_affine
+    pattern), `scale_node` (x weight over ne[0]) comes between the head and the add."""
     head: Tensor
     add_node: Tensor
     act_node: Tensor | None = None
     scale_node: Tensor | None = None
-    views: tuple = ()          # same-order views between a conv_2d_dw head and its add
-    cast_node: Tensor | None = None         # find_fusions(cast=True): the head's result cast before the add
-    residual_node: Tensor | None = None     # mul_mat heads, find_fusions(residual=True): add(bias out, r)
+    views: tuple = ()          # same-order views between a "token" head and its add
+    cast_node: Tensor | None = None         # Fused.cast: the head's result cast before the add
+    residual_node: Tensor | None = None     # Fused.residual: add(bias out, r)
     residual_views: tuple = ()              # same-order views between the bias add and the residual add
+
+    @property
+    def pattern(self) -> str:
+        return "epilogue" if self.scale_node is None else "norm_affine"
+
+    @property
+    def anchor(self) -> Tensor:
+        return self.head
 
     @property
     def bias(self) -> Tensor:
@@ -68,19 +80,23 @@ class Epilogue:
 
     @property
     def nodes(self) -> list:
-        """The nodes whose memory the fused result goes through, in order (views left out)."""
-        return [n for n in (self.head, self.cast_node, self.scale_node, self.add_node, self.residual_node,
-                            self.act_node) if n is not None]
+        """The run the planner gives one block, in order (views and the residual add left out: that one takes its
+        residual's block by the planner's own in-place rule when it may)."""
+        return [n for n in (self.head, self.cast_node, self.scale_node, self.add_node, self.act_node) if n is not None]
+
+    @property
+    def computed(self) -> list:
+        return self.nodes + ([self.residual_node] if self.residual_node is not None else [])
 
     @property
     def last(self) -> Tensor:
-        """The node whose memory receives the fused result."""
-        return self.nodes[-1]
+        """The node whose memory receives the fused result (the residual add's, when there is one)."""
+        return self.computed[-1]
 
     @property
     def skipped(self) -> list:
         """The nodes after the head that the fused kernel computes (views in between included)."""
-        return list(self.views) + list(self.residual_views) + self.nodes[1:]
+        return list(self.views) + list(self.residual_views) + self.computed[1:]
 
     def name(self, head_kernel: str) -> str:
         return (head_kernel + (f"+{self.cast_node.type.name}" if self.cast_node is not None else "")
@@ -88,17 +104,18 @@ class Epilogue:
                 + ("+residual" if self.residual_node is not None else "") + (f"+{self.act}" if self.act else ""))
 
 
-ELEMENTWISE = frozenset(UNARY_OPS) | {"add", "sub", "mul", "div", "scale", "clamp", "leaky_relu", "cast"}
-"""Ops a chain may hold: one value per element of a's shape (binary ops broadcast b)."""
-
-
 @dataclass
 class Chain:
     """Elementwise nodes computed by one kernel at the first one's turn, written to the last one's memory."""
     nodes: list
+    pattern = "chain"
 
     @property
     def head(self) -> Tensor:
+        return self.nodes[0]
+
+    @property
+    def anchor(self) -> Tensor:
         return self.nodes[0]
 
     @property
@@ -106,23 +123,100 @@ class Chain:
         return self.nodes[-1]
 
     @property
+    def computed(self) -> list:
+        return self.nodes
+
+    @property
     def skipped(self) -> list:
         return self.nodes[1:]
 
-    def name(self) -> str:
+    def name(self, head_kernel: str = "") -> str:
         return "fused:" + "+".join(n.op for n in self.nodes)
 
 
-def _chain_after(head, users, ready, chain_ok) -> Chain | None:
-    """The chain starting at `head`, or None when it would hold a single node."""
-    nodes = [head]
-    while True:
-        user = only_user(nodes[-1], users)
-        if (user is None or user.op not in ELEMENTWISE or user.src[0] is not nodes[-1] or user.ne != head.ne
-                or not chain_ok(user) or any(s is not None and not ready(s) for s in user.src[1:])):
-            break
-        nodes.append(user)
-    return Chain(nodes) if len(nodes) > 1 else None
+@dataclass
+class AddRmsNorm:
+    """add(a, b) -> rms_norm of the sum (`norm`), computed at the add's turn by one row kernel writing both: the sum
+    in the add's memory (still read by others: the residual stream) and the normalised rows in the norm's."""
+    head: Tensor
+    norm: Tensor
+    pattern = "add_rms_norm"
+
+    @property
+    def anchor(self) -> Tensor:
+        return self.norm
+
+    @property
+    def nodes(self) -> list:
+        """The run the planner gives one block: the add alone (the norm keeps a block of its own)."""
+        return [self.head]
+
+    @property
+    def computed(self) -> list:
+        return [self.head, self.norm]
+
+    @property
+    def last(self) -> Tensor:
+        return self.norm
+
+    @property
+    def skipped(self) -> list:
+        return [self.norm]
+
+    def name(self, head_kernel: str) -> str:
+        return f"{head_kernel}+rms_norm"
+
+
+@dataclass
+class Attention:
+    """S = mul_mat(k, q) -> P = soft_max(S, mask) -> O = mul_mat(v^T, P) -> `perm` = permute(O, 0, 2, 1, 3) ->
+    `cont`: q ne = (HD, N, heads, nW), k ne = (HD, Nk, heads_k, nW_k) (heads_k | heads, nW_k | nW: broadcast as
+    mul_mat's), v^T ne = (Nk, HD, heads_k, nW_k); the result (HD, heads, N, nW) in the cont's memory, computed at
+    S's turn."""
+
+    head: Tensor
+    soft: Tensor
+    out: Tensor
+    perm: Tensor
+    cont: Tensor
+    pattern = "attention"
+
+    @property
+    def anchor(self) -> Tensor:
+        return self.head
+
+    @property
+    def nodes(self) -> list:
+        """The run the planner gives one block (views left out)."""
+        return [self.head, self.soft, self.out, self.cont]
+
+    @property
+    def computed(self) -> list:
+        return self.nodes
+
+    @property
+    def last(self) -> Tensor:
+        return self.cont
+
+    @property
+    def skipped(self) -> list:
+        return [self.soft, self.out, self.perm, self.cont]
+
+    @property
+    def q(self) -> Tensor:
+        return self.head.src[1]
+
+    @property
+    def k(self) -> Tensor:
+        return self.head.src[0]
+
+    @property
+    def v(self) -> Tensor:
+        return self.out.src[0]
+
+    @property
+    def mask(self) -> Tensor | None:
+        return self.soft.src[1] if len(self.soft.src) > 1 else None
 
 
 def fusion_stamp(graph) -> tuple:
@@ -147,6 +241,24 @@ def only_user(node, users):
         return None
     readers = users.get(id(node), [])
     return readers[0] if len(readers) == 1 else None
+
+
+class _Scan:
+    """What the pattern finders read: the graph's readers of each tensor and its nodes' positions, and the
+    backend's answer `fused(node, pattern)`."""
+
+    def __init__(self, graph, fused: Callable):
+        self.nodes, self.fused = graph.nodes, fused
+        self.users = consumers(graph)
+        self.position = {id(n): i for i, n in enumerate(graph.nodes)}
+        self.fusions, self.taken = {}, set()     # {id(head): fusion} found so far, the nodes they compute after it
+
+    def ready(self, v, head) -> bool:
+        """Whether v is computed before `head` runs (a fused kernel runs at its head's turn). A view is ready with
+        what it shows: its operand's (not its base's: a cpy / set_rows result writes a leaf's memory)."""
+        while is_view(v) and v.src and v.src[0] is not None:
+            v = v.src[0]
+        return self.position.get(id(v), -1) < self.position[id(head)]
 
 
 def _same_order_view(view, head) -> bool:
@@ -207,52 +319,44 @@ def _residual_after(add, users):
         node = user
 
 
-@dataclass
-class Attention:
-    """S = mul_mat(k, q) -> P = soft_max(S, mask) -> O = mul_mat(v^T, P) -> `perm` = permute(O, 0, 2, 1, 3) ->
-    `cont`: q ne = (HD, N, heads, nW), k ne = (HD, Nk, heads_k, nW_k) (heads_k | heads, nW_k | nW: broadcast as
-    mul_mat's), v^T ne = (Nk, HD, heads_k, nW_k); the result (HD, heads, N, nW) in the cont's memory, computed at
-    S's turn."""
-
-    head: Tensor
-    soft: Tensor
-    out: Tensor
-    perm: Tensor
-    cont: Tensor
-
-    @property
-    def nodes(self) -> list:
-        """The run the planner gives one block (views left out)."""
-        return [self.head, self.soft, self.out, self.cont]
-
-    @property
-    def last(self) -> Tensor:
-        return self.cont
-
-    @property
-    def skipped(self) -> list:
-        return [self.soft, self.out, self.perm, self.cont]
-
-    @property
-    def q(self) -> Tensor:
-        return self.head.src[1]
-
-    @property
-    def k(self) -> Tensor:
-        return self.head.src[0]
-
-    @property
-    def v(self) -> Tensor:
-        return self.out.src[0]
-
-    @property
-    def mask(self) -> Tensor | None:
-        return self.soft.src[1] if len(self.soft.src) > 1 else None
+def _epilogue(node, spec, scan: _Scan, scale=None) -> Epilogue | None:
+    """The epilogue after `node` (or after its `scale` mul: norm_affine), its bias broadcast as Op.bias says."""
+    users, bias = scan.users, OPS[node.op].bias
+    token = bias == "token"
+    add, views, cast_node = _add_after(scale or node, users, keep_order=token, cast=spec.cast)
+    result = node if cast_node is None else cast_node
+    if add is None or add.type != result.type or add.nelements != node.nelements:
+        return None
+    if token and not ((add.src[0] is result or _same_order_view(add.src[0], node)) and add.ne[0] == node.ne[2]):
+        return None
+    if not token and add.ne != node.ne:
+        return None
+    vector = _is_channel_vector if bias == "channel" else _is_row_vector
+    if not vector(add.src[1], add) or not scan.ready(add.src[1], node):
+        return None
+    fused = Epilogue(node, add, scale_node=scale, views=views, cast_node=cast_node)
+    act = only_user(add, users)
+    if act is not None and act.op in ACTIVATIONS and act.src[0] is add and act.type == add.type:
+        if spec.act:
+            fused.act_node = act
+    elif spec.residual and add.is_contiguous():
+        fused.residual_node, fused.residual_views = _residual_after(add, users)
+        if fused.residual_node is not None and not scan.ready(fused.residual, node):
+            fused.residual_node, fused.residual_views = None, ()
+    return fused
 
 
-def _attention_after(s, users, cast: bool) -> Attention | None:
+def _norm_affine(node, spec, scan: _Scan) -> Epilogue | None:
+    scale, _, _ = _add_after(node, scan.users, keep_order=False, op="mul")
+    if scale is None or not _is_row_vector(scale.src[1], node) or not scan.ready(scale.src[1], node):
+        return None
+    return _epilogue(node, spec, scan, scale)
+
+
+def _attention(s, spec, scan: _Scan) -> Attention | None:
     """The attention pattern headed by mul_mat `s`, or None: each node the only reader of the one before, with
     the shapes of q, k, v and the permute as Attention says, the cont contiguous."""
+    users = scan.users
     k, q = s.src[:2]
     hd, n, heads, nw = q.ne
     p = only_user(s, users)
@@ -266,71 +370,55 @@ def _attention_after(s, users, cast: bool) -> Attention | None:
             or perm.nb != (o.nb[0], o.nb[2], o.nb[1], o.nb[3])):
         return None
     cont = only_user(perm, users)
-    if (cont is None or cont.op not in ("cont", "cast")[:1 + cast] or cont.src[0] is not perm
+    if (cont is None or not (cont.op == "cont" or (spec.cast and cont.op == "cast")) or cont.src[0] is not perm
             or not cont.is_contiguous() or cont.nelements != o.nelements or not o.is_contiguous()):
         return None
     return Attention(s, p, o, perm, cont)
 
 
-def _epilogue_after(node, users, ready, act_ok: bool, residual: bool, cast: bool) -> Epilogue | None:
-    scale = None
-    if node.op == "norm":
-        scale, _, _ = _add_after(node, users, keep_order=False, op="mul")
-        if scale is None or not _is_row_vector(scale.src[1], node) or not ready(scale.src[1]):
-            return None
-    channels_first = node.op == "conv_2d_dw"
-    add, views, cast_node = _add_after(scale or node, users, keep_order=channels_first, cast=cast)
-    result = node if cast_node is None else cast_node
-    if add is None or add.type != result.type or add.nelements != node.nelements:
-        return None
-    if channels_first and not ((add.src[0] is result or _same_order_view(add.src[0], node))
-                               and add.ne[0] == node.ne[2]):
-        return None
-    if not channels_first and add.ne != node.ne:
-        return None
-    vector = _is_channel_vector if node.op == "conv_2d" else _is_row_vector
-    if not vector(add.src[1], add) or not ready(add.src[1]):
-        return None
-    fused = Epilogue(node, add, scale_node=scale, views=views, cast_node=cast_node)
-    act = only_user(add, users)
-    if act is not None and act.op in ACTIVATIONS and act.src[0] is add and act.type == add.type:
-        if act_ok:
-            fused.act_node = act
-    elif residual and node.op == "mul_mat" and add.is_contiguous():
-        fused.residual_node, fused.residual_views = _residual_after(add, users)
-        if fused.residual_node is not None and not ready(fused.residual):
-            fused.residual_node, fused.residual_views = None, ()
-    return fused
+def _chain(head, spec, scan: _Scan) -> Chain | None:
+    """The chain starting at `head`, or None when it would hold a single node."""
+    nodes = [head]
+    while True:
+        user = only_user(nodes[-1], scan.users)
+        if (user is None or "chain" not in OPS[user.op].fuses or user.src[0] is not nodes[-1] or user.ne != head.ne
+                or scan.fused(user, "chain") is None or any(s is not None and not scan.ready(s, head)
+                                                            for s in user.src[1:])):
+            break
+        nodes.append(user)
+    return Chain(nodes) if len(nodes) > 1 else None
 
 
-def find_fusions(graph, head_ok: Callable, *, act_ok: Callable = lambda head: True, residual: bool = False,
-                 attention: bool = False, cast: bool = False, chain: Callable | None = None,
-                 accepts: Callable = lambda fusion: True) -> dict:
-    """{id(head): Epilogue or Attention} for the patterns of `graph` a backend runs. The backend decides:
-    head_ok(node): its kernel for node (mul_mat, conv_2d_dw, conv_2d, norm) takes an epilogue; act_ok(head): the epilogue
-    applies the activation after the bias (else the activation stays a node of its own); residual: it adds a
-    residual after a mul_mat's bias (Epilogue.residual_node); attention: it runs the attention pattern; cast: its
-    fused kernels write a cast's type (a cast between a product and its bias, or ending the attention pattern);
-    chain(node): its generated kernels take this elementwise node (None: no chains);
-    accepts(fusion): its fused kernel takes the pattern's types and layouts (else the nodes run one by one)."""
-    users = consumers(graph)
-    position = {id(n): i for i, n in enumerate(graph.nodes)}
-    fusions, taken = {}, set()
+def _add_rms_norm(norm, spec, scan: _Scan) -> AddRmsNorm | None:
+    """rms_norm of add(a, b) (a, b and the sum of one shape, the add in no other pattern), the next node after the
+    add but views."""
+    add = norm.src[0]
+    if add.op != "add" or any(s.ne != add.ne for s in add.src[:2]) or id(add) in scan.taken or id(add) in scan.fusions:
+        return None
+    between = scan.nodes[scan.position[id(add)] + 1:scan.position[id(norm)]]
+    return AddRmsNorm(add, norm) if all(is_view(n) for n in between) else None
+
+
+PATTERNS = {"epilogue": _epilogue, "norm_affine": _norm_affine, "attention": _attention, "chain": _chain,
+            "add_rms_norm": _add_rms_norm}
+"""pattern name -> finder(anchor, the backend's Fused, _Scan): the pattern anchored at `anchor`, or None."""
+
+
+def find_fusions(graph, fused: Callable) -> dict:
+    """{id(head): Epilogue, Attention, Chain or AddRmsNorm} for the patterns of `graph` a backend runs. For each node
+    not taken by an earlier pattern, the patterns its op anchors (Op.fuses), in order: fused(node, pattern) is the
+    backend's Fused for it (None: it does not run that pattern anchored at this node), whose act / cast / residual
+    choose the variant found and whose accepts(fusion) says whether its kernel takes the types and layouts found
+    (else the nodes run one by one)."""
+    scan = _Scan(graph, fused)
     for node in graph.nodes:
-        def ready(v, at=position[id(node)]) -> bool:   # the fused kernel runs at the head's turn
-            while is_view(v) and v.src and v.src[0] is not None:     # a view is ready with what it shows: its
-                v = v.src[0]                # operand's (not its base's: a cpy / set_rows result writes a leaf's memory)
-            return position.get(id(v), -1) < at
-        if id(node) in taken:
+        if id(node) in scan.taken or node.op not in OPS:
             continue
-        fused = None
-        if node.op in ("mul_mat", "conv_2d_dw", "conv_2d", "norm") and head_ok(node):
-            fused = _epilogue_after(node, users, ready, act_ok(node), residual, cast)
-        if fused is None and attention and node.op == "mul_mat":
-            fused = _attention_after(node, users, cast)
-        if fused is None and chain is not None and node.op in ELEMENTWISE and chain(node):
-            fused = _chain_after(node, users, ready, chain)
-        if fused is not None and accepts(fused):
-            fusions[id(node)] = fused
-            taken.update(id(n) for n in fused.skipped)
-    return fusions
+        for pattern in OPS[node.op].fuses:
+            spec = fused(node, pattern)
+            found = PATTERNS[pattern](node, spec, scan) if spec is not None else None
+            if found is not None and spec.accepts(found):
+                scan.fusions[id(found.head)] = found
+                scan.taken.update(id(n) for n in found.skipped)
+                break
+    return scan.fusions

@@ -55,7 +55,7 @@ class Graph:
         """A text table: one line per node and leaf with op, type, shape, bytes and sources; with a backend, the
         fused group each node belongs to (`g<k>`: one kernel computes the group)."""
         from .dump import dump_graph
-        return dump_graph(self, backend.fused_groups(self) if backend is not None else ())
+        return dump_graph(self, backend.fused_runs(self) if backend is not None else ())
 
     def to_dot(self) -> str:
         """The graph in Graphviz dot syntax (nodes labelled with op, shape, type and bytes)."""

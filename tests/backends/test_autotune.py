@@ -29,22 +29,22 @@ def test_measures_once_then_hits(how):
     backend = ggpy.CPUBackend(n_threads=2, autotune=True)
     graph, out = _graph(lambda ctx: _conv(ctx, how))
     key = autotune.shape_key(out, backend)
-    autotune.forget(key)
-    measured = autotune.STATS["measured"]
+    autotune.WINNERS.forget(key)
+    measured = autotune.WINNERS.stats["measured"]
     plan = ggpy.GraphAllocator(backend).alloc_graph(graph)
-    impl, times = autotune.WINNERS[key]
+    impl, times = autotune.WINNERS.memory[key]
     assert set(times) == {"im2col", "winograd", "direct"}
     assert impl == min(times, key=times.get)
     assert backend.impl_for(out) == impl
-    assert autotune.STATS["measured"] == measured + 1
+    assert autotune.WINNERS.stats["measured"] == measured + 1
     assert f"conv2d_{impl}+tuned" in plan.report()
     assert (out.temp[2] if out.temp is not None else 0) == backend.temp_size(out)
 
-    hits = autotune.STATS["hits"]
+    hits = autotune.WINNERS.stats["hits"]
     graph2, out2 = _graph(lambda ctx: _conv(ctx, how))
     ggpy.GraphAllocator(backend).alloc_graph(graph2)
-    assert autotune.STATS["measured"] == measured + 1
-    assert autotune.STATS["hits"] > hits
+    assert autotune.WINNERS.stats["measured"] == measured + 1
+    assert autotune.WINNERS.stats["hits"] > hits
     assert backend.impl_for(out2) == impl
 
 
@@ -54,16 +54,16 @@ def test_one_candidate_is_not_measured():
     graph, out = _graph(lambda ctx: ops.conv_2d(layout(ctx, ggpy.F32, (3, 3, 8, 8)),
                                                 layout(ctx, ggpy.F32, (16, 16, 8, 1)), 2, 2, 1, 1, 1, 1))
     ggpy.GraphAllocator(backend).alloc_graph(graph)
-    assert set(autotune.WINNERS[autotune.shape_key(out, backend)][1]) == {"im2col", "direct"}
+    assert set(autotune.WINNERS.memory[autotune.shape_key(out, backend)][1]) == {"im2col", "direct"}
 
 
 def test_forced_op_is_not_measured():
     backend = ggpy.CPUBackend(n_threads=2, autotune=True, force={"conv_2d": "im2col"})
     graph, out = _graph(_conv)
     key = autotune.shape_key(out, backend)
-    autotune.WINNERS.pop(key, None)
+    autotune.WINNERS.memory.pop(key, None)
     ggpy.GraphAllocator(backend).alloc_graph(graph)
-    assert key not in autotune.WINNERS
+    assert key not in autotune.WINNERS.memory
     assert backend.kernel_name(out) == "conv2d_im2col"
 
 
@@ -82,10 +82,10 @@ def test_live_buffers_untouched():
     b.set(x)
     before = out.buffer.kernel_view(out).copy()
     tuning = ggpy.CPUBackend(n_threads=2, autotune=True)
-    autotune.forget(autotune.shape_key(out, tuning))
-    measured = autotune.STATS["measured"]
+    autotune.WINNERS.forget(autotune.shape_key(out, tuning))
+    measured = autotune.WINNERS.stats["measured"]
     tuning.impl_for(out)
-    assert autotune.STATS["measured"] == measured + 1
+    assert autotune.WINNERS.stats["measured"] == measured + 1
     np.testing.assert_array_equal(b.numpy().reshape(x.shape), x)
     np.testing.assert_array_equal(out.buffer.kernel_view(out), before)
 
@@ -97,15 +97,15 @@ def test_winners_persist_on_disk(tmp_path, monkeypatch):
     backend = ggpy.CPUBackend(n_threads=2, autotune=True)
     graph, out = _graph(lambda ctx: _conv(ctx))
     key = autotune.shape_key(out, backend)
-    autotune.WINNERS.pop(key, None)
-    measured = autotune.STATS["measured"]
+    autotune.WINNERS.memory.pop(key, None)
+    measured = autotune.WINNERS.stats["measured"]
     ggpy.GraphAllocator(backend).alloc_graph(graph)
-    assert autotune.STATS["measured"] == measured + 1
-    winner = autotune.WINNERS[key][0]
-    assert autotune.cache_path().parent == tmp_path and autotune.cache_path().exists()
-    autotune.WINNERS.clear()
-    disk_hits = autotune.STATS["disk_hits"]
+    assert autotune.WINNERS.stats["measured"] == measured + 1
+    winner = autotune.WINNERS.memory[key][0]
+    assert autotune.WINNERS.path().parent == tmp_path and autotune.WINNERS.path().exists()
+    autotune.WINNERS.memory.clear()
+    disk_hits = autotune.WINNERS.stats["disk_hits"]
     graph2, out2 = _graph(lambda ctx: _conv(ctx))
     ggpy.GraphAllocator(backend).alloc_graph(graph2)
-    assert autotune.STATS["measured"] == measured + 1 and autotune.STATS["disk_hits"] == disk_hits + 1
+    assert autotune.WINNERS.stats["measured"] == measured + 1 and autotune.WINNERS.stats["disk_hits"] == disk_hits + 1
     assert backend.impl_for(out2) == winner

@@ -106,7 +106,7 @@ def test_refusals_fall_back(forced, monkeypatch):
     for c in (case, misaligned):
         node = c.build(ggpy.Context())
         entry = KERNELS["conv_2d"]
-        assert entry.temp_size(node, "cudnn") == entry.temp_size(node, conv_kernels.choose(node))
+        assert entry.temp_size(node, "cudnn", None) == entry.temp_size(node, conv_kernels.choose(node, None), None)
         assert not any(n.startswith("cudnn") for n in _names(forced, c))
         result = run_case(c, forced)
         assert result.ok, f"{c.id}: {result.message}"
@@ -138,7 +138,7 @@ def test_cuda_graph_replay(forced):
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GGPY_AUTOTUNE_CACHE", str(tmp_path))
-    monkeypatch.setattr(autotune, "WINNERS", {})
+    monkeypatch.setattr(autotune.WINNERS, "memory", {})
 
 
 @pytest.mark.parametrize("t", [ggpy.F32, ggpy.F16], ids=lambda t: t.name)
@@ -147,9 +147,9 @@ def test_autotune_times_cudnn(cuda_backend, cache, t):
     tuned = _backend(autotune=True)
     case = conv._conv_2d(t, "cont", *SHAPES[0], tb=t)
     node = case.build(ggpy.Context())
-    assert "cudnn" in autotune.candidates(KERNELS["conv_2d"], node), cudnn_conv.refusal(node)
+    assert "cudnn" in KERNELS["conv_2d"].candidates(node, tuned), cudnn_conv.refusal(node)
     result = run_case(case, tuned)
     assert result.ok, f"{case.id}: {result.message}"
-    winner, times = autotune.WINNERS[autotune.shape_key(node, tuned)]
+    winner, times = autotune.WINNERS.memory[autotune.shape_key(node, tuned)]
     assert times.get("cudnn") is not None, f"the cudnn candidate failed or was not timed: {times}"
     print(f"{case.id}: winner {winner}, " + ", ".join(f"{c} {s * 1e6:.1f} us" for c, s in times.items() if s))

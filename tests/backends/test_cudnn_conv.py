@@ -106,15 +106,15 @@ def test_no_frontend_no_candidate(monkeypatch):
     monkeypatch.setattr(cudnn_conv, "_FRONTEND", [None])
     node = _conv()
     assert "not installed" in cudnn_conv.refusal(node) and "cudnn" in ENTRY.impls
-    assert [i for i in ENTRY.impls if ENTRY.accepts(node, i)] == ["implicit"] + (["im2col"] * ENTRY.accepts(node, "im2col"))
-    assert ENTRY.temp_size(node, "cudnn") == ENTRY.temp_size(node, conv_kernels.choose(node))
+    assert [i for i in ENTRY.impls if ENTRY.accepts(node, i, None)] == ["implicit"] + (["im2col"] * ENTRY.accepts(node, "im2col", None))
+    assert ENTRY.temp_size(node, "cudnn", None) == ENTRY.temp_size(node, conv_kernels.choose(node, None), None)
     code = "import sys, ggpy; from ggpy.backends.cuda.kernels import conv; assert 'cudnn' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_mapping_tf32_and_steps(fake):
     node = _conv(permuted=True)
-    assert ENTRY.accepts(node, "cudnn")
+    assert ENTRY.accepts(node, "cudnn", None)
     plan, fast = cudnn_conv._plans(node)
     g, x = plan.graph, plan.x
     assert (x.dim, x.stride) == ([2, 16, 18, 20], [5760, 1, 320, 16])          # the CWHN view as it is
@@ -123,13 +123,13 @@ def test_mapping_tf32_and_steps(fake):
     assert g.params == ([0, 1], [1, 2], [2, 1])                                # H first
     assert Notes.TENSOR_CORE in g.notes and Notes.TENSOR_CORE not in fast.graph.notes
     assert Notes.DOWN_CONVERT_INPUTS in fast.graph.notes
-    assert ENTRY.temp_size(node, "cudnn") == 3072                              # the larger workspace
+    assert ENTRY.temp_size(node, "cudnn", None) == 3072                              # the larger workspace
     for tf32 in (False, True):
         steps = ENTRY.steps(Backend(tf32), node, "cudnn")
         assert [s.name for s in steps] == ["cudnn_conv_f32_f32" + "_tf32" * tf32]
         assert steps[0].plan is (fast if tf32 else plan) and steps[0].workspace == 1 << 20
     builds = Graph.builds
-    ENTRY.accepts(_conv(permuted=True), "cudnn")
+    ENTRY.accepts(_conv(permuted=True), "cudnn", None)
     assert Graph.builds == builds                                              # planned once per key
 
 
@@ -142,13 +142,13 @@ def test_mixed_and_half_types(fake):
     steps = ENTRY.steps(Backend(), node, "cudnn")
     assert [s.name for s in steps] == ["cudnn_conv_f16_f16", "copy_f16_f32"]
     assert steps[0].plan.y.data_type == Types.HALF and steps[0].pack[steps[0].plan.y] == steps[1].src[0]
-    assert ENTRY.temp_size(node, "cudnn") == 3072 + 4096                     # workspace, 9 * 14 * 8 * 2 halves
+    assert ENTRY.temp_size(node, "cudnn", None) == 3072 + 4096                     # workspace, 9 * 14 * 8 * 2 halves
 
 
 def test_refusal_remembered_and_falls_back(fake, monkeypatch):
     monkeypatch.setattr(Graph, "validate", lambda self: (_ for _ in ()).throw(RuntimeError("CUDNN_STATUS_BAD_PARAM")))
     node = _conv()
-    assert "BAD_PARAM" in cudnn_conv.refusal(node) and not ENTRY.accepts(node, "cudnn")
+    assert "BAD_PARAM" in cudnn_conv.refusal(node) and not ENTRY.accepts(node, "cudnn", None)
     assert len(cudnn_conv._PLANS) == 1
-    assert ENTRY.temp_size(node, "cudnn") == ENTRY.temp_size(node, conv_kernels.choose(node))
-    assert conv_kernels._runs(node, "cudnn") == conv_kernels.choose(node)
+    assert ENTRY.temp_size(node, "cudnn", None) == ENTRY.temp_size(node, conv_kernels.choose(node, None), None)
+    assert conv_kernels._runs(node, "cudnn") == conv_kernels.choose(node, None)

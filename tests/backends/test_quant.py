@@ -302,10 +302,13 @@ def test_cuda_takes_every_quantized_node():
                 assert "nvmath" in entry.refusal(node)
                 continue
             assert entry.refusal(node) is None, (t, node.op, entry.refusal(node))
-            name = entry.kernel_name(node)
+            name = entry.kernel_name(node, entry.choose(node, None) if entry.impls else None)
             assert name.startswith("cublaslt") or f"void {name}(" in text, (t, node.op, name)
-        assert CUDA_KERNELS["mul_mat"].kernel_name(few) == f"mmv_{t.name}_f32" and temp_size(few) == 0
-        assert temp_size(many) >= WORKSPACE + 2 * 512 * (48 + 16)
+        mul_mat = CUDA_KERNELS["mul_mat"]
+        assert mul_mat.choose(few, None) == "mmv" and mul_mat.choose(many, None) == "cublaslt"
+        assert mul_mat.kernel_name(few, "mmv") == f"mmv_{t.name}_f32" and temp_size(few, "mmv", None) == 0
+        if MISSING is None:
+            assert temp_size(many, "cublaslt", None) >= WORKSPACE + 2 * 512 * (48 + 16)
 
 
 def test_cuda_scheduler_runs_quantized_nodes_on_the_gpu(cuda_backend):

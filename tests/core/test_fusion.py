@@ -6,12 +6,19 @@ import numpy as np
 import pytest
 
 import ggpy
+from ggpy.backends.kernel import Fused
 from ggpy.graph.fusion import find_fusions
 
 FUSE = True
 ERF = np.vectorize(math.erf)
 ACTS = {None: lambda u: u, "gelu_erf": lambda u: 0.5 * u * (1 + ERF(u / np.sqrt(2))),
         "relu": lambda u: np.maximum(u, 0), "silu": lambda u: u / (1 + np.exp(-u))}
+
+
+def runs(*patterns, **variant):
+    """A stand-in backend's answer to the fusion pass: it runs `patterns` anchored at any node, as Fused(**variant)."""
+    spec = Fused(run=None, **variant)
+    return lambda node, pattern: spec if pattern in patterns else None
 
 
 def _run(build, fuse, rng, n_threads=2):
@@ -62,7 +69,7 @@ def test_not_fused_when_intermediate_is_read_twice():
     y = x.astype(np.float64) @ w.T + b
     np.testing.assert_allclose(out, ACTS["gelu_erf"](y) * y, rtol=2e-5, atol=2e-5)
     assert names[:2] == ["blas_sgemm+bias", "gelu_erf"]
-    assert len(find_fusions(graph, lambda node: True)) == 1
+    assert len(find_fusions(graph, runs("epilogue", act=True))) == 1
 
 
 def test_chain_fused_equals_unfused():
@@ -93,7 +100,7 @@ def test_bias_computed_after_the_matmul_is_not_fused():
     out, (w, x, b), names, graph = _run(build, True, np.random.default_rng(6))
     np.testing.assert_allclose(out, x.astype(np.float64) @ w.T + 1 / (1 + np.exp(-b.astype(np.float64))),
                                rtol=2e-5, atol=2e-5)
-    assert find_fusions(graph, lambda node: True) == {}
+    assert find_fusions(graph, runs("epilogue", act=True)) == {}
 
 
 @pytest.mark.parametrize("act", [None, "gelu_erf"])
@@ -179,10 +186,10 @@ def test_fusion_pass_chains():
     t = ggpy.tanh(ggpy.sub(s, ggpy.sqr(s)))                      # s read twice: ends a run
     out = ggpy.cast(ggpy.exp(t), ggpy.F16)
     graph = ggpy.Graph().build_forward_expand(out)
-    found = find_fusions(graph, lambda n: n.op == "mul_mat", act_ok=lambda n: False, chain=lambda n: True)
+    found = find_fusions(graph, runs("epilogue", "chain"))
     chains = sorted(f.name() for f in found.values() if isinstance(f, Chain))
     assert chains == ["fused:gelu_erf+scale", "fused:sub+tanh+exp+cast"]
-    assert not any(isinstance(f, Chain) for f in find_fusions(graph, lambda n: True).values())
+    assert not any(isinstance(f, Chain) for f in find_fusions(graph, runs("epilogue", act=True)).values())
 
 
 @pytest.mark.parametrize("bias_shape", ["channels", "row"])
@@ -198,7 +205,7 @@ def test_fusion_pass_conv_2d_channel_bias(bias_shape):
     bias = ggpy.reshape_3d(b, 1, 1, 12) if bias_shape == "channels" else b
     out = ggpy.gelu_erf(ggpy.add(y, bias))
     graph = ggpy.Graph().build_forward_expand(out)
-    fusions = list(find_fusions(graph, lambda n: n.op == "conv_2d", cast=True).values())
+    fusions = list(find_fusions(graph, runs("epilogue", act=True, cast=True)).values())
     if bias_shape == "row":
         assert fusions == []
         return
@@ -221,7 +228,7 @@ def test_fusion_pass_waits_for_a_write_into_a_leaf():
     graph = ggpy.Graph().build_forward_expand(out)
     order = [n.op for n in graph.nodes]
     assert order.index("mul_mat") < order.index("set_rows") < order.index("add")
-    assert find_fusions(graph, lambda n: True) == {}
+    assert find_fusions(graph, runs("epilogue", act=True)) == {}
 
 
 @pytest.mark.parametrize("v_batch,found", [(1, True), (3, False)])
@@ -236,7 +243,7 @@ def test_cross_attention_pattern(v_batch, found):
     p = ggpy.soft_max_ext(ggpy.mul_mat(k, q), None, 0.25)
     out = ggpy.cont(ggpy.permute(ggpy.mul_mat(v_t, p), 0, 2, 1, 3))
     graph = ggpy.Graph().build_forward_expand(out)
-    fusions = find_fusions(graph, lambda n: False, attention=True)
+    fusions = find_fusions(graph, runs("attention"))
     head = next(n for n in graph.nodes if n.op == "mul_mat")
     assert (id(head) in fusions) == found
     if found:

@@ -3,6 +3,7 @@ import pytest
 
 import ggpy
 from ggpy.models.mobilesam.encoder import depthwise, pointwise
+from ggpy.backends.kernel import Fused
 from ggpy.graph.fusion import find_fusions
 
 
@@ -17,7 +18,8 @@ def test_fusion_pass_takes_a_cast_only_when_asked(cast):
                "d.weight": ctx.new_tensor(ggpy.F16, (3, 3, 1, 24)), "d.bias": ctx.new_tensor(ggpy.F16, (24,))}
     out = ggpy.gelu_erf(depthwise(model, "d", pointwise(model, "p", t, act=ggpy.gelu_erf)))
     graph = ggpy.Graph().build_forward_expand(out)
-    fusions = find_fusions(graph, lambda n: True, cast=cast).values()
+    spec = Fused(run=None, act=True, cast=cast)
+    fusions = find_fusions(graph, lambda node, pattern: spec if pattern == "epilogue" else None).values()
     heads = sorted(f.head.op for f in fusions)
     assert heads == (["conv_2d_dw", "mul_mat"] if cast else [])
     for f in fusions:

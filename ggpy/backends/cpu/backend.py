@@ -9,15 +9,11 @@ import numba
 import numpy as np
 
 from ...errors import AllocationError
-from ...graph.fusion import find_fusions, fusion_stamp
 from ...optable import is_view
 from ..base import Backend, Step, Timing
 from . import autotune, kernels, precompile  # noqa: F401 - kernels registers every kernel module
 from .buffer import HostBufferType
 from .kernels.blas import single_threaded_blas
-from .kernels.conv.depthwise import bind_dw_cwhn_epilogue, fuses_epilogue
-from .kernels.matmul import bind_mul_mat_epilogue
-from .kernels.norm import bind_norm_affine
 from .registry import KERNELS, BoundNode
 
 DEFAULT_SCRATCH_BUDGET = 16 << 20
@@ -38,12 +34,16 @@ class CPUBackend(Backend):
     force: {op: implementation} runs every node of `op` with that implementation instead of the one the
     backend would choose (for tests and measurements). scratch_budget: the most temp bytes a kernel that
     can tile its scratch (im2col, GEMM panels) plans for one node; never more than the buffer type's
-    max_size, since a node's temp lives in one buffer. fuse: run the epilogue patterns of ggpy/graph/fusion.py
-    (bias and activation after mul_mat and channels-contiguous conv_2d_dw, LayerNorm's affine) as one kernel.
-    autotune: time every implementation of a node once per shape and run the fastest (autotune.py).
+    max_size, since a node's temp lives in one buffer. fuse: run the patterns of ggpy/graph/fusion.py that the
+    kernel entries declare (Kernel.fuses: bias and activation after mul_mat and channels-contiguous conv_2d_dw,
+    LayerNorm's affine, add + rms_norm) as one kernel. autotune: time every implementation of a node once per
+    shape and run the fastest (autotune.py).
     """
 
     name = "cpu"
+    kind = "CPU"
+    kernels = KERNELS
+    winners = autotune.WINNERS
 
     def __init__(self, n_threads: int | None = None, buffer_type: HostBufferType | None = None,
                  force: dict | None = None, scratch_budget: int = DEFAULT_SCRATCH_BUDGET, fuse: bool = True,
@@ -53,47 +53,16 @@ class CPUBackend(Backend):
         if n_threads < 1:
             raise ValueError(f"CPUBackend: n_threads must be >= 1, got {n_threads}")
         self.n_threads = n_threads
-        self.force = self.checked_force(force, KERNELS)
+        self.force = self.checked_force(force)
         self.scratch_budget = min(int(scratch_budget), self.buffer_type.max_size)
         self.fuse = bool(fuse)
         self.autotune = bool(autotune)
 
-    # -- what runs where ---------------------------------------------------------------------------
-    def _kernel(self, node):
-        entry = KERNELS.get(node.op)
-        if entry is None or (entry.supports is not None and not entry.supports(node)):
-            return None
-        return entry
+    def tune_key(self, node) -> tuple:
+        return autotune.shape_key(node, self)
 
-    def refusal(self, node) -> str | None:
-        if self._kernel(node) is not None:
-            return None
-        return f"no CPU kernel for op {node.op}" if node.op not in KERNELS else "the kernel does not take these types"
-
-    def impl_for(self, node) -> str | None:
-        """The implementation that runs `node`: forced, else measured (autotune), else the kernel's choice
-        (None: only one)."""
-        entry = self._kernel(node)
-        if entry is None or not entry.impls:
-            return None
-        tuned = autotune.tuned_impl(entry, node, self) if self.autotune and node.op not in self.force else None
-        return self.force.get(node.op) or tuned or entry.choose(node, self)
-
-    def temp_size(self, node) -> int:
-        entry = self._kernel(node)
-        if entry is None or entry.temp_size is None:
-            return 0
-        return int(entry.temp_size(node, self.impl_for(node), self))
-
-    def kernel_name(self, node) -> str:
-        if is_view(node):
-            return node.op
-        entry = self._kernel(node)
-        if entry is None:
-            return "unsupported"
-        impl = self.impl_for(node)
-        name = entry.name(node, impl) if entry.name is not None else impl or node.op
-        return name + "+tuned" if self.autotune and autotune.is_tuned(node, self) else name
+    def measure_impls(self, entry, node, impls) -> list:
+        return autotune.measure_impls(entry, node, impls, self)
 
     # -- evaluation --------------------------------------------------------------------------------
     def _bound_node(self, node, dst_node=None) -> BoundNode:
@@ -107,42 +76,21 @@ class CPUBackend(Backend):
                          [s.buffer.kernel_view(s) if s is not None else None for s in node.src], temp, self.n_threads,
                          self.impl_for(node), self)
 
-    def fused_groups(self, graph) -> list:
-        return [f.nodes for f in self._fusions(graph).values()]
-
-    def _fusions(self, graph) -> dict:
-        """{id(head): Epilogue} of the graph (none with fuse=False), found once per graph version and outputs."""
-        if not self.fuse:
-            return {}
-        return self.cached(graph, "fusions", lambda g: find_fusions(g, self._fusable_head), fusion_stamp(graph))
-
-    def _fusable_head(self, node) -> bool:
-        if node.op == "conv_2d_dw":
-            return fuses_epilogue(node, self.impl_for(node))
-        return node.op in ("mul_mat", "norm") and node.type.size == 4 and not node.src[0].type.quantized
-
-    def _bind_fused(self, fused):
-        """The fused kernel of an Epilogue, or None when its output overlaps the head's sources or scratch
-        (a plan made without this backend's fused_groups). A norm may run in its source's memory."""
-        bound = self._bound_node(fused.head, fused.last)
-        srcs = bound.srcs[1:] if fused.head.op == "norm" and _same_memory(bound.dst, bound.srcs[0]) else bound.srcs
-        if any(s is not None and np.may_share_memory(bound.dst, s) for s in srcs + [bound.temp]):
+    def _bind_fused(self, fusion):
+        """The fused kernel of `fusion` (its head's entry's Fused.run), or None when its output overlaps the head's
+        sources or scratch (a plan made without this backend's fused_groups); a row kernel may run exactly in a
+        source's memory."""
+        spec = self.fused_kernel(fusion)
+        bound = self._bound_node(fusion.head, fusion.last)
+        if any(s is not None and np.may_share_memory(bound.dst, s) and not (spec.rowwise and _same_memory(bound.dst, s))
+               for s in bound.srcs + [bound.temp]):
             return None
-        bias = fused.bias.buffer.kernel_view(fused.bias).reshape(-1)
-        if fused.head.op == "norm":
-            scale = fused.scale.buffer.kernel_view(fused.scale).reshape(-1)
-            return bind_norm_affine(bound, scale, bias, fused.act)
-        if fused.head.op == "mul_mat":
-            bound.dst = bound.dst.reshape(tuple(reversed(fused.head.ne)))
-            return bind_mul_mat_epilogue(bound, bias, fused.act)
-        n, c, oh, ow = reversed(fused.head.ne)          # channels innermost in the fused output's memory
-        bound.dst = bound.dst.reshape(n, oh, ow, c).transpose(0, 3, 1, 2)
-        return bind_dw_cwhn_epilogue(bound, bias, fused.act)
+        return spec.run(bound, fusion)
 
     def _bind(self, node):
         if is_view(node):
             return None
-        entry = self._kernel(node)
+        entry = self.entry(node)
         if entry is None:
             raise self.unsupported(node)
         if node.buffer is None:
@@ -173,7 +121,7 @@ class CPUBackend(Backend):
         """([Step], whether a kernel calls BLAS) binding every node of a planned graph; `requests` (collecting)
         gets each node's op and kernel name as the label of what it notes."""
         runs, skipped = [], set()
-        fusions = self._fusions(graph)
+        fusions = self.fusions(graph)
         for node in graph.nodes:
             if id(node) in skipped:
                 continue
@@ -188,7 +136,7 @@ class CPUBackend(Backend):
             run = self._bind(node)
             if run is not None:
                 runs.append(Step(node, self.kernel_name(node), run))
-        return runs, any(self._kernel(step.node).blas for step in runs)
+        return runs, any(self.entry(step.node).blas for step in runs)
 
     def _set_threads(self):
         numba.set_num_threads(max(1, min(self.n_threads, numba.config.NUMBA_NUM_THREADS)))

@@ -5,10 +5,12 @@ parameters, thread count), so evaluating a graph is a loop of plain calls.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
+
+from ..kernel import Kernel, table_register
 
 MIN_ELEMENTS_PER_THREAD = 1 << 15
 
@@ -22,7 +24,7 @@ class BoundNode:
     srcs: list                 # one array per source (None for a missing optional source)
     temp: np.ndarray | None    # uint8 scratch of temp_size(node) bytes, or None
     n_threads: int             # the backend's thread count
-    impl: str | None = None    # which implementation runs the node (ops with several), see CPUKernel
+    impl: str | None = None    # which implementation runs the node (ops with several), see Kernel
     backend: object = None     # the CPUBackend (its options, e.g. scratch_budget)
 
     def threads_for(self, work: int, min_per_thread: int = MIN_ELEMENTS_PER_THREAD) -> int:
@@ -31,29 +33,26 @@ class BoundNode:
 
 
 @dataclass
-class CPUKernel:
-    """How the CPU runs some ops. An op with several implementations lists them in `impls`; `choose`
-    picks one per node (shape heuristics) unless the backend was told to force one."""
+class CPUKernel(Kernel):
+    """How the CPU runs some ops (the shared Kernel, ggpy/backends/kernel.py) with its payload: `bind(BoundNode)` ->
+    a callable (or None: nothing to do), `blas`: it calls BLAS from its workers (BLAS must then be
+    single-threaded). Its Fused entries run as run(BoundNode of the head with the last node's output, fusion)."""
 
-    ops: tuple
-    bind: Callable                           # bind(BoundNode) -> callable() (or None: nothing to do)
-    temp_size: Callable | None = None        # temp_size(node, impl, backend) -> scratch bytes
-    supports: Callable | None = None         # supports(node) -> bool
-    name: Callable | None = None             # name(node, impl) -> kernel name for plan dumps
-    blas: bool = False                       # calls BLAS from its workers (BLAS must then be single-threaded)
-    impls: tuple = ()                        # names of the alternative implementations, if any
-    choose: Callable | None = None           # choose(node, backend) -> one of impls
+    bind: Callable | None = None
+    blas: bool = False
 
 
 KERNELS: dict[str, CPUKernel] = {}
 
 
-def register(*ops, temp_size=None, supports=None, name=None, blas=False, impls=(), choose=None):
-    """Decorator: `bind(b: BoundNode) -> callable` runs ops `ops` on the CPU."""
+def vector(t) -> np.ndarray:
+    """A fused kernel's vector operand (bias, weight) as a flat host array."""
+    return t.buffer.kernel_view(t).reshape(-1)
+
+
+def register(*ops, **fields):
+    """Decorator: `bind(b: BoundNode) -> callable` runs ops `ops` on the CPU; `fields` the CPUKernel's others."""
     def deco(bind):
-        entry = CPUKernel(ops, bind, temp_size, supports, name, blas, tuple(impls), choose)
-        for op in ops:
-            KERNELS[op] = entry
+        table_register(KERNELS, CPUKernel(ops, bind=bind, **fields))
         return bind
     return deco
-

@@ -6,9 +6,9 @@ fastest that also runs with the epilogue is kept, else the heuristic's first run
 node with several (conv_2d: kernels/conv.py). Every candidate gets a warm-up call, then ROUNDS rounds of REPS calls
 timed with CUDA events, the candidates taking turns (none timed on a colder GPU than the others); its best round
 counts. With CUDA graphs on, an implementation is timed as a replay of its captured launches (as its plan runs:
-cuDNN's ~50 us of host work per call would otherwise count). Winners are kept in the process and in one JSON file
-next to the NVRTC cache (compiler.cache_dir() / "autotune", or $GGPY_AUTOTUNE_CACHE as for the CPU's), keyed by the
-device's name and compute capability, so a second process measures nothing. An algorithm is stored as its 64 bytes
+cuDNN's ~50 us of host work per call would otherwise count). Winners are kept in the winners cache both backends
+share (ggpy/backends/winners.py: the file cuda.json), keyed by the device's name and compute capability, so a second
+process measures nothing; a node's implementation is tuned by winners.tuned_impl. An algorithm is stored as its 64 bytes
 (cuBLASLt documents cublasLtMatmulAlgo_t as serializable for one library version, which is in its key) and checked
 with matmul_algo_check before use; failed candidates are stored as None (with CUDA graphs on, also an
 implementation whose launches cannot be captured), and a GEMM with no usable candidate too (the heuristic's first
@@ -17,86 +17,22 @@ then runs without measuring again).
 from __future__ import annotations
 
 import ctypes
-import json
 import math
-import os
-from pathlib import Path
 
 import numpy as np
 
 from ...errors import CudaError, OutOfMemoryError
 from ...graph.tensor import Tensor
+from ..winners import Winners
 from . import cublas
-from .compiler import cache_dir
 from .device import Event
 from .graphs import CapturedGraph
 
-WINNERS: dict = {}
+WINNERS = Winners("cuda")
 """key -> [winner (an implementation, an algorithm's hex bytes, or None), {candidate: seconds or None}]."""
-STATS = {"measured": 0, "hits": 0, "disk_hits": 0}
+MEASURE_ERRORS = (OutOfMemoryError, CudaError)      # no room or no algorithm to measure now: nothing kept
 CANDIDATES = 8
 ROUNDS, REPS = 3, 10
-
-
-def cache_path() -> Path:
-    """The file the winners are kept in."""
-    return Path(os.environ.get("GGPY_AUTOTUNE_CACHE") or cache_dir() / "autotune") / "cuda.json"
-
-
-def _disk() -> dict:
-    try:
-        entries = json.loads(cache_path().read_text())
-    except (OSError, ValueError):
-        return {}
-    return entries if isinstance(entries, dict) else {}
-
-
-def _write(entries: dict):
-    """Write the disk cache (a temp file renamed over it: no torn file); a read-only cache only costs time."""
-    path = cache_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(entries))
-        os.replace(tmp, path)
-    except OSError:
-        pass
-
-
-def forget(key):
-    """Drop key's winner from this process and from the disk cache (to measure it again)."""
-    WINNERS.pop(key, None)
-    entries = _disk()
-    if entries.pop(repr(key), None) is not None:
-        _write(entries)
-
-
-def _valid(value) -> bool:
-    return (isinstance(value, list) and len(value) == 2 and isinstance(value[0], (str, type(None)))
-            and isinstance(value[1], dict))
-
-
-def _lookup(key, measure) -> list:
-    """key's [winner, times]: from this process, the disk cache, or measure() (then kept in both)."""
-    if key in WINNERS:
-        STATS["hits"] += 1
-        return WINNERS[key]
-    entries = _disk()
-    stored = entries.get(repr(key))
-    if _valid(stored):
-        STATS["disk_hits"] += 1
-        WINNERS[key] = stored
-        return stored
-    try:
-        value = measure()
-    except (OutOfMemoryError, CudaError):
-        return [None, {}]               # no room or no algorithm to measure now: nothing kept
-    STATS["measured"] += 1
-    WINNERS[key] = value
-    entries = _disk()
-    entries[repr(key)] = value
-    _write(entries)
-    return value
 
 
 def _seconds(runs: dict, stream) -> dict:
@@ -140,11 +76,6 @@ def shape_key(node, backend) -> tuple:
             tuple(node.nb), tuple(sorted(node.op_params.items())), srcs, bool(backend.allow_tf32))
 
 
-def candidates(entry, node) -> list:
-    """The implementations of `entry` that can run `node`."""
-    return [impl for impl in entry.impls if entry.accepts is None or entry.accepts(node, impl)]
-
-
 def _scratch_tensor(t, backend) -> Tensor:
     """A tensor typed, shaped and strided like t in a scratch buffer of its own."""
     copy = Tensor(None, t.type, t.ne, t.nb, t.op, [], t.op_params)
@@ -153,12 +84,14 @@ def _scratch_tensor(t, backend) -> Tensor:
     return copy
 
 
-def _measure_impls(entry, node, impls, backend) -> list:
+def measure_impls(entry, node, impls, backend) -> list:
+    """[the fastest of `impls` on scratch tensors like node's, {implementation: seconds or None}]."""
+    backend.device.activate()
     shadow = _scratch_tensor(node, backend)
     shadow.src = [None if s is None else _scratch_tensor(s, backend) for s in node.src]
     runs, temps = {}, []            # every candidate's temp block stays allocated until all are timed
     for impl in impls:
-        size = entry.temp_size(node, impl) if entry.temp_size is not None else 0
+        size = entry.scratch(node, impl, backend)
         temps.append(_scratch(backend, size))
         shadow.temp = (temps[-1], 0, size)
         steps = entry.steps(backend, shadow, impl)
@@ -178,21 +111,6 @@ def _replayed(run, stream):
     except CudaError:
         return None
     return lambda s: graph.launch()
-
-
-def tuned_impl(entry, node, backend) -> str | None:
-    """The measured implementation of `node` (None when fewer than two can run it: the entry's choice stands)."""
-    impls = candidates(entry, node)
-    if len(impls) < 2:
-        return None
-    backend.device.activate()
-    winner = _lookup(shape_key(node, backend), lambda: _measure_impls(entry, node, impls, backend))[0]
-    return winner if winner in impls else None
-
-
-def is_tuned(node, backend) -> bool:
-    """Whether node's kernel was picked by measuring (a GEMM's algorithm always is, with autotune on)."""
-    return node.op == "mul_mat" or WINNERS.get(shape_key(node, backend), (None,))[0] is not None
 
 
 # -- a GEMM's cuBLASLt algorithm --------------------------------------------------------------------------------
@@ -268,7 +186,7 @@ def gemm_algo(backend, desc: int, layouts: tuple, pref: int, algo_ptr: int) -> b
     backend.device.activate()
     h = cublas.handle(backend.device)
     key = gemm_key(backend.device, desc, layouts, pref)
-    winner = _lookup(key, lambda: _measure_gemm(backend, h, desc, layouts, pref, key))[0]
+    winner = WINNERS.lookup(key, lambda: _measure_gemm(backend, h, desc, layouts, pref, key), MEASURE_ERRORS)[0]
     size = cublas.lt.matmul_algo_dtype.itemsize
     try:
         algo = bytes.fromhex(winner or "")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from ...errors import CudaError
 from ...types import BF16, F16, F32
 from .kernels.common import SUFFIX, tensor_ptr
-from .kernels.matmul import align_temp, contiguous
+from .gemm_plan import align_temp, contiguous
 
 ALIGN = 16                  # the byte alignment cuDNN's plans assume of every pointer
 _FRONTEND: list = []        # [the cudnn module, or None where it is missing or does not load], once tried

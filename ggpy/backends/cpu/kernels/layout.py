@@ -123,12 +123,14 @@ def quantize_rows(code, d, x, ith, nth):
         f(d[i3, i2, i1], x[i3, i2, i1])
 
 
-def _copy_supported(node) -> bool:
+def _copy_refusal(node) -> str | None:
     """A copy into a quantized type reads its F32 source row by row: one of the destination's shape, or contiguous."""
-    return not node.type.quantized or node.src[0].ne == node.ne or node.src[0].is_contiguous()
+    if not node.type.quantized or node.src[0].ne == node.ne or node.src[0].is_contiguous():
+        return None
+    return f"{node.op} into {node.type.name} reads a source of its shape or a contiguous one"
 
 
-@register("dup", "cont", "cpy", "cast", supports=_copy_supported)
+@register("dup", "cont", "cpy", "cast", refusal=_copy_refusal)
 def bind_copy(b: BoundNode):
     d, x = b.dst, b.srcs[0]
     if b.node.type.quantized:

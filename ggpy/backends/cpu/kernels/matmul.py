@@ -21,7 +21,8 @@ import numpy as np
 from numba import int64, njit, typeof, types
 
 from ....errors import UnsupportedOpError
-from ..registry import BoundNode, register
+from ...kernel import Fused
+from ..registry import BoundNode, register, vector
 from . import gemm as own_gemm
 from .blas import SGEMM_ADDRESS, sgemm
 from .common import (
@@ -238,8 +239,15 @@ def _kernel_name(node, impl) -> str:
     return ("gemm" if impl == "gemm" else "blas_sgemm") + conv
 
 
+def _run_epilogue(b: BoundNode, fused):
+    """The fusion pass's epilogue (bias, activation) of a mul_mat into the last node's memory."""
+    b.dst = b.dst.reshape(tuple(reversed(fused.head.ne)))
+    return bind_mul_mat_epilogue(b, vector(fused.bias), fused.act)
+
+
 @register("mul_mat", temp_size=mul_mat_temp_size, name=_kernel_name, blas=True, impls=("gemm", "blas", "dot"),
-          choose=mul_mat_choose)
+          choose=mul_mat_choose, fuses={"epilogue": Fused(_run_epilogue, act=True, takes=lambda node, impl:
+                                                          node.type.size == 4 and not node.src[0].type.quantized)})
 def bind_mul_mat(b: BoundNode):
     return bind_mul_mat_epilogue(b)
 

@@ -10,7 +10,8 @@ import math
 import numpy as np
 from numba import njit
 
-from ..registry import BoundNode, register
+from ...kernel import Fused
+from ..registry import BoundNode, register, vector
 from .common import block, kernel, launch, row_index
 from .elementwise import EPILOGUE_FUNCS, epilogue_code
 from .fp16 import load, store
@@ -89,7 +90,12 @@ def rms_norm_rows(d, a, eps, ith, nth):
             drow[i0] = store(load(arow[i0]) * inv, dt)
 
 
-@register("norm", "rms_norm")
+def _run_norm_affine(b: BoundNode, fused):
+    return bind_norm_affine(b, vector(fused.scale), vector(fused.bias), fused.act)
+
+
+@register("norm", "rms_norm", fuses={"norm_affine": Fused(_run_norm_affine, act=True, rowwise=True,
+                                                          takes=lambda node, impl: node.type.size == 4)})
 def bind_norm(b: BoundNode):
     serial = norm_rows if b.node.op == "norm" else rms_norm_rows
     args = (b.dst, b.srcs[0], b.node.op_params["eps"])

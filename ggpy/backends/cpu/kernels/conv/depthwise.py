@@ -8,7 +8,8 @@ Arrays are numpy views of shape (ne3, ne2, ne1, ne0); F16 arrives as uint16 bits
 import numpy as np
 from numba import typeof, types
 
-from ...registry import BoundNode, register
+from ....kernel import Fused
+from ...registry import BoundNode, register, vector
 from ..common import (
     NativeFunction,
     block,
@@ -184,8 +185,16 @@ def _dw_name(node, impl) -> str:
     return f"conv_2d_dw_{impl}" + ("_cwhn" if impl == "direct" and _uses_cwhn_kernel(node) else "")
 
 
+def _run_epilogue(b: BoundNode, fused):
+    """The fusion pass's epilogue (bias, activation) into the last node's memory (channels innermost)."""
+    n, c, oh, ow = reversed(fused.head.ne)
+    b.dst = b.dst.reshape(n, oh, ow, c).transpose(0, 3, 1, 2)
+    return bind_dw_cwhn_epilogue(b, vector(fused.bias), fused.act)
+
+
 @register("conv_2d_dw", temp_size=_dw_temp_size, name=_dw_name, impls=("direct", "im2col"),
-          choose=lambda node, backend: "direct")
+          choose=lambda node, backend: "direct",
+          fuses={"epilogue": Fused(_run_epilogue, act=True, takes=lambda node, impl: fuses_epilogue(node, impl))})
 def bind_conv_2d_dw(b: BoundNode):
     p = b.node.op_params
     d, a, x = b.dst, b.srcs[0], b.srcs[1]

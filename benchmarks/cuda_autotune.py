@@ -38,12 +38,12 @@ def main():
         for type_ in (ggpy.F32,) if tf32 else (ggpy.F32, ggpy.F16):
             for M, N, K in SHAPES:
                 first, _ = timed(plain, type_, M, N, K)
-                measured, known = autotune.STATS["measured"], set(autotune.WINNERS)
+                measured, known = autotune.WINNERS.stats["measured"], set(autotune.WINNERS.memory)
                 best, setup = timed(tuned, type_, M, N, K)
-                times = next(v[1] for k, v in autotune.WINNERS.items() if k not in known and k[0] == "gemm")
+                times = next(v[1] for k, v in autotune.WINNERS.memory.items() if k not in known and k[0] == "gemm")
                 ran = {i: t for i, t in times.items() if t is not None}
                 rows.append((f"{M}x{N}x{K}", "TF32" if tf32 else type_.name, first, best,
-                             f"#{min(ran, key=ran.get)} of {len(times)}", setup, autotune.STATS["measured"] > measured))
+                             f"#{min(ran, key=ran.get)} of {len(times)}", setup, autotune.WINNERS.stats["measured"] > measured))
     print(f"mul_mat on {plain.device.name}: cuBLASLt's first heuristic algorithm vs the measured one (GPU us per "
           "product; pick: the winner's place in the heuristic's list, #0 its first)")
     print(f"{'M x N x K':>16} {'type':>5} {'heuristic':>10} {'tuned':>10} {'speedup':>8} {'pick':>8} {'tuning s':>9}")

@@ -183,13 +183,13 @@ def main():
         for batch in BATCHES:
             builds = []
             for _ in range(2):
-                autotune.WINNERS.clear()
-                before = dict(autotune.STATS)
+                autotune.WINNERS.memory.clear()
+                before = dict(autotune.WINNERS.stats)
                 t0 = time.perf_counter()
                 e = ImageEncoder(gguf, backend=CUDABackend("cuda", autotune=True), dtype=dtype, batch=batch)
                 e.set_input(np.repeat(x_np, batch, axis=0))
                 e.evaluate()
-                builds.append((time.perf_counter() - t0, {k: autotune.STATS[k] - before[k] for k in before}))
+                builds.append((time.perf_counter() - t0, {k: autotune.WINNERS.stats[k] - before[k] for k in before}))
             times = timed(e.evaluate, args.runs) / batch
             (t1, s1), (t2, s2) = builds
             rows.append(("ggpy CUDA autotune", f"{label} ({dtype})", batch, times, rel_err(e.embedding_array()[:1], ref),

@@ -60,7 +60,7 @@ def main():
             for impl in IMPLS:
                 be = CUDABackend(allow_tf32=tf32, force={"conv_2d": impl})
                 g, y = planned(be, t, *shape)
-                ok = KERNELS["conv_2d"].accepts(y, impl, tuned)
+                ok = KERNELS["conv_2d"].accepts(y, impl, be)
                 cells.append(f"{gpu_ms(be, g):8.3f}" if ok else f"{'-':>8}")
             tuned = CUDABackend(allow_tf32=tf32, autotune=True)
             g, y = planned(tuned, t, *shape)

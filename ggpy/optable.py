@@ -16,13 +16,13 @@ class Op:
     """One op. `constructors`: the ggpy functions that record it. `view`: the node only shows its source's bytes
     (nothing to compute; the scheduler keeps it with its source). `inplace`: its result may take over a source's
     block (same type and layout) when the planner allows. `unary`: one of ggml_unary's functions (`ggpy.unary`).
-    `activation`: the id fused epilogues use for it (0: not fusable as an activation). `quantized`: the positions of
-    the sources that may have a block-quantized type (all others refuse one when the node is built). `fuses`: the
-    patterns of ggpy/graph/fusion.py a node of this op anchors, tried in order (whether a backend runs one is its
-    kernel entry's Kernel.fuses); "chain" marks the elementwise ops (one value per element of the first source's
-    shape). `bias`: how an
-    epilogue's bias broadcasts over the op's result: "row" (over ne[0]), "channel" (over ne[2] of an image),
-    "token" (over ne[2], the channels-first result read back as tokens through same-order views)."""
+    `binary`: a binary op of ggml (b broadcast over a). `activation`: the id fused epilogues use for it (0: not
+    fusable as an activation). `quantized`: the positions of the sources that may have a block-quantized type (all
+    others refuse one when the node is built). `fuses`: the patterns of ggpy/graph/fusion.py a node of this op
+    anchors, tried in order (whether a backend runs one is its kernel entry's Kernel.fuses); "chain" marks the
+    elementwise ops (one value per element of the first source's shape). `bias`: how an epilogue's bias broadcasts
+    over the op's result: "row" (over ne[0]), "channel" (over ne[2] of an image), "token" (over ne[2], the
+    channels-first result read back as tokens through same-order views)."""
 
     name: str
     family: str
@@ -30,6 +30,7 @@ class Op:
     view: bool = False
     inplace: bool = False
     unary: bool = False
+    binary: bool = False
     activation: int = 0
     quantized: tuple = ()
     fuses: tuple = ()
@@ -58,9 +59,8 @@ def _table() -> dict:
     for name in ("win_part", "win_unpart", "get_rel_pos"):
         add("sam", name)
     add("sam", "add_rel_pos", inplace=True)
-    add("elementwise", "add", inplace=True, fuses=("chain",))
-    for name in ("sub", "mul", "div"):
-        add("elementwise", name, inplace=True, fuses=("chain",))
+    for name in ("add", "sub", "mul", "div"):
+        add("elementwise", name, inplace=True, binary=True, fuses=("chain",))
     add("elementwise", "scale", ("scale", "scale_bias"), inplace=True, fuses=("chain",))
     for name in ("clamp", "leaky_relu"):
         add("elementwise", name, inplace=True, fuses=("chain",))

@@ -85,6 +85,32 @@ def test_no_other_list_of_view_or_inplace_ops():
                 assert len(names & inplace) <= 4 or not names <= inplace, f"{path}: a list of in-place ops"
 
 
+def _register_args(tree) -> set:
+    """ids of the AST nodes inside register(...) calls' arguments (an entry naming its ops) and `__all__` lists."""
+    inside = set()
+    for node in ast.walk(tree):
+        call = isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "register"
+        names = isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets)
+        if call or names:
+            inside.update(id(n) for n in ast.walk(node))
+    return inside
+
+
+def test_no_list_of_op_names_outside_the_op_table():
+    """Which ops do what is a fact of the op table or an entry of a backend's table: no module of ggpy (the
+    test-backend-ops cases aside) holds a literal tuple, list or set of two or more op names but a register(...)
+    call naming its entry's ops; dicts of per-op code (C expressions, numba functions) are kernels, not lists."""
+    for path in ROOT.rglob("*.py"):
+        if path == ROOT / "optable.py" or "test_backend_ops" in path.parts:
+            continue
+        tree = ast.parse(path.read_text())
+        skip = _register_args(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and id(node) not in skip:
+                names = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+                assert len(names & set(OPS)) < 2, f"{path}:{node.lineno}: a list of op names {sorted(names & set(OPS))}"
+
+
 def test_no_backend_imports_the_other_and_no_import_cycle():
     """ggpy/backends/cuda and ggpy/backends/cpu import nothing from each other; no import inside a function in
     the CUDA backend (the former cycle through backend.py)."""

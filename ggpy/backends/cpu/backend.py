@@ -14,13 +14,9 @@ from ..base import Backend, Step, Timing
 from . import autotune, kernels, precompile  # noqa: F401 - kernels registers every kernel module
 from .buffer import HostBufferType
 from .kernels.blas import single_threaded_blas
-from .registry import KERNELS, BoundNode
+from .registry import KERNELS, BoundNode, same_memory
 
 DEFAULT_SCRATCH_BUDGET = 16 << 20
-
-
-def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.ctypes.data == b.ctypes.data and a.shape == b.shape and a.strides == b.strides
 
 
 def _label(op: str, kernel: str) -> str:
@@ -82,7 +78,7 @@ class CPUBackend(Backend):
         source's memory."""
         spec = self.fused_kernel(fusion)
         bound = self._bound_node(fusion.head, fusion.last)
-        if any(s is not None and np.may_share_memory(bound.dst, s) and not (spec.rowwise and _same_memory(bound.dst, s))
+        if any(s is not None and np.may_share_memory(bound.dst, s) and not (spec.rowwise and same_memory(bound.dst, s))
                for s in bound.srcs + [bound.temp]):
             return None
         return spec.run(bound, fusion)

@@ -45,6 +45,11 @@ class CPUKernel(Kernel):
 KERNELS: dict[str, CPUKernel] = {}
 
 
+def same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays are the same elements in the same order (a row kernel may write one over the other)."""
+    return a.ctypes.data == b.ctypes.data and a.shape == b.shape and a.strides == b.strides
+
+
 def vector(t) -> np.ndarray:
     """A fused kernel's vector operand (bias, weight) as a flat host array."""
     return t.buffer.kernel_view(t).reshape(-1)

@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 from ...kernel import Fused
-from ..registry import BoundNode, register, vector
+from ..registry import BoundNode, register, same_memory, vector
 from .common import block, kernel, launch, row_index
 from .elementwise import EPILOGUE_FUNCS, epilogue_code
 from .fp16 import load, store
@@ -90,12 +90,45 @@ def rms_norm_rows(d, a, eps, ith, nth):
             drow[i0] = store(load(arow[i0]) * inv, dt)
 
 
+@kernel
+def add_rms_norm_rows(s, d, a, b, eps, ith, nth):
+    """s = a + b, then d = s / sqrt(mean(s^2) + eps) along ne[0], all float32 of one shape: a residual add and the
+    RMSNorm reading it, as rms_norm_rows computes it. Each row of a and b is read before that row of s and d is
+    written (d may be exactly a's, b's or s's memory)."""
+    ne3, ne2, ne1, ne0 = d.shape
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i3, i2, i1 = row_index(r, ne2, ne1)
+        arow, brow, srow = a[i3, i2, i1], b[i3, i2, i1], s[i3, i2, i1]
+        for i0 in range(ne0):
+            srow[i0] = arow[i0] + brow[i0]
+        inv = np.float32(1.0 / math.sqrt(row_sum_sq(srow, 0.0) / ne0 + eps))
+        drow = d[i3, i2, i1]
+        for i0 in range(ne0):
+            drow[i0] = srow[i0] * inv
+
+
+def _run_add_rms_norm(b: BoundNode, fused):
+    """The add (b: its node, sources, and the norm's memory as dst) and the norm as add_rms_norm_rows, or None where
+    the norm's memory partly overlaps the sum's."""
+    total = fused.head.buffer.kernel_view(fused.head)
+    if np.may_share_memory(b.dst, total) and not same_memory(b.dst, total):
+        return None
+    args = (total, b.dst, b.srcs[0], b.srcs[1], fused.norm.op_params["eps"])
+    return launch(add_rms_norm_rows, args, b.threads_for(b.dst.size))
+
+
 def _run_norm_affine(b: BoundNode, fused):
     return bind_norm_affine(b, vector(fused.scale), vector(fused.bias), fused.act)
 
 
-@register("norm", "rms_norm", fuses={"norm_affine": Fused(_run_norm_affine, act=True, rowwise=True,
-                                                          takes=lambda node, impl: node.type.size == 4)})
+def _f32(fused) -> bool:
+    return all(t.type.size == 4 and not t.type.quantized for t in fused.computed + fused.head.src[:2])
+
+
+@register("norm", "rms_norm", fuses={
+    "norm_affine": Fused(_run_norm_affine, act=True, rowwise=True, takes=lambda node, impl: node.type.size == 4),
+    "add_rms_norm": Fused(_run_add_rms_norm, rowwise=True, accepts=_f32)})
 def bind_norm(b: BoundNode):
     serial = norm_rows if b.node.op == "norm" else rms_norm_rows
     args = (b.dst, b.srcs[0], b.node.op_params["eps"])

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import gguf
 import numpy as np
 import pytest
 
@@ -91,6 +92,28 @@ def test_shape_key():
     assert KERNELS["conv_2d"].candidates(_conv_node(), STAND_IN) == expected
 
 
+def _mul_mat(a_type, n, k=64, m=40, a_batch=1, b_batch=1):
+    ctx = ggpy.Context()
+    return ggpy.mul_mat(ctx.new_tensor(a_type, (k, m, a_batch)), ctx.new_tensor(ggpy.F32, (k, n, b_batch)))
+
+
+def test_mul_mat_impls_in_one_place():
+    """mul_mat's dot-product kernel (mmv) and cuBLASLt GEMMs (cublaslt) are two implementations of one entry: choose
+    takes mmv for few columns of a quantized, grouped or differently typed a, accepts says which can run a node (the
+    candidates autotune times), and the kernel name follows the implementation."""
+    entry = KERNELS["mul_mat"]
+    gemm = ["cublaslt"] if cublas.MISSING is None else []
+    cases = [(_mul_mat(ggpy.Q8_0, 3), "mmv", gemm + ["mmv"]), (_mul_mat(ggpy.F16, 8), "mmv", gemm + ["mmv"]),
+             (_mul_mat(ggpy.F32, 4, a_batch=2, b_batch=4), "mmv", gemm + ["mmv"]),
+             (_mul_mat(ggpy.F32, 4), "cublaslt", gemm + ["mmv"]), (_mul_mat(ggpy.F32, 9), "cublaslt", gemm),
+             (_mul_mat(ggpy.F32, 4, k=60), "cublaslt", gemm)]
+    for node, chosen, candidates in cases:
+        assert entry.choose(node, STAND_IN) == chosen and entry.candidates(node, STAND_IN) == candidates, node.ne
+        assert entry.kernel_name(node, "mmv").startswith("mmv_") and entry.kernel_name(node, "cublaslt").startswith("cublaslt_")
+    with pytest.raises(ggpy.UnsupportedOpError, match="cannot run as mmv"):
+        entry.temp_size(_mul_mat(ggpy.F32, 9), "mmv", STAND_IN)
+
+
 # -- on the GPU ---------------------------------------------------------------------------------------------------
 MUL_MAT = [c for c in matmul.cases() if "perf" not in c.tags                # quantized a: test_backend_ops.py
            and not c.build(ggpy.Context()).src[0].type.quantized][::2]
@@ -162,6 +185,39 @@ def test_conv_measured_once_forced_not_at_all(tuned, cache):
     measured = autotune.WINNERS.stats["measured"]
     tuned.impl_for(node)
     assert autotune.WINNERS.stats["measured"] == measured + 1
+
+
+@pytest.mark.parametrize("a_type", [ggpy.F32, ggpy.F16, ggpy.Q4_0], ids=lambda t: t.name)
+def test_mul_mat_forced_and_tuned_either_way(tuned, cache, a_type):
+    """force={"mul_mat": "mmv" | "cublaslt"} runs a few-column product either way, both equal to float64; autotune
+    times both candidates and runs the faster."""
+    rng = np.random.default_rng(7)
+    a_vals, b_vals = rng.standard_normal((40, 64)).astype(np.float32), rng.standard_normal((3, 64)).astype(np.float32)
+    if a_type.quantized:
+        qt = gguf.GGMLQuantizationType(a_type.ggml_id)
+        a_vals = gguf.quants.quantize(a_vals, qt)
+        a_ref = gguf.quants.dequantize(a_vals, qt)
+    else:
+        a_ref = a_vals.astype(np.float16) if a_type == ggpy.F16 else a_vals
+    results = {}
+    for impl in ("mmv", "cublaslt", None):
+        backend = tuned if impl is None else ggpy.backends.cuda.CUDABackend("cuda", force={"mul_mat": impl})
+        ctx = ggpy.Context()
+        a, b = ctx.new_tensor(a_type, (64, 40)).set_input(), ctx.new_tensor(ggpy.F32, (64, 3)).set_input()
+        y = ggpy.mul_mat(a, b)
+        graph = ggpy.Graph().build_forward_expand(y)
+        ggpy.GraphAllocator(backend).alloc_graph(graph)
+        a.set(a_vals)
+        b.set(b_vals)
+        backend.compute(graph)
+        results[impl] = (y.numpy(), [st.name for st in backend.program(graph)])
+        if impl is not None:
+            assert results[impl][1][-1].startswith(impl), results[impl][1]
+    ref = b_vals.astype(np.float64) @ a_ref.astype(np.float64).T
+    for impl, (out, names) in results.items():
+        np.testing.assert_allclose(out.reshape(ref.shape), ref, rtol=2e-2, atol=2e-2, err_msg=f"{impl}: {names}")
+    winner, times = next(v for k, v in autotune.WINNERS.memory.items() if k[0] == "impl" and k[3] == "mul_mat")
+    assert set(times) == {"mmv", "cublaslt"} and winner in times
 
 
 SCRIPT = """

@@ -64,10 +64,11 @@ class GraphRunner:
         for backend, planned in self._runs():
             backend.program(planned)             # kernels bound now, not in the first compute
         self._version = g.version
-        self._input_list = [t for t in g.leafs if t.is_input]
-        self._output_list = [t for t in g.nodes if t.is_output] + [t for t in g.leafs if not t.is_input]
-        self._inputs, self._outputs = _by_name(self._input_list), _by_name(self._output_list)
-        self._unset = {id(t): t for t in self._input_list}
+        inputs = [t for t in g.leafs if t.is_input]
+        outputs = [t for t in g.nodes if t.is_output] + [t for t in g.leafs if not t.is_input]
+        self._inputs, self._outputs = _by_name(inputs), _by_name(outputs)
+        self._input_ids, self._output_ids = {id(t): t for t in inputs}, {id(t): t for t in outputs}
+        self._unset = dict(self._input_ids)
         self._computed = False
 
     def _runs(self) -> list:
@@ -91,7 +92,8 @@ class GraphRunner:
     @property
     def plans(self) -> tuple:
         """The memory plan of each split (one on one backend; splits on one backend share its plan), the same
-        objects while the graph is not planned again."""
+        objects while the graph is not planned again (planned first if it changed)."""
+        self._ensure()
         return tuple(planned.plan for _, planned in self._runs())
 
     @property
@@ -111,14 +113,18 @@ class GraphRunner:
     def set(self, **arrays) -> GraphRunner:
         """Write each named input: an array of the tensor's numpy shape, reversed(ne) without trailing 1s, or the full
         reversed(ne) (Tensor.set; ShapeError or TypeMismatchError naming the tensor otherwise)."""
+        self._ensure()
         for name, array in arrays.items():
-            self[name] = array
+            self._write(name, array)
         return self
 
     def __setitem__(self, key, array):
         """runner[name or input Tensor] = array (as `set`)."""
         self._ensure()
-        t = _find(key, self._inputs, self._input_list, "input")
+        self._write(key, array)
+
+    def _write(self, key, array):
+        t = _find(key, self._inputs, self._input_ids, "input")
         t.set(array)
         self._unset.pop(id(t), None)
 
@@ -151,7 +157,7 @@ class GraphRunner:
         """The values of a named output (or an output Tensor of the graph), numpy shape reversed(ne) without
         trailing 1s (Tensor.numpy), once the last compute is done."""
         self._ensure()
-        t = _find(key, self._outputs, self._output_list, "output")
+        t = _find(key, self._outputs, self._output_ids, "output")
         if not self._computed and t.op is not None:
             raise AllocationError(f"GraphRunner: output {_label(t)} read before any compute of the planned graph; "
                                   "call compute() first")
@@ -187,11 +193,12 @@ def _by_name(tensors) -> dict:
     return out
 
 
-def _find(key, named: dict, members: list, what: str) -> Tensor:
-    """The tensor `key` (a name, or a Tensor) stands for among the graph's `what`s (`members`; `named` by name), or
-    TensorNameError saying what was given and what the graph has."""
+def _find(key, named: dict, members: dict, what: str) -> Tensor:
+    """The tensor `key` (a name, or a Tensor) stands for among the graph's `what`s (`members` by id, `named` by name),
+    or TensorNameError saying what was given and what the graph has. One dictionary look-up either way (a graph's
+    leafs, its weights, may number hundreds: per-token reads stay as cheap as a direct Tensor.numpy)."""
     if isinstance(key, Tensor):
-        if any(t is key for t in members):
+        if members.get(id(key)) is key:
             return key
         raise TensorNameError(f"tensor {_label(key)} is not an {what} of this graph (inputs: leafs marked set_input(); "
                               "outputs: tensors marked set_output() or given to build_forward_expand, and leafs)")

@@ -157,7 +157,7 @@ def main():
     for label, dtype in (("F32", "f32"), ("TF32", "tf32"), ("half", "f16"), ("bf16", "bf16")):
         for batch in BATCHES:
             t0 = time.perf_counter()
-            e = ImageEncoder(gguf, backend=CUDABackend("cuda"), dtype=dtype, batch=batch)
+            e = ImageEncoder(gguf, backend=CUDABackend("cuda", allow_tf32=dtype == "tf32"), dtype=dtype, batch=batch)
             xb = np.repeat(x_np, batch, axis=0)
             e.set_input(xb)
             e.evaluate()
@@ -186,7 +186,8 @@ def main():
                 autotune.WINNERS.memory.clear()
                 before = dict(autotune.WINNERS.stats)
                 t0 = time.perf_counter()
-                e = ImageEncoder(gguf, backend=CUDABackend("cuda", autotune=True), dtype=dtype, batch=batch)
+                e = ImageEncoder(gguf, backend=CUDABackend("cuda", autotune=True, allow_tf32=dtype == "tf32"), dtype=dtype,
+                                 batch=batch)
                 e.set_input(np.repeat(x_np, batch, axis=0))
                 e.evaluate()
                 builds.append((time.perf_counter() - t0, {k: autotune.WINNERS.stats[k] - before[k] for k in before}))

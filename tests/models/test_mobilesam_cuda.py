@@ -108,7 +108,7 @@ def test_cuda_graphs_identical_and_recaptured():
         np.testing.assert_array_equal(graphed.encode_preprocessed(x), want)
     np.testing.assert_array_equal(first, want)
     assert graphed.backend.captures == 1 and graphed.backend.cuda_graph(graphed.graph) is captured
-    graphed.plan = ggpy.GraphAllocator(graphed.backend).alloc_graph(graphed.graph)     # a new plan
+    ggpy.GraphAllocator(graphed.backend).alloc_graph(graphed.graph)     # a new plan, in buffers of its own
     np.testing.assert_array_equal(graphed.encode_preprocessed(x2), want2)
     assert graphed.backend.captures == 2 and graphed.backend.cuda_graph(graphed.graph) is not captured
     np.testing.assert_array_equal(graphed.encode_preprocessed(x), want)

@@ -32,23 +32,29 @@ def weight_converter(act):
     return lambda name, file_type: act if name.startswith(ENC + ".") and not name.endswith(".ab") else None
 
 
+def backend_options(name: str, tf32: bool, cuda_graphs: bool) -> dict:
+    """make_backend's options for the encoder on the backend named `name`: TF32 GEMMs and CUDA graph replay on CUDA;
+    none on the CPU, which takes neither (the CLI's --tf32 and --no-cuda-graphs are ignored there)."""
+    cuda = name == "cuda" or name.startswith("cuda:")
+    return {"allow_tf32": tf32, "graphs": cuda_graphs} if cuda else {}
+
+
 class ImageEncoder:
-    """The encoder graph of one model file on one backend; `encode` re-evaluates it without re-planning."""
+    """The encoder graph of one model file on one backend, planned once by a GraphRunner (`runner`); `encode`
+    re-evaluates it without re-planning (on CUDA, a replay of its captured CUDA graph)."""
 
     def __init__(self, model_path, backend="cpu", n_threads: int | None = None, tf32: bool = False,
                  cuda_graphs: bool = True, dtype: str = "f32", batch: int = 1):
-        """backend: a name ('cpu', 'cuda', 'cuda:N') or a Backend. dtype: the activations' precision (DTYPES;
-        the encoder's weights are converted to it at load). batch: images per evaluation. On CUDA, tf32 (or
-        dtype 'tf32') lets F32 GEMMs round their inputs to TF32 and cuda_graphs replays the planned graph as one
-        captured CUDA graph."""
+        """backend: a name ('cpu', 'cuda', 'cuda:N') or a Backend, used as it is (its own options decide TF32 and
+        CUDA graphs). dtype: the activations' precision (DTYPES; the encoder's weights are converted to it at load).
+        batch: images per evaluation. On a CUDA backend made here, tf32 (or dtype 'tf32') lets F32 GEMMs round
+        their inputs to TF32 and cuda_graphs replays the planned graph as one captured CUDA graph."""
         act = activation_type(dtype)
         if not isinstance(batch, int) or batch < 1:
             raise ValueError(f"batch must be a positive number of images, got {batch!r}")
-        self.backend = make_backend(backend, n_threads) if isinstance(backend, str) else backend
-        if hasattr(self.backend, "allow_tf32"):
-            self.backend.allow_tf32 = self.backend.allow_tf32 or tf32 or dtype == "tf32"
-        if hasattr(self.backend, "graphs") and not cuda_graphs:
-            self.backend.graphs = False
+        if isinstance(backend, str):
+            backend = make_backend(backend, n_threads, **backend_options(backend, tf32 or dtype == "tf32", cuda_graphs))
+        self.backend = backend
         self.dtype, self.batch = dtype, batch
         self._host_input = None             # encode_many's pre-processed batch, float32 (B, 3, S, S)
         self.model = load_gguf(model_path, self.backend, architecture="mobilesam", convert=weight_converter(act))
@@ -60,17 +66,20 @@ class ImageEncoder:
         self.image = ctx.new_tensor(ggpy.F32, (s, s, 3, batch)).set_name("image").set_input()
         self.embedding = image_encoder(self.model, self.hp, self.image, act)
         self.graph = ggpy.Graph().build_forward_expand(self.embedding)
-        self.allocator = ggpy.GraphAllocator(self.backend)
-        self.plan = self.allocator.alloc_graph(self.graph)
+        self.runner = ggpy.GraphRunner(self.graph, self.backend)
 
     def copy_first_embedding_to(self, dst):
         """Extend the graph with a copy of the first image's embedding (ne = (E, E, D)) into dst (ne = (D, E, E), a
-        tensor of the backend's memory), written by every evaluation (no round trip through the host); the graph
-        is planned again, `embedding` kept as an output."""
+        tensor of the backend's memory), written by every evaluation (no round trip through the host); the runner
+        plans the graph again before its next use, `embedding` kept as an output."""
         emb, e, d = self.embedding.set_output(), self.hp.embed_size, dst.ne[0]
         first = ggpy.view_3d(emb, e, e, d, emb.nb[1], emb.nb[2], 0)
         self.graph.build_forward_expand(ggpy.cpy(ggpy.permute(first, 1, 2, 0, 3), dst))
-        self.plan = self.allocator.alloc_graph(self.graph)
+
+    @property
+    def plan(self):
+        """The graph's memory plan (the same object while the graph is not planned again)."""
+        return self.runner.plans[0]
 
     @property
     def planned_bytes(self) -> int:
@@ -89,16 +98,16 @@ class ImageEncoder:
         if x.shape != (b, 3, s, s) and not (b == 1 and x.shape == (3, s, s)):
             raise ggpy.ShapeError(f"encoder input has shape {x.shape}; expected {b} pre-processed image(s), "
                                   f"({b}, 3, {s}, {s})")
-        self.image.set(x.reshape(b, 3, s, s))
+        self.runner.set(image=x.reshape(b, 3, s, s))
 
     def evaluate(self):
-        """Run the planned graph on the current input."""
-        self.backend.compute(self.graph)
+        """Run the planned graph on the current input; returns once the device is done (timings can wait on it)."""
+        self.runner.compute().synchronize()
 
     def embedding_array(self) -> np.ndarray:
         """The last result, float32 (B, 256, S/16, S/16)."""
         e = self.hp.embed_size
-        return np.ascontiguousarray(self.embedding.numpy().reshape(self.batch, -1, e, e), dtype=np.float32)
+        return np.ascontiguousarray(self.runner.get(self.embedding).reshape(self.batch, -1, e, e), dtype=np.float32)
 
     def encode_preprocessed(self, x: np.ndarray) -> np.ndarray:
         """x: preprocess's inputs float32 (B, 3, S, S) -> embeddings float32 (B, 256, S/16, S/16)."""
@@ -142,14 +151,14 @@ class ImageEncoder:
         position = {id(n): i for i, n in enumerate(self.graph.nodes)}
         ends = [position[id(n)] for n in self.graph.nodes if n.name.startswith("stage:")]
         by_stage, by_kernel = dict.fromkeys(STAGES, 0.0), defaultdict(float)
-        for node, kernel, seconds in self.backend.profile(self.graph):
+        for node, kernel, seconds in self.runner.profile():
             stage = next(i for i, end in enumerate(ends) if position[id(node)] <= end)
             by_stage[STAGES[stage]] += seconds
             by_kernel[kernel] += seconds
         return by_stage, dict(by_kernel)
 
     def bench(self, runs: int) -> list:
-        """Times (seconds) of `runs` evaluations after one warm-up (compute() returns once the device is done)."""
+        """Times (seconds) of `runs` evaluations after one warm-up (each waits until the device is done)."""
         self.evaluate()
         times = []
         for _ in range(runs):

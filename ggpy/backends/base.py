@@ -165,9 +165,9 @@ class Backend:
         return self.cached(graph, "fusions", lambda g: find_fusions(g, self.fused), fusion_stamp(graph))
 
     def fused_groups(self, graph) -> list:
-        """The runs of nodes (lists in graph order, views left out) that one fused kernel computes at the
-        first node's turn, writing the last one's result; the planner gives each run one block."""
-        return [f.nodes for f in self.fusions(graph).values()]
+        """The runs of nodes (lists in graph order, views left out) that one fused kernel computes at the first
+        node's turn through one block, writing the last one's result: the planner gives each run one block."""
+        return [f.nodes for f in self.fusions(graph).values() if len(f.nodes) > 1]
 
     def fused_runs(self, graph) -> list:
         """Every node each fused kernel computes (views left out), for dumps."""

@@ -17,7 +17,7 @@ for tree in wheels/*.tar.xz; do [ -e "$tree" ] && tar -xJf "$tree" -C /tmp/ggpy-
 $PY -c "from nvmath.bindings import cublasLt; import nvmath; print('nvmath', nvmath.__version__, 'cublasLt', cublasLt.get_version())" 2>&1 | tail -n 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 $PY -c "import cuda.bindings, numpy, numba; print('cuda-bindings', cuda.bindings.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__)"
-$PY -c "import time; t = time.perf_counter(); import ggpy; b = ggpy.backends.make_backend('cuda'); b.module; print(b, f'kernels ready in {time.perf_counter() - t:.2f} s')"
+$PY -c "import time; t = time.perf_counter(); import ggpy; from ggpy.backends.cuda.sources import files; b = ggpy.backends.make_backend('cuda'); b.modules.load(files().values()); print(b, f'all {len(files())} kernel files ready in {time.perf_counter() - t:.2f} s')"
 # every test-backend-ops case on the GPU (the cuda half of tests/backends/test_backend_ops.py), then the CUDA tests
 $PY -m pytest -q -p no:cacheprovider -rfE tests/backends/test_backend_ops.py -k "cuda-" 2>&1 | tee /tmp/ggpy-op-tests.log | tail -n 15
 op_status=${PIPESTATUS[0]}

@@ -178,7 +178,7 @@ def test_compile_cache(cuda_backend, tmp_path, monkeypatch):
 
 def test_second_process_compiles_nothing(cuda_backend, tmp_path):
     code = ("import ggpy; from ggpy.backends.cuda import compiler; b = ggpy.backends.make_backend('cuda'); "
-            "b.module; print(compiler.STATS['compiles'], compiler.STATS['hits'])")
+            "b.modules.function('soft_max_f32'); print(compiler.STATS['compiles'], compiler.STATS['hits'])")
     env = dict(os.environ, GGPY_CUDA_CACHE=str(tmp_path))
     runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__)))).stdout.split() for _ in range(2)]

@@ -1,19 +1,29 @@
-"""NVRTC compilation of CUDA C for one architecture, with an on-disk cache of the cubins, and module loading.
+"""NVRTC compilation of CUDA sources (sources.Source: a kernels/*.cu file, or a plan's generated kernels) for one
+architecture, with an on-disk cache of the cubins. Sources include the headers of kernels/ (common.cuh, ops.cuh, ...)
+through NVRTC's include path. compile_many compiles several at once, on threads (nvrtcCompileProgram releases the
+GIL), with a progress line on stderr while anything compiles (nothing is printed when the disk cache has them all).
 
-The cache key hashes the source, the options, the architecture and the NVRTC version, so a second process
-(or a second backend) loads the cubin from disk and compiles nothing. GGPY_CUDA_CACHE overrides the
-directory (default ~/.cache/ggpy/cuda).
+The cache key hashes the source, the headers, the options, the architecture and the NVRTC version, so a second
+process loads the cubins from disk and compiles nothing. GGPY_CUDA_CACHE overrides the directory (default
+~/.cache/ggpy/cuda). Only NVRTC is imported here, not the driver: sources compile on a machine without a GPU (CI).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-import numpy as np
-
 from ...errors import CudaError
-from .driver import check, driver, nvrtc
+from .sources import KERNEL_DIR, Source
+
+try:
+    from cuda.bindings import nvrtc
+except ImportError as e:        # cuda-python is the optional 'cuda' extra
+    raise CudaError(f"the CUDA backend needs NVIDIA's cuda-python (pip install 'ggpy[cuda]'): {e}") from None
 
 STATS = {"compiles": 0, "hits": 0}     # per process: how often NVRTC ran and how often the cache answered
 
@@ -22,59 +32,111 @@ def cache_dir() -> Path:
     return Path(os.environ.get("GGPY_CUDA_CACHE") or Path.home() / ".cache" / "ggpy" / "cuda")
 
 
+def _check(result, call: str):
+    """The values of an NVRTC result tuple (err, *values): None, the one value, or a tuple; CudaError when err is
+    not success."""
+    err, values = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise CudaError(f"{call} failed: {getattr(err, 'name', err)}")
+    return None if not values else values[0] if len(values) == 1 else values
+
+
+@functools.cache
 def nvrtc_version() -> tuple[int, int]:
-    return tuple(check(nvrtc.nvrtcVersion(), "nvrtcVersion"))
+    return tuple(_check(nvrtc.nvrtcVersion(), "nvrtcVersion"))
 
 
-def _nvrtc(source: str, name: str, arch: str, options: tuple) -> bytes:
-    prog = check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "nvrtcCreateProgram")
+@functools.cache
+def _headers() -> str:
+    """Every header a source may include (part of the cache key: a changed header compiles again)."""
+    return "".join(p.read_text() for p in sorted(KERNEL_DIR.glob("*.cuh")))
+
+
+def _nvrtc(src: Source, arch: str) -> bytes:
+    prog = _check(nvrtc.nvrtcCreateProgram(src.text.encode(), src.name.encode(), 0, [], []), "nvrtcCreateProgram")
     try:
-        opts = [f"--gpu-architecture={arch}".encode()] + [o.encode() for o in options]
-        err = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
+        opts = [f"--gpu-architecture={arch}", f"--include-path={KERNEL_DIR}", *src.options]
+        err = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])[0]
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            size = check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-            log = b" " * size
-            check(nvrtc.nvrtcGetProgramLog(prog, log), "nvrtcGetProgramLog")
-            raise CudaError(f"nvrtcCompileProgram failed for {name} ({arch}): {getattr(err, 'name', err)}\n"
+            log = b" " * _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+            _check(nvrtc.nvrtcGetProgramLog(prog, log), "nvrtcGetProgramLog")
+            raise CudaError(f"nvrtcCompileProgram failed for {src.name} ({arch}): {getattr(err, 'name', err)}\n"
                             f"{log.decode(errors='replace').rstrip(chr(0))}")
-        size = check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        cubin = b" " * size
-        check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+        cubin = b" " * _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+        _check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
         return cubin
     finally:
-        check(nvrtc.nvrtcDestroyProgram(prog), "nvrtcDestroyProgram")
+        _check(nvrtc.nvrtcDestroyProgram(prog), "nvrtcDestroyProgram")
 
 
-def compile_cubin(source: str, arch: str, name: str = "ggpy", options: tuple = ()) -> bytes:
-    """The cubin of `source` for `arch` ('sm_90'): from the disk cache, else compiled and stored there."""
-    key = hashlib.sha256(repr((source, tuple(options), arch, nvrtc_version())).encode()).hexdigest()[:32]
-    path = cache_dir() / f"{name}-{arch}-{key}.cubin"
-    if path.is_file():
-        STATS["hits"] += 1
-        return path.read_bytes()
-    cubin = _nvrtc(source, name, arch, tuple(options))
-    STATS["compiles"] += 1
+def _cache_path(src: Source, arch: str) -> Path:
+    key = hashlib.sha256(repr((src.text, _headers(), tuple(src.options), arch, nvrtc_version())).encode())
+    return cache_dir() / f"{Path(src.name).stem}-{arch}-{key.hexdigest()[:32]}.cubin"
+
+
+def _store(path: Path, cubin: bytes):
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.{id(cubin)}.tmp")
         tmp.write_bytes(cubin)
         os.replace(tmp, path)           # atomic: a concurrent reader sees the whole file or none
     except OSError:
         pass                            # an unwritable cache only costs a compile next time
-    return cubin
 
 
-class Module:
-    """A loaded cubin (in the current context) whose kernels `function(name)` returns."""
+class _Progress:
+    """The progress line on stderr: what is still compiling (rewritten in place on a terminal, a line per change
+    otherwise)."""
 
-    def __init__(self, cubin: bytes):
-        image = np.frombuffer(cubin, dtype=np.uint8)
-        self.handle = check(driver.cuModuleLoadData(image.ctypes.data), "cuModuleLoadData")
-        self._functions = {}
+    def __init__(self, arch: str, names: list):
+        self.arch, self.left, self.total, self.start = arch, list(names), len(names), time.perf_counter()
+        self.tty = sys.stderr.isatty()
+        self.show()
 
-    def function(self, name: str):
-        fn = self._functions.get(name)
-        if fn is None:
-            fn = check(driver.cuModuleGetFunction(self.handle, name.encode()), f"cuModuleGetFunction({name})")
-            self._functions[name] = fn
-        return fn
+    def show(self):
+        if self.left:
+            line = (f"ggpy: compiling CUDA kernels for {self.arch} (once; cached in {cache_dir()}): "
+                    f"{len(self.left)} of {self.total} left: {' '.join(self.left)}")
+        else:
+            line = f"ggpy: compiled {self.total} CUDA kernel sources for {self.arch} in {time.perf_counter() - self.start:.1f} s"
+        sys.stderr.write(("\r\033[K" + line + ("\n" if not self.left else "")) if self.tty else line + "\n")
+        sys.stderr.flush()
+
+    def done(self, name: str):
+        self.left.remove(name)
+        self.show()
+
+    def failed(self):
+        if self.tty:
+            sys.stderr.write("\n")
+
+
+def compile_many(sources: list, arch: str, workers: int | None = None) -> list[bytes]:
+    """The cubins of `sources` (Source) for `arch` ('sm_90'), in order: from the disk cache, else compiled (in
+    parallel, `workers` threads, default one per core) and stored there."""
+    paths = [_cache_path(s, arch) for s in sources]
+    cubins = [p.read_bytes() if p.is_file() else None for p in paths]
+    STATS["hits"] += sum(c is not None for c in cubins)
+    todo = [i for i, c in enumerate(cubins) if c is None]
+    if not todo:
+        return cubins
+    progress = _Progress(arch, [sources[i].name for i in todo])
+    with ThreadPoolExecutor(max_workers=min(len(todo), workers or os.cpu_count() or 1)) as pool:
+        futures = {pool.submit(_nvrtc, sources[i], arch): i for i in todo}
+        for future in as_completed(futures):
+            i = futures[future]
+            try:
+                cubins[i] = future.result()
+            except BaseException:               # a compile error: the ones not started yet are dropped
+                progress.failed()
+                pool.shutdown(cancel_futures=True)
+                raise
+            STATS["compiles"] += 1
+            _store(paths[i], cubins[i])
+            progress.done(sources[i].name)
+    return cubins
+
+
+def compile_cubin(source: str, arch: str, name: str = "ggpy", options: tuple = ()) -> bytes:
+    """The cubin of one source text for `arch`: from the disk cache, else compiled and stored there."""
+    return compile_many([Source(name, source, tuple(options))], arch)[0]

@@ -17,7 +17,8 @@ def dim3(v) -> tuple[int, int, int]:
 @dataclass
 class Launch:
     """One kernel launch of `node`'s step `name`: `params` is the void** kernelParams array over `args` (the
-    argument structs, kept alive here)."""
+    argument structs, kept alive here). `function` is None until its module is loaded at the end of the plan's
+    batch (modules.Modules); run before that (autotune measuring a node), `resolve()` loads it."""
 
     node: object
     name: str
@@ -26,7 +27,10 @@ class Launch:
     block: tuple            # (x, y, z) threads
     args: object
     params: object
+    resolve: object = None
 
     def __call__(self, stream: Stream):
+        if self.function is None:
+            self.function = self.resolve()
         check(driver.cuLaunchKernel(self.function, *self.grid, *self.block, 0, stream.handle,
                                     ctypes.addressof(self.params), 0), f"cuLaunchKernel({self.name})")

@@ -1,34 +1,32 @@
-"""Generated kernels: one CUDA C kernel per elementwise chain of the fusion pass (fusion.Chain).
+"""Generated kernels: one CUDA C kernel per elementwise chain of the fusion pass (fusion.Chain), run by the "chain"
+Fused (CHAIN) of the elementwise entries and of cast; and the elementwise ops (BINARY, UNARY, with the op params
+PARAMS) whose math, ops.cuh's functors op_<name>, they and the elementwise family's kernels apply.
 
-The chain's value stays in a register from its first node to its last: each unary node applies its C expression
-(elementwise.UNARY), each binary node combines it with its other operand (broadcast as ggml's b), each node
-rounds it to its own type (so the result is the unfused graph's), and only the last node's memory is written.
-Operands that are contiguous with the result's shape are read at the flat index, row vectors (biases) at the
-index modulo ne[0], the others through their strides (the coordinates modulo their ne); index math in 32 bits
-where the result has fewer than 2^31 elements. The kernels of a graph are compiled by NVRTC as one module, cached
-on disk by source hash like the hand-written ones (compiler.compile_cubin).
+The chain's value stays in a register from its first node to its last: each unary node applies its functor, each
+binary node combines it with its other operand (broadcast as ggml's b), each node rounds it to its own type (so the
+result is the unfused graph's), and only the last node's memory is written. Operands that are contiguous with the
+result's shape are read at the flat index, row vectors (biases) at the index modulo ne[0], the others through their
+strides (the coordinates modulo their ne); index math in 32 bits where the result has fewer than 2^31 elements. The
+kernels of a plan are one NVRTC program (sources.chain_program: they include common.cuh, ops.cuh and
+generated.cuh), compiled with the plan's .cu files and cached on disk by source hash like them (compiler.py).
 """
 from __future__ import annotations
 
 import ctypes
 import hashlib
 
-from .common import BLOCK, C_TYPES, FLOATS, MAX_BLOCKS
-from .elementwise import BINARY, PARAMS, UNARY
+from ....optable import OPS
+from ...kernel import Fused
+from .common import BLOCK, C_TYPES, FLOATS, MAX_BLOCKS, extent, tensor_ptr
 
+BINARY = tuple(name for name, op in OPS.items() if op.binary)        # ops.cuh's op_<name>::f(x, y)
+UNARY = tuple(name for name, op in OPS.items() if op.family == "elementwise" and name not in BINARY)   # f(x, p0, p1)
+PARAMS = {"scale": ("s", "b"), "clamp": ("min", "max"), "leaky_relu": ("slope",)}
 MAX_OPERANDS, MAX_PARAMS = 8, 8
-
-STRUCT = r"""
-struct EwArgs {
-    char* dst; i64 n; i64 ne[4];
-    const char* src[8]; i64 sne[8][4]; i64 snb[8][4];
-    float p[8];
-};
-"""
 
 
 class EwArgs(ctypes.Structure):
-    """The C `struct EwArgs` above."""
+    """The C `struct EwArgs` (kernels/generated.cuh)."""
     _fields_ = [("dst", ctypes.c_void_p), ("n", ctypes.c_int64), ("ne", ctypes.c_int64 * 4),
                 ("src", ctypes.c_void_p * MAX_OPERANDS), ("sne", (ctypes.c_int64 * 4) * MAX_OPERANDS),
                 ("snb", (ctypes.c_int64 * 4) * MAX_OPERANDS), ("p", ctypes.c_float * MAX_PARAMS)]
@@ -82,12 +80,12 @@ def source(chain) -> tuple[str, str]:
     lines, j, k = [f"float x = {loads[0]};"], 1, 0
     for n in chain.nodes:
         if n.op in BINARY:
-            lines.append(f"{{ const float y = {loads[j]}; x = {BINARY[n.op]}; }}")
+            lines.append(f"x = op_{n.op}::f(x, {loads[j]});")
             j += 1
         elif n.op in UNARY:
-            expr = UNARY[n.op].replace("a.p0", f"a.p[{k}]").replace("a.p1", f"a.p[{k + 1}]")
+            p = [f"a.p[{k + i}]" for i in range(len(PARAMS.get(n.op, ())))] + ["0.f", "0.f"]
             k += len(PARAMS.get(n.op, ()))
-            lines.append(f"x = {expr};")
+            lines.append(f"x = op_{n.op}::f(x, {p[0]}, {p[1]});")
         if n.type.size < 4:
             lines.append(f"x = to_f(from_f<{C_TYPES[n.type]}>(x));")      # the node's own rounding
     strided = not all(_flat(t, last) or _row(t, last) for t in srcs)
@@ -116,3 +114,22 @@ def args(chain, ptr) -> EwArgs:
 
 def launch_config(chain) -> tuple:
     return min(MAX_BLOCKS, -(-chain.last.nelements // BLOCK)), BLOCK
+
+
+def run(backend, chain) -> list | None:
+    """The chain's generated kernel (compiled with the plan's others, backend.chain_kernel) where every operand is on
+    this GPU and the result's memory is clear of the operands, or exactly one read at the same index (in place)."""
+    srcs = operands(chain)
+    if not backend.on_device(*srcs, chain.last):
+        return None
+    lo, hi = extent(chain.last)
+    if not all(hi <= a or b <= lo or ((a, b) == (lo, hi) and t.ne == chain.last.ne and t.is_contiguous()
+                                      and t.type == chain.last.type) for t in srcs for a, b in [extent(t)]):
+        return None
+    module, name = backend.chain_kernel(chain)
+    launch = backend.launch_struct(chain.head, name, *launch_config(chain), args(chain, tensor_ptr), module)
+    launch.name = chain.name()
+    return [launch]
+
+
+CHAIN = Fused(run, accepts=lambda chain: refusal(chain) is None)

@@ -1,7 +1,8 @@
-"""mul_mat as cuBLASLt GEMMs (cublas.py): no CUDA C of its own, the node runs as Python-side steps.
+"""mul_mat, two implementations: `cublaslt`, cuBLASLt GEMMs (cublas.py) run as Python-side steps, and `mmv`,
+quant.py's dot-product kernel for few columns of b, chosen where a is quantized, grouped or of another type than b
+(choose; CUDABackend(force={"mul_mat": ...}) and autotune cover both).
 a.ne = (K, M, A2, A3), b.ne = (K, N, B2, B3), F32, F16 or BF16 each, a also quantized (a dequantized F16 copy in the
-GEMM); few columns of b with a quantized, grouped or differently typed a run as quant.py's dot-product kernel
-instead (quant.uses_mmv). Result F32 (M, N, B2, B3), or the
+GEMM). Result F32 (M, N, B2, B3), or the
 operands' type when both have it and a cast of the result is fused (the fusion pass's epilogue). Operands that cuBLASLt
 cannot read in place are copied into the temp block.
 
@@ -10,69 +11,38 @@ are a K x M matrix read transposed, b's a K x N matrix. Batches (plan_batches): 
 is one matrix and b's rows are uniform; else dims 2 and 3 as one strided batch when their strides allow (a's
 stride 0 when it is broadcast); else the dim with more matrices strided-batched and the other looped (a dim
 where a repeats r > 1 times over several matrices is always looped). A fused bias add runs as cuBLASLt's BIAS
-epilogue, a fused residual add as its C matrix.
+epilogue, a fused residual add as its C matrix (the fusion pass's epilogue pattern); the mul_mat entry also runs the
+attention pattern, by kernels/attention.py's win_attn.
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
-
-from ....types import BF16, F16, F32
+from ....errors import UnsupportedOpError
+from ....types import F32
+from ...kernel import Fused
 from ..cublas import MISSING, WORKSPACE, Gemm
+from ..gemm_plan import align_temp, contiguous, gemm_type, operand_layout
 from ..registry import register
-from . import quant
-from .common import FLOATS, SUFFIX, tensor_ptr
-
-ALIGN = 256
-
+from . import attention, quant
+from .common import FLOATS, SUFFIX, apart, extent, tensor_ptr
 
 def refusal(node) -> str | None:
     a, b = node.src[:2]
     if (a.type not in FLOATS and not a.type.quantized) or b.type not in FLOATS:
         return f"mul_mat on CUDA takes F32, F16, BF16 or quantized a and a float b, not {a.type.name} x {b.type.name}"
-    return None if MISSING is None or quant.uses_mmv(node) else f"mul_mat on CUDA {MISSING}"
+    return None if MISSING is None or quant.mmv_preferred(node) else f"mul_mat on CUDA {MISSING}"
 
 
-def kernel_name(node) -> str:
+def choose(node, backend) -> str:
+    return "mmv" if quant.mmv_preferred(node) else "cublaslt"
+
+
+def accepts(node, impl: str, backend) -> bool:
+    return quant.mmv_fits(node) if impl == "mmv" else MISSING is None
+
+
+def kernel_name(node, impl) -> str:
     a, b = node.src[:2]
-    return quant.mmv_name(node) if quant.uses_mmv(node) else f"cublaslt_{a.type.name.lower()}_{b.type.name.lower()}"
-
-
-def gemm_type(node):
-    """The operands' type in the GEMM: F16 or BF16 when both have it (F32 accumulation), F16 for a quantized a (a
-    dequantized copy, ggml's cuBLAS path too), else F32."""
-    a, b = node.src[:2]
-    if a.type.quantized:
-        return F16
-    return a.type if a.type == b.type and a.type in (F16, BF16) else F32
-
-
-def operand_layout(t, type_) -> tuple[bool, int] | None:
-    """How cuBLASLt reads t (ne = (K, R, ...)) in place: (True, ld) when each row of K elements is contiguous
-    (a column-major K x R matrix), (False, ld) when each column of R is (an R x K matrix); None when it cannot
-    (another type, or no unit stride in dims 0 and 1), and t must be copied first."""
-    es = type_.size
-    (ne0, ne1), (nb0, nb1) = t.ne[:2], t.nb[:2]
-    if t.type != type_ or any(nb % es for nb in t.nb):
-        return None
-    if nb0 == es and (ne1 == 1 or nb1 >= ne0 * es):
-        return True, nb1 // es if ne1 > 1 else ne0
-    if nb1 == es and (ne0 == 1 or nb0 >= ne1 * es):
-        return False, nb0 // es if ne0 > 1 else ne1
-    return None
-
-
-def contiguous(t, type_):
-    """The layout (ne, nb, nelements, nbytes, type) of a contiguous copy of t in `type_`."""
-    nb = [type_.size]
-    for n in t.ne[:3]:
-        nb.append(nb[-1] * n)
-    return SimpleNamespace(ne=tuple(t.ne), nb=tuple(nb), nelements=t.nelements, nbytes=t.nelements * type_.size,
-                           type=type_, name=f"{t.name} ({type_.name} copy)")
-
-
-def align_temp(n: int) -> int:
-    """n bytes rounded up to ALIGN: where the next block of a node's temp starts."""
-    return (n + ALIGN - 1) // ALIGN * ALIGN
+    return quant.mmv_name(node) if impl == "mmv" else f"cublaslt_{a.type.name.lower()}_{b.type.name.lower()}"
 
 
 def conversions(node) -> list:
@@ -87,9 +57,13 @@ def conversions(node) -> list:
     return out
 
 
-def temp_size(node) -> int:
+def temp_size(node, impl: str, backend) -> int:
     """The workspace plus the operand copies (none for the dot-product kernel)."""
-    if quant.uses_mmv(node):
+    if not accepts(node, impl, backend):
+        raise UnsupportedOpError(f"cuda: mul_mat '{node.name}' (a {node.src[0].type.name} ne={node.src[0].ne}, b ne="
+                                 f"{node.src[1].ne}) cannot run as {impl}: mmv takes at most {quant.MMV_MAX_N} columns "
+                                 f"of b per matrix (K a multiple of 8), cublaslt needs cuBLASLt")
+    if impl == "mmv":
         return 0
     return WORKSPACE + sum(align_temp(c.nbytes) for _, _, c in conversions(node))
 
@@ -136,14 +110,15 @@ def plan_batches(ta, tb, kb: bool, ldb: int, d, ldd: int):
     return N, tb.ne[bdim], s[bdim], offsets
 
 
+def steps(backend, node, impl: str) -> list:
+    return quant.mmv_steps(backend, node) if impl == "mmv" else gemm_steps(backend, node)
+
+
 def gemm_steps(backend, node, add=None, residual_node=None, residual=None) -> list:
-    """The steps of a mul_mat node: copies of operands cuBLASLt cannot read in place, then the GEMMs. With
+    """The cublaslt steps of a mul_mat node: copies of operands cuBLASLt cannot read in place, then the GEMMs. With
     `add` (an add of a bias vector over ne[0] fused after the node, perhaps through a cast: the add's type is D's),
     D goes to add's memory with the bias added by cuBLASLt's BIAS epilogue; with `residual_node` too (an add of the contiguous `residual` after the
-    bias add, add and node contiguous), D goes to residual_node's memory and C = residual with beta = 1. A node
-    quant.uses_mmv takes runs as quant.py's dot-product kernel instead (never fused)."""
-    if quant.uses_mmv(node):
-        return quant.mmv_steps(backend, node)
+    bias add, add and node contiguous), D goes to residual_node's memory and C = residual with beta = 1."""
     temp = backend.temp_ptr(node)
     gtype = gemm_type(node)
     ops = [[tensor_ptr(t), t, operand_layout(t, gtype)] for t in node.src[:2]]
@@ -160,7 +135,7 @@ def gemm_steps(backend, node, add=None, residual_node=None, residual=None) -> li
     ptrs = [(pa + oa, pb + ob, pd + od) for oa, ob, od in offsets]
     c_ptrs = None if residual_node is None else [tensor_ptr(residual) + od for _, _, od in offsets]
     tf32 = gtype == F32 and backend.allow_tf32
-    name = (kernel_name(node) + ("_tf32" if tf32 else "") + (f"+{dst.type.name}" if dst.type != F32 else "")
+    name = (kernel_name(node, "cublaslt") + ("_tf32" if tf32 else "") + (f"+{dst.type.name}" if dst.type != F32 else "")
             + ("+bias" if add is not None else "")
             + ("+residual" if residual_node is not None else ""))
     bias = tensor_ptr(add.src[1]) if add is not None else None
@@ -169,5 +144,34 @@ def gemm_steps(backend, node, add=None, residual_node=None, residual=None) -> li
     return steps
 
 
-register(ops=("mul_mat",), source=quant.source, refusal=refusal, kernel_name=kernel_name, temp_size=temp_size,
-         steps=gemm_steps)
+def epilogue_accepts(f) -> bool:
+    """The GEMM writes D in the add's type (F32, or through a fused cast the operands' type), add and product
+    contiguous of one shape."""
+    if f.head.nelements == 0 or (f.cast_node is not None and gemm_type(f.head) != f.add_node.type):
+        return False
+    return f.add_node.ne == f.head.ne and f.add_node.is_contiguous() and f.head.is_contiguous()
+
+
+def epilogue_run(backend, f) -> list | None:
+    """The GEMM with the bias as cuBLASLt's BIAS epilogue (and the residual as C, when the fusion has one) writing
+    the last node's memory: everything on this GPU, the bias 16-byte aligned, D clear of the operands and the
+    scratch (a plan made without fused_groups), C clear of D or exactly D (in place)."""
+    node, r = f.head, f.residual
+    if not backend.on_device(node, f.last, f.bias, *node.src[:2], *([r] if r is not None else [])):
+        return None
+    if getattr(node, "temp", None) is None or tensor_ptr(f.bias) % 16:
+        return None
+    tp = backend.temp_ptr(node)
+    others = [extent(s) for s in node.src[:2]] + [(tp, tp + backend.temp_size(node))]
+    if r is not None and extent(r) != extent(f.last):
+        others.append(extent(r))
+    if not apart(f.last, others):
+        return None
+    return gemm_steps(backend, node, f.add_node, f.residual_node, r)
+
+
+register(ops=("mul_mat",), refusal=refusal, name=kernel_name, temp_size=temp_size, steps=steps,
+         impls=("cublaslt", "mmv"), choose=choose, accepts=accepts,
+         fuses={"epilogue": Fused(epilogue_run, takes=lambda node, impl: impl == "cublaslt", accepts=epilogue_accepts,
+                                  cast=True, residual=True),
+                "attention": Fused(attention.run, accepts=attention.accepts, cast=True)})

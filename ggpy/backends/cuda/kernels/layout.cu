@@ -1,0 +1,95 @@
+// Copies and layout: copy (dup, cont, cast, cpy between float types, I32 as is), concat, pad, repeat, get_rows
+// (one thread per dst element) and set_rows (one thread per element of b) (kernels/layout.py).
+#include "common.cuh"
+
+template <typename S, typename D, typename I> __device__ void copy_i(const Args& a) {
+    FOR_EACH_ELEMENT_I(a, i, I) {
+        I cs[4], cd[4];
+        unravel(i, a.ne0, cs);
+        unravel(i, a.ne, cd);
+        *(D*)(a.dst + byte_offset(cd, a.nb)) = convert<D, S>(*(const S*)(a.src0 + byte_offset(cs, a.nb0)));
+    }
+}
+template <typename S, typename D> __device__ void copy(const Args& a) { DISPATCH_I(a, copy_i, S, D); }
+
+template <typename T> __device__ void concat_k(const Args& a) {          // p0: dim
+    const int dim = (int)a.p0;
+    FOR_EACH_ELEMENT(a, i) {
+        i64 c[4]; unravel(i, a.ne, c);
+        T* d = (T*)(a.dst + byte_offset(c, a.nb));
+        if (c[dim] < a.ne0[dim]) { *d = *(const T*)(a.src0 + byte_offset(c, a.nb0)); continue; }
+        c[dim] -= a.ne0[dim];
+        *d = *(const T*)(a.src1 + byte_offset(c, a.nb1));
+    }
+}
+template <typename T> __device__ void pad_k(const Args& a) {              // p0, p1: lp0 | lp1 << 12, lp2 | lp3 << 12
+    const int p = (int)a.p0, q = (int)a.p1;
+    const i64 lp[4] = {p & 4095, p >> 12, q & 4095, q >> 12};
+    FOR_EACH_ELEMENT(a, i) {
+        i64 c[4], s[4]; unravel(i, a.ne, c);
+        bool in = true;
+        for (int k = 0; k < 4; ++k) { s[k] = c[k] - lp[k]; in = in && s[k] >= 0 && s[k] < a.ne0[k]; }
+        *(T*)(a.dst + byte_offset(c, a.nb)) = in ? *(const T*)(a.src0 + byte_offset(s, a.nb0)) : from_f<T>(0.f);
+    }
+}
+template <typename T> __device__ void repeat_k(const Args& a) {
+    FOR_EACH_ELEMENT(a, i) {
+        i64 c[4], s[4]; unravel(i, a.ne, c);
+        for (int k = 0; k < 4; ++k) s[k] = c[k] % a.ne0[k];
+        *(T*)(a.dst + byte_offset(c, a.nb)) = *(const T*)(a.src0 + byte_offset(s, a.nb0));
+    }
+}
+template <typename S, typename D> __device__ void get_rows_k(const Args& a) {
+    FOR_EACH_ELEMENT(a, i) {
+        i64 c[4]; unravel(i, a.ne, c);
+        i64 s[4] = {c[0], *(const int*)(a.src1 + c[1] * a.nb1[0] + c[2] * a.nb1[1] + c[3] * a.nb1[2]), c[2], c[3]};
+        *(D*)(a.dst + byte_offset(c, a.nb)) = convert<D, S>(*(const S*)(a.src0 + byte_offset(s, a.nb0)));
+    }
+}
+// set_rows: src0 b (K, n, A2, A3), src1 c I32 (n, C1, C2), dst a (K, R, A2, A3):
+// a[i3, i2, c[i3 % C2, i2 % C1, i1]] = b[i3, i2, i1]; a thread per element of b
+template <typename S, typename D> __device__ void set_rows_k(const Args& a) {
+    const i64 n = a.ne0[0] * a.ne0[1] * a.ne0[2] * a.ne0[3];
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        i64 c[4]; unravel(i, a.ne0, c);
+        const i64 j = *(const int*)(a.src1 + c[1] * a.nb1[0] + (c[2] % a.ne1[1]) * a.nb1[1] + (c[3] % a.ne1[2]) * a.nb1[2]);
+        if (j < 0 || j >= a.ne[1]) continue;
+        const i64 d[4] = {c[0], j, c[2], c[3]};
+        *(D*)(a.dst + byte_offset(d, a.nb)) = convert<D, S>(*(const S*)(a.src0 + byte_offset(c, a.nb0)));
+    }
+}
+
+extern "C" __global__ void copy_f32_f32(const Args a) { copy<float, float>(a); }
+extern "C" __global__ void copy_f32_f16(const Args a) { copy<float, half_t>(a); }
+extern "C" __global__ void copy_f32_bf16(const Args a) { copy<float, bf16_t>(a); }
+extern "C" __global__ void copy_f16_f32(const Args a) { copy<half_t, float>(a); }
+extern "C" __global__ void copy_f16_f16(const Args a) { copy<half_t, half_t>(a); }
+extern "C" __global__ void copy_f16_bf16(const Args a) { copy<half_t, bf16_t>(a); }
+extern "C" __global__ void copy_bf16_f32(const Args a) { copy<bf16_t, float>(a); }
+extern "C" __global__ void copy_bf16_f16(const Args a) { copy<bf16_t, half_t>(a); }
+extern "C" __global__ void copy_bf16_bf16(const Args a) { copy<bf16_t, bf16_t>(a); }
+extern "C" __global__ void copy_i32_i32(const Args a) { copy<int, int>(a); }
+extern "C" __global__ void concat_f32(const Args a) { concat_k<float>(a); }
+extern "C" __global__ void repeat_f32(const Args a) { repeat_k<float>(a); }
+extern "C" __global__ void get_rows_f32(const Args a) { get_rows_k<float, float>(a); }
+extern "C" __global__ void pad_f32(const Args a) { pad_k<float>(a); }
+extern "C" __global__ void concat_f16(const Args a) { concat_k<half_t>(a); }
+extern "C" __global__ void repeat_f16(const Args a) { repeat_k<half_t>(a); }
+extern "C" __global__ void get_rows_f16(const Args a) { get_rows_k<half_t, float>(a); }
+extern "C" __global__ void pad_f16(const Args a) { pad_k<half_t>(a); }
+extern "C" __global__ void concat_bf16(const Args a) { concat_k<bf16_t>(a); }
+extern "C" __global__ void repeat_bf16(const Args a) { repeat_k<bf16_t>(a); }
+extern "C" __global__ void get_rows_bf16(const Args a) { get_rows_k<bf16_t, float>(a); }
+extern "C" __global__ void pad_bf16(const Args a) { pad_k<bf16_t>(a); }
+extern "C" __global__ void concat_i32(const Args a) { concat_k<int>(a); }
+extern "C" __global__ void repeat_i32(const Args a) { repeat_k<int>(a); }
+extern "C" __global__ void get_rows_i32(const Args a) { get_rows_k<int, int>(a); }
+extern "C" __global__ void set_rows_f32_f32(const Args a) { set_rows_k<float, float>(a); }
+extern "C" __global__ void set_rows_f32_f16(const Args a) { set_rows_k<float, half_t>(a); }
+extern "C" __global__ void set_rows_f32_bf16(const Args a) { set_rows_k<float, bf16_t>(a); }
+extern "C" __global__ void set_rows_f16_f32(const Args a) { set_rows_k<half_t, float>(a); }
+extern "C" __global__ void set_rows_f16_f16(const Args a) { set_rows_k<half_t, half_t>(a); }
+extern "C" __global__ void set_rows_f16_bf16(const Args a) { set_rows_k<half_t, bf16_t>(a); }
+extern "C" __global__ void set_rows_bf16_f32(const Args a) { set_rows_k<bf16_t, float>(a); }
+extern "C" __global__ void set_rows_bf16_f16(const Args a) { set_rows_k<bf16_t, half_t>(a); }
+extern "C" __global__ void set_rows_bf16_bf16(const Args a) { set_rows_k<bf16_t, bf16_t>(a); }

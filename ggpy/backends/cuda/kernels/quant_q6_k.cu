@@ -1,0 +1,10 @@
+// Q6_K: get_rows, the dequantizing copies into F32, F16, BF16 and mul_mat's dot-product kernel (mmv).
+#include "quant.cuh"
+
+extern "C" __global__ void get_rows_q6_k(const Args a) { get_rows_q_k<dq_q6_k>(a); }
+extern "C" __global__ void copy_q6_k_f32(const Args a) { dequantize_k<dq_q6_k, float>(a); }
+extern "C" __global__ void mmv_q6_k_f32(const Args a) { mmv_k<dq_q6_k, float>(a); }
+extern "C" __global__ void copy_q6_k_f16(const Args a) { dequantize_k<dq_q6_k, half_t>(a); }
+extern "C" __global__ void mmv_q6_k_f16(const Args a) { mmv_k<dq_q6_k, half_t>(a); }
+extern "C" __global__ void copy_q6_k_bf16(const Args a) { dequantize_k<dq_q6_k, bf16_t>(a); }
+extern "C" __global__ void mmv_q6_k_bf16(const Args a) { mmv_k<dq_q6_k, bf16_t>(a); }

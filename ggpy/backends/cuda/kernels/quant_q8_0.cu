@@ -1,0 +1,10 @@
+// Q8_0: get_rows, the dequantizing copies into F32, F16, BF16 and mul_mat's dot-product kernel (mmv).
+#include "quant.cuh"
+
+extern "C" __global__ void get_rows_q8_0(const Args a) { get_rows_q_k<dq_q8_0>(a); }
+extern "C" __global__ void copy_q8_0_f32(const Args a) { dequantize_k<dq_q8_0, float>(a); }
+extern "C" __global__ void mmv_q8_0_f32(const Args a) { mmv_k<dq_q8_0, float>(a); }
+extern "C" __global__ void copy_q8_0_f16(const Args a) { dequantize_k<dq_q8_0, half_t>(a); }
+extern "C" __global__ void mmv_q8_0_f16(const Args a) { mmv_k<dq_q8_0, half_t>(a); }
+extern "C" __global__ void copy_q8_0_bf16(const Args a) { dequantize_k<dq_q8_0, bf16_t>(a); }
+extern "C" __global__ void mmv_q8_0_bf16(const Args a) { mmv_k<dq_q8_0, bf16_t>(a); }

@@ -113,7 +113,7 @@ class _Progress:
 
 def compile_many(sources: list, arch: str, workers: int | None = None) -> list[bytes]:
     """The cubins of `sources` (Source) for `arch` ('sm_90'), in order: from the disk cache, else compiled (in
-    parallel, `workers` threads, default one per core) and stored there."""
+    parallel, `workers` threads, default one per core this process may use) and stored there."""
     paths = [_cache_path(s, arch) for s in sources]
     cubins = [p.read_bytes() if p.is_file() else None for p in paths]
     STATS["hits"] += sum(c is not None for c in cubins)
@@ -121,7 +121,8 @@ def compile_many(sources: list, arch: str, workers: int | None = None) -> list[b
     if not todo:
         return cubins
     progress = _Progress(arch, [sources[i].name for i in todo])
-    with ThreadPoolExecutor(max_workers=min(len(todo), workers or os.cpu_count() or 1)) as pool:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=min(len(todo), workers or cores)) as pool:
         futures = {pool.submit(_nvrtc, sources[i], arch): i for i in todo}
         for future in as_completed(futures):
             i = futures[future]

@@ -1,5 +1,7 @@
 // soft_max (mask F32/F16 broadcast over dims 2 and 3, scale, ALiBi slopes; one block per row, short rows one warp
 // per row) and diag_mask_inf (grid-stride); F32, F16 and BF16, sources with any strides (kernels/softmax.py).
+// Instantiated by softmax_<type>.cu.
+#pragma once
 #include "common.cuh"
 
 #define X(i) to_f(*(const T*)(x + (i) * a.nb0[0]))
@@ -79,31 +81,3 @@ template <typename T> __device__ void diag_mask_inf_k(const Args& a) {
     }
 }
 #undef X
-
-extern "C" __global__ void diag_mask_inf_f32(const Args a) { diag_mask_inf_k<float>(a); }
-extern "C" __global__ void soft_max_f32(const Args a) { soft_max_row<float, float>(a); }
-extern "C" __global__ void soft_max_warp_f32(const Args a) { soft_max_warp<float, float>(a); }
-extern "C" __global__ void soft_max_f32_f32(const Args a) { soft_max_row<float, float>(a); }
-extern "C" __global__ void soft_max_warp_f32_f32(const Args a) { soft_max_warp<float, float>(a); }
-extern "C" __global__ void soft_max_f32_f16(const Args a) { soft_max_row<float, half_t>(a); }
-extern "C" __global__ void soft_max_warp_f32_f16(const Args a) { soft_max_warp<float, half_t>(a); }
-extern "C" __global__ void soft_max_f32_bf16(const Args a) { soft_max_row<float, bf16_t>(a); }
-extern "C" __global__ void soft_max_warp_f32_bf16(const Args a) { soft_max_warp<float, bf16_t>(a); }
-extern "C" __global__ void diag_mask_inf_f16(const Args a) { diag_mask_inf_k<half_t>(a); }
-extern "C" __global__ void soft_max_f16(const Args a) { soft_max_row<half_t, float>(a); }
-extern "C" __global__ void soft_max_warp_f16(const Args a) { soft_max_warp<half_t, float>(a); }
-extern "C" __global__ void soft_max_f16_f32(const Args a) { soft_max_row<half_t, float>(a); }
-extern "C" __global__ void soft_max_warp_f16_f32(const Args a) { soft_max_warp<half_t, float>(a); }
-extern "C" __global__ void soft_max_f16_f16(const Args a) { soft_max_row<half_t, half_t>(a); }
-extern "C" __global__ void soft_max_warp_f16_f16(const Args a) { soft_max_warp<half_t, half_t>(a); }
-extern "C" __global__ void soft_max_f16_bf16(const Args a) { soft_max_row<half_t, bf16_t>(a); }
-extern "C" __global__ void soft_max_warp_f16_bf16(const Args a) { soft_max_warp<half_t, bf16_t>(a); }
-extern "C" __global__ void diag_mask_inf_bf16(const Args a) { diag_mask_inf_k<bf16_t>(a); }
-extern "C" __global__ void soft_max_bf16(const Args a) { soft_max_row<bf16_t, float>(a); }
-extern "C" __global__ void soft_max_warp_bf16(const Args a) { soft_max_warp<bf16_t, float>(a); }
-extern "C" __global__ void soft_max_bf16_f32(const Args a) { soft_max_row<bf16_t, float>(a); }
-extern "C" __global__ void soft_max_warp_bf16_f32(const Args a) { soft_max_warp<bf16_t, float>(a); }
-extern "C" __global__ void soft_max_bf16_f16(const Args a) { soft_max_row<bf16_t, half_t>(a); }
-extern "C" __global__ void soft_max_warp_bf16_f16(const Args a) { soft_max_warp<bf16_t, half_t>(a); }
-extern "C" __global__ void soft_max_bf16_bf16(const Args a) { soft_max_row<bf16_t, bf16_t>(a); }
-extern "C" __global__ void soft_max_warp_bf16_bf16(const Args a) { soft_max_warp<bf16_t, bf16_t>(a); }

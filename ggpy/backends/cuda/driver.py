@@ -1,18 +1,18 @@
-"""cuda.bindings' driver and NVRTC modules, and `check`, through which every call's result goes."""
+"""cuda.bindings' driver module, and `check`, through which every driver call's result goes (NVRTC's: compiler.py)."""
 from __future__ import annotations
 
 from ...errors import CudaError
 
 try:
-    from cuda.bindings import driver, nvrtc
+    from cuda.bindings import driver
 except ImportError as e:        # cuda-python is the optional 'cuda' extra
     raise CudaError(f"the CUDA backend needs NVIDIA's cuda-python (pip install 'ggpy[cuda]'): {e}") from None
 
-_OK = (driver.CUresult.CUDA_SUCCESS, nvrtc.nvrtcResult.NVRTC_SUCCESS)
+_OK = (driver.CUresult.CUDA_SUCCESS,)
 
 
 def error_name(err) -> str:
-    """'CUDA_ERROR_OUT_OF_MEMORY' for a driver or NVRTC result code."""
+    """'CUDA_ERROR_OUT_OF_MEMORY' for a driver result code."""
     return getattr(err, "name", None) or str(err)
 
 

@@ -105,22 +105,17 @@ class GridDecoderGraph:
         self.graph = ggpy.Graph()
         for t in (*biases, written, self.iou):   # the biases first: the fusion pass finds them ready for the GEMMs
             self.graph.build_forward_expand(t)
-        # the main backend alone when it runs every node (on CUDA the scheduler's split with the CPU took 2x the time)
-        alone = all(backends[0].supports_op(n) for n in self.graph.nodes)
-        self.sched = ggpy.Scheduler(backends[:1] if alone else backends)
-        self.sched.alloc_graph(self.graph)
+        self.runner = ggpy.GraphRunner(self.graph, backends)     # one split, no copies, when backends[0] runs it all
 
     def run(self, coords, kinds, keep) -> np.ndarray:
         """Evaluate on B prompts (sparse_prompt's arrays stacked: (B, N, 2), (B, N), (B, N, 1)) -> IoU predictions
         float32 (B, M); the masks are in `store`."""
         b = self.batch
-        self.coords.set(np.reshape(coords, (1, b, -1, 2)))
-        self.kinds.set(np.reshape(kinds, (1, 1, b, -1)))
-        self.keep.set(np.reshape(keep, (1, b, -1, 1)))
-        self.sched.compute(self.graph)
-        return self.iou.numpy().reshape(b, -1)
+        self.runner.set(coords=np.reshape(coords, (1, b, -1, 2)), kinds=np.reshape(kinds, (1, 1, b, -1)),
+                        keep=np.reshape(keep, (1, b, -1, 1)))
+        return self.runner.compute().get(self.iou).reshape(b, -1)
 
     def masks(self) -> np.ndarray:
         """The last run's low-resolution masks, float32 (B, M, 4E, 4E) (a copy from the backend)."""
         s = math.isqrt(self.store.ne[0])
-        return self.store.numpy().reshape(self.batch, -1, s, s)
+        return self.runner.get(self.store).reshape(self.batch, -1, s, s)

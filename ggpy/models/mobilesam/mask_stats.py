@@ -14,7 +14,6 @@ import numpy as np
 import ggpy
 
 from .predictor import postprocess_masks
-from .schedule import planned_scheduler
 
 
 def column_max(x, band: int = 16):
@@ -66,7 +65,10 @@ class MaskStatsGraph:
         self.graph = ggpy.Graph()
         for t in self.outputs:
             self.graph.build_forward_expand(t)
-        self.sched = planned_scheduler(self.graph, backends)
+        self.runner = ggpy.GraphRunner(self.graph, backends)
+        for up, down in self.ramps.values():         # constants: set once (a graph input is never freed by the plan)
+            self.runner[up] = np.arange(1, up.ne[0] + 1, dtype=np.float32)
+            self.runner[down] = np.arange(down.ne[0], 0, -1, dtype=np.float32)
 
     def run(self, rows: np.ndarray) -> dict:
         """rows: the n <= capacity rows of the store to take -> {"intersections", "unions", "area": int64 (n,),
@@ -75,14 +77,10 @@ class MaskStatsGraph:
         n = len(rows)
         padded = np.zeros(self.capacity, np.int32)
         padded[:n] = rows
-        self.rows.set(padded)
-        for size, (up, down) in self.ramps.items():
-            up.set(np.arange(1, size + 1, dtype=np.float32))
-            down.set(np.arange(size, 0, -1, dtype=np.float32))
-        self.sched.compute(self.graph)
-        counts = [np.rint(t.numpy().reshape(-1)[:n]).astype(np.int64) for t in self.outputs[:3]]
-        boxes = np.stack([t.numpy().reshape(-1)[:n].astype(np.int64) for t in self.outputs[3:7]], axis=1)
+        run = self.runner.set(rows=padded).compute()
+        counts = [np.rint(run.get(t).reshape(-1)[:n]).astype(np.int64) for t in self.outputs[:3]]
+        boxes = np.stack([run.get(t).reshape(-1)[:n].astype(np.int64) for t in self.outputs[3:7]], axis=1)
         boxes[counts[2] == 0] = 0
         h, w = self.image_size
-        binary = self.binary.numpy().reshape(self.capacity, h, w)[:n]
+        binary = run.get(self.binary).reshape(self.capacity, h, w)[:n]
         return {"intersections": counts[0], "unions": counts[1], "area": counts[2], "boxes": boxes, "binary": binary}

@@ -4,8 +4,8 @@
 lives in a tensor of the backend's memory, written once per image; the prompt encoder + mask decoder graph is
 built and planned once per prompt shape (number of sparse tokens, mask input or not) and re-evaluated per
 prompt; the upscaling of the chosen masks to the image size (SAM's two bilinear resizes with the crop between)
-is a small graph of its own, planned once per image size. Graphs run through a Scheduler, so that an op the
-backend refuses runs on the CPU.
+is a small graph of its own, planned once per image size. Graphs run through a GraphRunner over the model's
+backends (a Scheduler of its own), so that an op the backend refuses runs on the CPU.
 """
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ from .prompt_encoder import (
     sparse_embeddings,
 )
 from .runner import ImageEncoder
-from .schedule import planned_scheduler
 
 MASK_THRESHOLD = 0.0
 
@@ -133,27 +132,26 @@ class DecoderGraph:
             self.mask = ctx.new_tensor(ggpy.F32, (s, s, 1, batch)).set_name("mask_input").set_input()
         self.masks, self.iou = predict_masks(model, hp, image, image_pe, sparse, self.mask, batch)
         self.graph = ggpy.Graph().build_forward_expand(self.masks).build_forward_expand(self.iou)
-        self.sched = planned_scheduler(self.graph, backends)
+        self.runner = ggpy.GraphRunner(self.graph, backends)
 
     @property
     def plans(self) -> tuple:
         """The memory plan of each split (splits on one backend share its plan); the same objects as long as the
         graph is not re-planned."""
-        return tuple(sp.graph.plan for sp in self.sched.splits)
+        return self.runner.plans
 
     def run(self, coords, kinds, keep, mask):
         """Evaluate on B prompts (arrays as sparse_prompt and mask_prompt make them, stacked: (B, N, 2), (B, N),
         (B, N, 1), (B, 4E, 4E)) -> (low-res logits float32 (B, M, 4E, 4E), IoU predictions float32 (B, M)) of
         all M mask tokens."""
-        b = self.batch
+        b, run = self.batch, self.runner
         if self.coords is not None:
-            self.coords.set(np.reshape(coords, (1, b, -1, 2)))
-            self.kinds.set(np.reshape(kinds, (1, 1, b, -1)))
-            self.keep.set(np.reshape(keep, (1, b, -1, 1)))
+            run.set(coords=np.reshape(coords, (1, b, -1, 2)), kinds=np.reshape(kinds, (1, 1, b, -1)),
+                    keep=np.reshape(keep, (1, b, -1, 1)))
         if self.mask is not None:
-            self.mask.set(np.reshape(mask, (b, 1, *mask.shape[-2:])))
-        self.sched.compute(self.graph)
-        return self.masks.numpy().reshape(b, *self.masks.ne[2::-1]), self.iou.numpy().reshape(b, -1)
+            run.set(mask_input=np.reshape(mask, (b, 1, *mask.shape[-2:])))
+        run.compute()
+        return run.get(self.masks).reshape(b, *self.masks.ne[2::-1]), run.get(self.iou).reshape(b, -1)
 
 
 def postprocess_masks(low_res, input_size, original_size, image_size: int):
@@ -173,13 +171,13 @@ class PostprocessGraph:
         self.low_res = ggpy.Context().new_tensor(ggpy.F32, (s, s, n_masks, 1)).set_name("low_res").set_input()
         self.logits = postprocess_masks(self.low_res, input_size, original_size, hp.image_size)
         self.graph = ggpy.Graph().build_forward_expand(self.logits)
-        self.sched = planned_scheduler(self.graph, backends)
+        self.runner = ggpy.GraphRunner(self.graph, backends)
 
     def run(self, low_res: np.ndarray) -> np.ndarray:
         """low_res float32 (C, 4E, 4E) -> logits float32 (C, H, W)."""
-        self.low_res.set(np.ascontiguousarray(low_res, dtype=np.float32).reshape(1, *low_res.shape))
-        self.sched.compute(self.graph)
-        return self.logits.numpy().reshape(self.logits.ne[2], self.logits.ne[1], self.logits.ne[0])
+        low_res = np.ascontiguousarray(low_res, dtype=np.float32).reshape(1, *low_res.shape)
+        logits = self.runner.set(low_res=low_res).compute().get(self.logits)
+        return logits.reshape(self.logits.ne[2], self.logits.ne[1], self.logits.ne[0])
 
 
 class Predictor:
@@ -212,10 +210,7 @@ class Predictor:
         grid = ggpy.Context().new_tensor(ggpy.F32, (2, e * e)).set_name("grid").set_input()
         pe = dense_positional_encoding(self.model, grid)
         graph = ggpy.Graph().build_forward_expand(pe)
-        sched = planned_scheduler(graph, self.backends)
-        grid.set(grid_coords(e))
-        sched.compute(graph)
-        return pe.numpy()
+        return ggpy.GraphRunner(graph, self.backends).set(grid=grid_coords(e)).compute().get(pe)
 
     def set_image(self, image: np.ndarray, prepared: np.ndarray | None = None) -> None:
         """Encode a uint8 (H, W, 3) RGB image; its embedding serves every later predict. prepared: preprocess's

@@ -1,5 +1,6 @@
 """CPU kernel modules, one per op family of the op table (views need none). Importing this package registers them
-all; common, fp16, mathfn, blas and gemm are the helpers they share."""
+all; common, fp16, mathfn, convert, activations, blas and gemm are the helpers they share (no family imports
+another)."""
 import importlib
 import warnings
 

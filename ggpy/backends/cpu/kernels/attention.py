@@ -8,10 +8,9 @@ import numpy as np
 from numba import njit
 
 from ..registry import BoundNode, register
-from .common import block, launch, row_index
+from .common import alibi_slopes, block, launch, row_index
 from .fp16 import load
 from .mathfn import fast_exp
-from .softmax import alibi_slopes
 
 
 @njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc", "contract"})

@@ -3,6 +3,9 @@
 Kernels use numpy's error model: float division by zero gives inf/nan instead of a Python exception
 check in every iteration, which would stop the loop from vectorising.
 """
+import math
+
+import numpy as np
 from llvmlite import ir
 from numba import int64, njit, prange, typeof, types
 from numba.core import cgutils
@@ -180,3 +183,14 @@ def launch(serial, args, nth: int, constants=()):
 def flat(arr):
     """A 1-d view of a C-contiguous array, or None."""
     return arr.reshape(-1) if arr.flags.c_contiguous else None
+
+
+def alibi_slopes(n_head: int, max_bias: float) -> np.ndarray:
+    """float32 ALiBi slope of each head (dimension 2), as ggml: 1 for every head when max_bias <= 0."""
+    if max_bias <= 0:
+        return np.ones(n_head, np.float32)
+    n_log2 = 2 ** int(math.floor(math.log2(n_head)))
+    m0 = 2.0 ** (-max_bias / n_log2)
+    m1 = 2.0 ** (-(max_bias / 2.0) / n_log2)
+    return np.array([m0 ** (h + 1) if h < n_log2 else m1 ** (2 * (h - n_log2) + 1) for h in range(n_head)],
+                    np.float32)

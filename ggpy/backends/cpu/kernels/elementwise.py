@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
-from ....optable import ACTIVATIONS
 from ..registry import BoundNode, register
+from .activations import ACTIVATION_FUNCS as ACT
 from .common import (
     STREAM_MIN_BYTES,
     block,
@@ -22,16 +22,13 @@ from .common import (
     stream_store,
 )
 from .fp16 import load, store
-from .mathfn import fast_erf, fast_exp, fast_sigmoid, fast_tanh
+from .mathfn import fast_exp
 
 _ZERO = np.float32(0.0)
 _ONE = np.float32(1.0)
 _THREE = np.float32(3.0)
 _SIX = np.float32(6.0)
 _TWENTY = np.float32(20.0)
-_GELU_K = np.float32(2.0 * 0.7978845608028654)      # 2 * sqrt(2 / pi): gelu = x * sigmoid(2u)
-_GELU_A = np.float32(0.044715)
-_INV_SQRT2 = np.float32(0.7071067811865476)
 
 
 @scalar
@@ -101,41 +98,6 @@ def _step(x, p0, p1):
 
 
 @scalar
-def _relu(x, p0, p1):
-    return max(x, _ZERO)
-
-
-@scalar
-def _gelu(x, p0, p1):
-    return x * fast_sigmoid(_GELU_K * x * (_ONE + _GELU_A * x * x))
-
-
-@scalar
-def _gelu_erf(x, p0, p1):
-    return np.float32(0.5) * x * (_ONE + fast_erf(x * _INV_SQRT2))
-
-
-@scalar
-def _gelu_quick(x, p0, p1):
-    return x * fast_sigmoid(np.float32(1.702) * x)
-
-
-@scalar
-def _silu(x, p0, p1):
-    return x * fast_sigmoid(x)
-
-
-@scalar
-def _sigmoid(x, p0, p1):
-    return fast_sigmoid(x)
-
-
-@scalar
-def _tanh(x, p0, p1):
-    return fast_tanh(x)
-
-
-@scalar
 def _elu(x, p0, p1):
     return x if x > _ZERO else fast_exp(x) - _ONE
 
@@ -181,25 +143,11 @@ def _cos(x, p0, p1):
 
 
 UNARY = {"sqr": _sqr, "sqrt": _sqrt, "log": _log, "exp": _exp, "abs": _abs, "neg": _neg, "sgn": _sgn,
-         "step": _step, "relu": _relu, "gelu": _gelu, "gelu_erf": _gelu_erf, "gelu_quick": _gelu_quick,
-         "silu": _silu, "sigmoid": _sigmoid, "tanh": _tanh, "elu": _elu, "hardswish": _hardswish,
+         "step": _step, "relu": ACT["relu"], "gelu": ACT["gelu"], "gelu_erf": ACT["gelu_erf"],
+         "gelu_quick": ACT["gelu_quick"], "silu": ACT["silu"], "sigmoid": ACT["sigmoid"], "tanh": ACT["tanh"], "elu": _elu, "hardswish": _hardswish,
          "hardsigmoid": _hardsigmoid, "softplus": _softplus, "scale": _scale, "clamp": _clamp, "leaky_relu": _leaky_relu, "sin": _sin, "cos": _cos}
 UNARY_FUNCS = tuple(UNARY.values())
 UNARY_CODES = {name: i for i, name in enumerate(UNARY)}
-
-
-@scalar
-def _no_act(x, p0, p1):
-    return x
-
-
-EPILOGUE_FUNCS = (_no_act,) + tuple(UNARY[act] for act in sorted(ACTIVATIONS, key=ACTIVATIONS.get))
-"""Activations fused kernels apply to their results, by the op table's activation id (0: none)."""
-
-
-def epilogue_code(act: str | None) -> int:
-    """The EPILOGUE_FUNCS index of an activation (the op table's id; None: no activation)."""
-    return 0 if act is None else ACTIVATIONS[act]
 
 
 @kernel

@@ -7,24 +7,12 @@ otherwise (F32 <-> F16). Copies into a quantized type quantize row by row, get_r
 """
 
 import numpy as np
-from numba.extending import overload
-
 from ....errors import RowIndexError
 from ..registry import BoundNode, register
 from .common import block, flat, kernel, launch, row_index, scalar
-from .fp16 import load, store
+from .convert import convert, copy_transposed
+from .fp16 import store
 from .quants import CODES, DEQUANTIZE, QUANTIZE, QUANTIZE_CODES
-
-
-def convert(x, dtype):
-    """`x` as an element of `dtype`: unchanged when the types match, else through float32."""
-
-
-@overload(convert, inline="always")
-def _convert(x, dtype):
-    if x == dtype.dtype:
-        return lambda x, dtype: x
-    return lambda x, dtype: store(load(x), dtype)
 
 
 # -- dup, cont, cpy ------------------------------------------------------------------------------------------
@@ -87,29 +75,6 @@ def copy_nd(d, a, ith, nth):
         if d0 == nd0:
             d0 = 0
             d1, d2, d3 = _next_row(d1, d2, d3, nd1, nd2)
-
-
-TRANSPOSE_TILE = 16
-
-
-@kernel
-def copy_transposed(d, a, ith, nth):
-    """d = a for arrays of one shape (A, B, J, I) where d's I and a's J are the unit-stride axes: tiles of
-    16 x 16 so both the written rows and the strided reads stay in cache (a cont of a permute)."""
-    na, nb, nj, ni = d.shape
-    t = TRANSPOSE_TILE
-    n_it = (ni + t - 1) // t
-    r0, r1 = block(na * nb * n_it, ith, nth)
-    for r in range(r0, r1):
-        ia, ib, it = r // (nb * n_it), (r // n_it) % nb, r % n_it
-        i0 = it * t
-        i1 = min(ni, i0 + t)
-        dp, ap = d[ia, ib], a[ia, ib]
-        for j0 in range(0, nj, t):
-            for j in range(j0, min(nj, j0 + t)):
-                drow, arow = dp[j], ap[j]
-                for i in range(i0, i1):
-                    drow[i] = convert(arow[i], drow.dtype)
 
 
 @kernel

@@ -1,9 +1,10 @@
-"""Scalar float32 math that LLVM can vectorise (libm's exp/tanh/erf calls block SIMD loops)."""
+"""Scalar float32 math that LLVM can vectorise (libm's exp/tanh/erf calls block SIMD loops), and row sums in float64."""
 
 import numpy as np
+from numba import njit
 
 from .common import scalar
-from .fp16 import bits_to_f32
+from .fp16 import bits_to_f32, load
 
 _LOG2E = np.float32(1.4426950408889634)
 _LN2_HI = np.float32(0.693359375)
@@ -67,3 +68,12 @@ def fast_erf(x):
     p = p * t + np.float32(0.254829592)
     y = np.float32(1.0) - p * t * fast_exp(-ax * ax)
     return y if x >= np.float32(0.0) else -y
+
+
+@njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc"})
+def row_sum(row):
+    """float64 sum of a 1-d array."""
+    s = 0.0
+    for i0 in range(row.shape[0]):
+        s += load(row[i0])
+    return s

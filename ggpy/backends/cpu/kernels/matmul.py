@@ -31,11 +31,10 @@ from .common import (
     call_native,
     kernel,
     launch,
-    row_index,
     scalar,
 )
-from .elementwise import EPILOGUE_FUNCS, epilogue_code
-from .fp16 import load
+from .activations import EPILOGUE_FUNCS, epilogue_code
+from .convert import to_f32_rows
 from .quants import CODES, DEQUANTIZE, DOT
 
 EPILOGUE_ROWS = 256
@@ -47,19 +46,6 @@ DOT_MAX_ROWS = 8
 """A quantized a multiplies at most this many rows of x per matrix by dot products, more by dequantized panels."""
 PANEL_FLOATS = 256 << 10
 """Dequantized floats of a per panel (1 MiB: few enough panels that repacking x for each costs little)."""
-
-
-@kernel
-def to_f32_rows(dst, src, ith, nth):
-    """dst (float32, contiguous) = src (any element type, any strides), shapes (ne3, ne2, ne1, ne0)."""
-    ne3, ne2, ne1, ne0 = src.shape
-    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
-    for r in range(r0, r1):
-        i3, i2, i1 = row_index(r, ne2, ne1)
-        drow = dst[i3, i2, i1]
-        srow = src[i3, i2, i1]
-        for i0 in range(ne0):
-            drow[i0] = load(srow[i0])
 
 
 @scalar

@@ -13,9 +13,9 @@ from numba import njit
 from ...kernel import Fused
 from ..registry import BoundNode, register, same_memory, vector
 from .common import block, kernel, launch, row_index
-from .elementwise import EPILOGUE_FUNCS, epilogue_code
+from .activations import EPILOGUE_FUNCS, epilogue_code
 from .fp16 import load, store
-from .reduce import row_sum
+from .mathfn import row_sum
 
 
 @njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc"})

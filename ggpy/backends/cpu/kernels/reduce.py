@@ -4,20 +4,12 @@ Arrays are numpy views of shape (ne3, ne2, ne1, ne0) with any strides; F16 arriv
 element goes through `load`/`store`. Sums accumulate in float64.
 """
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ..registry import BoundNode, register
 from .common import block, kernel, launch, parallel_kernel, row_index
 from .fp16 import load, store
-
-
-@njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc"})
-def row_sum(row):
-    """float64 sum of a 1-d array."""
-    s = 0.0
-    for i0 in range(row.shape[0]):
-        s += load(row[i0])
-    return s
+from .mathfn import row_sum
 
 
 @kernel

@@ -7,7 +7,7 @@ import numpy as np
 from ..registry import BoundNode, register
 from .common import block, kernel, launch, row_index
 from .fp16 import load, store
-from .layout import convert
+from .convert import convert
 
 WINDOW_CODES = {"win_part": 0, "win_unpart": 1, "get_rel_pos": 2}
 

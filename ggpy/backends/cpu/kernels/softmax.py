@@ -4,7 +4,6 @@ Arrays are numpy views of shape (ne3, ne2, ne1, ne0) with any strides; F16 arriv
 element goes through `load`/`store`. Both ops may run in place (dst is src0's memory): a row is read whole
 before any of it is written. Contiguous rows vectorise (max, exp and sum run over float32 SIMD lanes).
 """
-import math
 
 import numpy as np
 from llvmlite import ir
@@ -12,7 +11,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from ..registry import BoundNode, register
-from .common import block, kernel, launch, row_index
+from .common import alibi_slopes, block, kernel, launch, row_index
 from .fp16 import load, store
 from .mathfn import fast_exp
 
@@ -70,17 +69,6 @@ def soft_max_rows(d, a, m, slopes, scale, ith, nth):
         drow = d[i3, i2, i1]
         for i0 in range(ne0):
             drow[i0] = store(buf[i0] * inv, dt)
-
-
-def alibi_slopes(n_head: int, max_bias: float) -> np.ndarray:
-    """float32 ALiBi slope of each head (dimension 2), as ggml: 1 for every head when max_bias <= 0."""
-    if max_bias <= 0:
-        return np.ones(n_head, np.float32)
-    n_log2 = 2 ** int(math.floor(math.log2(n_head)))
-    m0 = 2.0 ** (-max_bias / n_log2)
-    m1 = 2.0 ** (-(max_bias / 2.0) / n_log2)
-    return np.array([m0 ** (h + 1) if h < n_log2 else m1 ** (2 * (h - n_log2) + 1) for h in range(n_head)],
-                    np.float32)
 
 
 @register("soft_max")

@@ -28,7 +28,7 @@ from .. import gemm as own_gemm
 from ..blas import SGEMM_ADDRESS, sgemm
 from ..common import block, kernel, launch, row_index, scalar
 from ..fp16 import load, store
-from ..matmul import to_f32_rows
+from ..convert import to_f32_rows
 
 DIRECT_MAX_PATCH = 4
 IM2COL_CHUNK = 512

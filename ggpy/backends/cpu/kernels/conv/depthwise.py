@@ -20,7 +20,7 @@ from ..common import (
     scalar,
     specialize,
 )
-from ..elementwise import EPILOGUE_FUNCS, epilogue_code
+from ..activations import EPILOGUE_FUNCS, epilogue_code
 from ..fp16 import load
 
 _ZERO = np.float32(0.0)

@@ -21,7 +21,7 @@ from .. import gemm as own_gemm
 from ..blas import SGEMM_ADDRESS, sgemm
 from ..common import block, kernel, launch, row_index, scalar
 from ..fp16 import load
-from ..layout import copy_transposed
+from ..convert import copy_transposed
 from .dense import aligned, then, widen, worker_panels
 from .depthwise import _axpy
 

@@ -1,7 +1,7 @@
 """The model generate.py drives, computed by the ggpy graph of model.py on a backend.
 
 Weights are loaded once (ggpy.load_gguf, quantized tensors as they are); the KV cache lives in a buffer of its own;
-two GraphAllocators own the compute memory, one for prompt chunks and one for single tokens, each reserved at the
+two GraphRunners (lanes) own the compute memory, one for prompt chunks and one for single tokens, each reserved at the
 start for its worst case (n_batch tokens, or one, attending over the whole context; the last token's logits: a chunk
 that keeps every token's grows its lane's buffer once), so later plans never grow them.
 A graph depends on the number of tokens it reads and the cache rows it attends over (rounded up to KV_PAD), not on
@@ -39,9 +39,9 @@ class Step:
 
 @dataclass
 class Lane:
-    """A GraphAllocator and the graph it planned last (None before the first)."""
+    """A GraphRunner with its memory reserved, and the step whose graph it planned last (None before the first)."""
 
-    allocator: ggpy.GraphAllocator
+    runner: ggpy.GraphRunner
     current: Step | None = None
 
 
@@ -84,8 +84,8 @@ class GraphModel:
         self.stats = Stats()
         self._lanes = {}          # single token or not -> Lane
         for n_tokens in {1, self.n_batch}:
-            lane = self._lanes[n_tokens == 1] = Lane(ggpy.GraphAllocator(self.backend))
-            lane.allocator.reserve(self._build((n_tokens, self.n_ctx, n_tokens == 1)).graph)
+            worst = self._build((n_tokens, self.n_ctx, n_tokens == 1)).graph
+            self._lanes[n_tokens == 1] = Lane(ggpy.GraphRunner(None, self.backend, reserve=worst))
         self.stats = Stats()      # the evaluations' alone, not the reserves'
         self.reset()
 
@@ -97,7 +97,7 @@ class GraphModel:
     def nbytes(self) -> dict:
         """Bytes of the weights, the KV cache and the compute buffers."""
         return {"weights": self.weights.nbytes, "kv_cache": self.cache.nbytes,
-                "compute": sum(b.size for lane in self._lanes.values() for b in lane.allocator.buffers)}
+                "compute": sum(b.size for lane in self._lanes.values() for b in lane.runner.allocator.buffers)}
 
     def _build(self, key: tuple) -> Step:
         t0 = time.perf_counter()
@@ -109,8 +109,8 @@ class GraphModel:
         self.stats.build_s += time.perf_counter() - t0
         return step
 
-    def _step(self, n_tokens: int, all_logits: bool) -> Step:
-        """The graph for `n_tokens` tokens after n_past: its lane's current one while it fits (n_kv, the cache rows
+    def _lane(self, n_tokens: int, all_logits: bool) -> Lane:
+        """The lane of `n_tokens` tokens after n_past, running its current graph while it fits (n_kv, the cache rows
         read, is n_past + n_tokens rounded up to KV_PAD), else a new one, planned in the lane's reserved memory."""
         n_kv = min(self.n_ctx, -(-(self.n_past + n_tokens) // KV_PAD) * KV_PAD)
         key = (n_tokens, n_kv, all_logits or n_tokens == 1)
@@ -118,26 +118,24 @@ class GraphModel:
         if lane.current is None or lane.current.key != key:
             step = self._build(key)
             t0 = time.perf_counter()
-            lane.allocator.alloc_graph(step.graph)
-            self.backend.program(step.graph)
+            lane.runner.use(step.graph)
             lane.current = step
             self.stats.plan_s += time.perf_counter() - t0
-        return lane.current
+        return lane
 
-    def _set_inputs(self, inp: Inputs, tokens: list):
+    def _inputs(self, inp: Inputs, tokens: list) -> dict:
+        """The graph's inputs (by name) for `tokens` read after n_past."""
         n = len(tokens)
-        inp.tokens.set(np.asarray(tokens, dtype=np.int32))
         pos = np.arange(self.n_past, self.n_past + n, dtype=np.int32)
-        inp.pos.set(pos)
         visible = np.arange(inp.n_kv)[None, :] <= pos[:, None]
-        inp.mask.set(np.where(visible, 0.0, -np.inf).astype(np.float32).reshape(1, 1, n, inp.n_kv))
+        return {"tokens": np.asarray(tokens, dtype=np.int32), "pos": pos,
+                "kq_mask": np.where(visible, 0.0, -np.inf).astype(np.float32).reshape(1, 1, n, inp.n_kv)}
 
     def _eval_chunk(self, tokens: list, all_logits: bool) -> np.ndarray:
-        step = self._step(len(tokens), all_logits)
+        lane = self._lane(len(tokens), all_logits)
+        step, run = lane.current, lane.runner
         t0 = time.perf_counter()
-        self._set_inputs(step.inputs, tokens)
-        self.backend.compute(step.graph)
-        logits = step.logits.numpy().reshape(-1, self.hp.n_vocab)
+        logits = run.set(**self._inputs(step.inputs, tokens)).compute().get(step.logits).reshape(-1, self.hp.n_vocab)
         self.stats.compute_s += time.perf_counter() - t0
         self.n_past += len(tokens)
         return logits

@@ -1,30 +1,12 @@
-// conv_2d's implicit GEMM (conv_2d_tiled) and its band im2col for cuBLASLt (im2col_pos, im2col_cf).
+// conv_2d as an implicit GEMM (conv_2d_tiled): shared-memory tiles, no scratch.
 #include "conv.cuh"
 
-extern "C" __global__ void im2col_pos_f32_f32(const Args a) { im2col_pos<float, float>(a); }
-extern "C" __global__ void im2col_cf_f32_f32(const Args a) { im2col_cf<float, float>(a); }
 extern "C" __global__ void conv_2d_f32_f32(const Args a) { conv_2d_tiled<float, float>(a); }
-extern "C" __global__ void im2col_pos_f32_f16(const Args a) { im2col_pos<float, half_t>(a); }
-extern "C" __global__ void im2col_cf_f32_f16(const Args a) { im2col_cf<float, half_t>(a); }
 extern "C" __global__ void conv_2d_f32_f16(const Args a) { conv_2d_tiled<float, half_t>(a); }
-extern "C" __global__ void im2col_pos_f32_bf16(const Args a) { im2col_pos<float, bf16_t>(a); }
-extern "C" __global__ void im2col_cf_f32_bf16(const Args a) { im2col_cf<float, bf16_t>(a); }
 extern "C" __global__ void conv_2d_f32_bf16(const Args a) { conv_2d_tiled<float, bf16_t>(a); }
-extern "C" __global__ void im2col_pos_f16_f32(const Args a) { im2col_pos<half_t, float>(a); }
-extern "C" __global__ void im2col_cf_f16_f32(const Args a) { im2col_cf<half_t, float>(a); }
 extern "C" __global__ void conv_2d_f16_f32(const Args a) { conv_2d_tiled<half_t, float>(a); }
-extern "C" __global__ void im2col_pos_f16_f16(const Args a) { im2col_pos<half_t, half_t>(a); }
-extern "C" __global__ void im2col_cf_f16_f16(const Args a) { im2col_cf<half_t, half_t>(a); }
 extern "C" __global__ void conv_2d_f16_f16(const Args a) { conv_2d_tiled<half_t, half_t>(a); }
-extern "C" __global__ void im2col_pos_f16_bf16(const Args a) { im2col_pos<half_t, bf16_t>(a); }
-extern "C" __global__ void im2col_cf_f16_bf16(const Args a) { im2col_cf<half_t, bf16_t>(a); }
 extern "C" __global__ void conv_2d_f16_bf16(const Args a) { conv_2d_tiled<half_t, bf16_t>(a); }
-extern "C" __global__ void im2col_pos_bf16_f32(const Args a) { im2col_pos<bf16_t, float>(a); }
-extern "C" __global__ void im2col_cf_bf16_f32(const Args a) { im2col_cf<bf16_t, float>(a); }
 extern "C" __global__ void conv_2d_bf16_f32(const Args a) { conv_2d_tiled<bf16_t, float>(a); }
-extern "C" __global__ void im2col_pos_bf16_f16(const Args a) { im2col_pos<bf16_t, half_t>(a); }
-extern "C" __global__ void im2col_cf_bf16_f16(const Args a) { im2col_cf<bf16_t, half_t>(a); }
 extern "C" __global__ void conv_2d_bf16_f16(const Args a) { conv_2d_tiled<bf16_t, half_t>(a); }
-extern "C" __global__ void im2col_pos_bf16_bf16(const Args a) { im2col_pos<bf16_t, bf16_t>(a); }
-extern "C" __global__ void im2col_cf_bf16_bf16(const Args a) { im2col_cf<bf16_t, bf16_t>(a); }
 extern "C" __global__ void conv_2d_bf16_bf16(const Args a) { conv_2d_tiled<bf16_t, bf16_t>(a); }

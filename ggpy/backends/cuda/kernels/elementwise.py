@@ -1,5 +1,6 @@
 """Binary ops with ggml broadcasting (b repeats over a), the unary functions, sin, cos, scale, clamp and leaky_relu
-(their C expressions: generated.py's BINARY and UNARY, which the chain kernels of the fusion pass use too).
+(their math: ops.cuh's functors, which the chain kernels of the fusion pass use too; the kernels: elementwise.cuh,
+instantiated per type by elementwise_<type>.cu and elementwise_unary_<type>.cu).
 
 dst has a's ne; every source may have any strides. Math runs in float, F16 is converted on load and store.
 Fast path (`_c_` kernels): when dst and the sources are contiguous, under 2^31 elements, and b's dims are one

@@ -1,7 +1,8 @@
 """The CUDA C sources without a GPU: every kernels/*.cu compiles with NVRTC for sm_80 and sm_90 (so a CUDA syntax error
-fails CI), each file's cubin holds the kernels the index says it defines, and the kernels the Python side launches are
-exactly the ones the .cu files define. Compiling needs cuda-python and NVRTC (nvidia-cuda-nvrtc), which install on a
-machine without a GPU; without them the compile test skips, except in CI (CI set), where it fails."""
+fails CI), each file's cubin holds the kernels the index says it defines, a generated chain kernel compiles, and the
+kernels the Python side launches are exactly the ones the .cu files define. Compiling needs cuda-python and NVRTC
+(cuda-bindings, nvidia-cuda-nvrtc), which install on a machine without a GPU; without them the compiling tests skip,
+except in CI (CI set), where they fail."""
 from __future__ import annotations
 
 import os

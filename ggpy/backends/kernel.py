@@ -13,7 +13,9 @@ from ..errors import UnsupportedOpError
 class Fused:
     """How an entry runs a pattern of ggpy/graph/fusion.py anchored at one of its ops as one kernel (see
     Kernel.fuses). `run` is the backend's payload: CPU run(bound, fusion) -> callable, CUDA run(backend, fusion)
-    -> steps; either returns None where the memory the plan gave does not allow it (the nodes then run one by one)."""
+    -> steps; either returns None where the memory the plan gave does not allow it (the nodes then run one by one).
+    `rowwise`: the kernel reads each row of its sources before writing that row of its result, which may then lie
+    exactly over a source of its layout (the CPU backend's overlap rule)."""
 
     run: Callable
     takes: Callable = lambda node, impl: True     # whether the anchor node, run by `impl`, takes the pattern
@@ -21,8 +23,7 @@ class Fused:
     act: bool = False           # epilogues: the activation after the bias rides along (else it stays a node)
     cast: bool = False          # a cast of the head's F32 result may come before the bias (or end the attention)
     residual: bool = False      # epilogues of a GEMM: a residual add after the bias
-    rowwise: bool = False       # each row of the sources is read before that row of the result is written: the
-    #                             result may lie exactly over a source of its layout (the CPU's overlap rule)
+    rowwise: bool = False
 
 
 @dataclass

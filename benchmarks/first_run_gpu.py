@@ -50,7 +50,7 @@ def main():
     env = dict(os.environ, GGPY_CUDA_CACHE=str(work / "cuda"), NUMBA_CACHE_DIR=str(work / "numba"),
                PYTHONUNBUFFERED="1")
     rows = []
-    for name, cmd, marker in (("encode -b cuda", sam, " embedding ("), ("llama -b cuda -n 8", llama, "n_prompt=")):
+    for name, cmd, marker in (("encode -b cuda", sam, "embedding ("), ("llama -b cuda -n 8", llama, "n_prompt=")):
         for cache in ("cuda", "numba"):
             shutil.rmtree(work / cache, ignore_errors=True)
         for state in ("cold", "warm"):

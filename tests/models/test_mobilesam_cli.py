@@ -26,8 +26,10 @@ def random_gguf(tmp_path_factory):
 
 
 def test_encode_writes_embedding_and_bench_line(random_gguf, tmp_path):
+    """Also: the CUDA flags --tf32 and --no-cuda-graphs are accepted and ignored on -b cpu."""
     out = tmp_path / "emb.npy"
-    r = cli("encode", "-m", str(random_gguf), "-o", str(out), "-t", "2", "--bench", "2")
+    r = cli("encode", "-m", str(random_gguf), "-o", str(out), "-t", "2", "--bench", "2", "-b", "cpu", "--tf32",
+            "--no-cuda-graphs")
     assert r.returncode == 0, r.stderr
     emb = np.load(out)
     assert emb.shape == (1, 256, 64, 64) and emb.dtype == np.float32 and np.isfinite(emb).all()
@@ -36,6 +38,20 @@ def test_encode_writes_embedding_and_bench_line(random_gguf, tmp_path):
     last = r.stdout.strip().splitlines()[-1]
     m = re.fullmatch(r"median_ms=([0-9.]+) min_ms=([0-9.]+) runs=2", last)
     assert m and float(m.group(2)) <= float(m.group(1))
+
+
+def test_backend_options_go_to_cuda_names_only():
+    """The encoder makes its backend by name with TF32 and CUDA graphs only for CUDA names (make_backend refuses
+    options a backend does not take)."""
+    from ggpy.errors import OptionError
+    from ggpy.backends import make_backend
+    from ggpy.models.mobilesam.runner import backend_options
+    assert backend_options("cpu", True, False) == {}
+    for name in ("cuda", "cuda:1"):
+        assert backend_options(name, True, False) == {"allow_tf32": True, "graphs": False}
+        assert backend_options(name, False, True) == {"allow_tf32": False, "graphs": True}
+    with pytest.raises(OptionError):
+        make_backend("cpu", 2, **backend_options("cuda", True, False))
 
 
 def test_encode_refuses_bad_inputs(random_gguf, tmp_path):

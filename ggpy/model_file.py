@@ -6,6 +6,7 @@ GGUF records ggml's ne, and its data is the C-order array of the reversed shape.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -77,8 +78,8 @@ def bounded_reader(path: str):
 
 
 def open_gguf(path: str):
-    """The bounded reader of the GGUF at `path`; ModelFileError when it is missing, not a GGUF, or cut off or corrupt
-    in its header, metadata or tensor table."""
+    """The bounded reader of the GGUF at `path`, its data region checked (check_layout); ModelFileError when it is
+    missing, not a GGUF, or cut off or corrupt in its header, metadata, tensor table or data region."""
     if not os.path.isfile(path):
         raise ModelFileError(f"model file {path} does not exist")
     with open(path, "rb") as f:
@@ -86,12 +87,41 @@ def open_gguf(path: str):
     if magic != b"GGUF":
         raise ModelFileError(f"{path} is not a GGUF file: it starts with {magic!r}, expected the magic b'GGUF'")
     try:
-        return bounded_reader(path)
+        reader = bounded_reader(path)
     except TensorTypeError as e:
         raise ModelFileError(f"{path}: {e}") from None
     except Exception as e:  # noqa: BLE001 - the reader fails with ValueError/IndexError/... on cut-off or corrupt files
         raise ModelFileError(f"{path} is a truncated or corrupt GGUF file ({os.path.getsize(path)} bytes; "
                              f"the gguf reader says {type(e).__name__}: {e})") from None
+    check_layout(path, reader)
+    return reader
+
+
+def check_layout(path: str, reader) -> None:
+    """ggml's layout of the data region, checked: the first tensor starts where the region does, tensor i at the end
+    of tensor i-1 padded to the file's alignment, and the file ends where the last tensor does (padded or not).
+    ModelFileError names the file and the tensor: a wrong tensor count, a corrupt type, shape or offset, trailing
+    bytes that are no tensor's, or a cut-off file."""
+    align, file_size = int(reader.alignment), len(reader.data)
+    expected, end, before = int(reader.data_offset), 0, "the tensor-info table"
+    for rt in reader.tensors:
+        ne = tuple(int(n) for n in rt.shape)
+        if math.prod(ne) != int(rt.n_elements):
+            raise ModelFileError(f"{path}: tensor '{rt.name}' has ne={ne}, more elements than any file holds")
+        start = int(rt.data_offset)
+        if start != expected:
+            raise ModelFileError(f"{path}: tensor '{rt.name}' starts at byte {start}; expected {expected}, the end of "
+                                 f"{before} (padded to {align}): a tensor's type, shape or offset is corrupt")
+        end = start + int(rt.n_bytes)
+        if end > file_size:
+            raise ModelFileError(f"{path} is truncated: tensor '{rt.name}' needs bytes up to {end}, the file has "
+                                 f"{file_size}")
+        expected = start + -(-int(rt.n_bytes) // align) * align
+        before = f"'{rt.name}' ({rt.tensor_type.name}, {int(rt.n_bytes)} bytes)"
+    if not end <= file_size <= expected:
+        raise ModelFileError(f"{path}: its {len(reader.tensors)} tensors end at byte {expected} (padded to {align}), "
+                             f"but the file has {file_size} bytes: {file_size - expected} bytes are no tensor's (a "
+                             "wrong tensor count or a corrupt tensor table)")
 
 
 def _metadata(reader) -> dict:
@@ -106,7 +136,7 @@ def _check_architecture(path: str, metadata: dict, architecture: str | None):
         raise ModelFileError(f"{path} has general.architecture={found!r}, expected {architecture!r}")
 
 
-def _check_tensor(path: str, rt, file_size: int):
+def _check_tensor(path: str, rt):
     if int(rt.tensor_type) not in _TYPES:
         raise ModelFileError(f"tensor '{rt.name}' in {path} is of GGUF type {rt.tensor_type.name}; ggpy loads "
                              f"{', '.join(t.name.upper() for t in _TYPES.values())}")
@@ -114,10 +144,6 @@ def _check_tensor(path: str, rt, file_size: int):
     if len(rt.shape) and int(rt.shape[0]) % block:
         raise ModelFileError(f"tensor '{rt.name}' in {path} has ne={tuple(int(n) for n in rt.shape)}: ne[0] must be a "
                              f"multiple of its type {rt.tensor_type.name}'s block of {block}")
-    end = int(rt.data_offset) + int(rt.n_bytes)
-    if end > file_size:
-        raise ModelFileError(f"{path} is truncated: tensor '{rt.name}' needs bytes up to {end}, the file has "
-                             f"{file_size}")
     if len(rt.data.shape) > 4:
         raise ModelFileError(f"tensor '{rt.name}' in {path} has {len(rt.data.shape)} dimensions; ggpy tensors "
                              "have at most 4")
@@ -149,9 +175,8 @@ def load_gguf(path, backend, architecture: str | None = None, convert=None) -> M
     reader = open_gguf(path)
     metadata = _metadata(reader)
     _check_architecture(path, metadata, architecture)
-    file_size = os.path.getsize(path)
     for rt in reader.tensors:
-        _check_tensor(path, rt, file_size)
+        _check_tensor(path, rt)
     ctx = Context()
     tensors, arrays = {}, {}
     for rt in reader.tensors:

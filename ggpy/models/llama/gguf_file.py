@@ -1,8 +1,9 @@
 """Opening a llama-family GGUF and checking all of it before anything is loaded.
 
 The file is read with gguf.GGUFReader (memory-mapped), every read bounded by the file's end; then the
-hyper-parameters (hparams.py) and every tensor the architecture needs: its name, shape (ggml ne order), type,
-and place (ggml's rule: each tensor starts where the previous one ends, padded to the alignment). Any failure is
+hyper-parameters (hparams.py) and every tensor the architecture needs: its name, shape (ggml ne order) and type;
+their place (ggml's rule: each tensor starts where the previous one ends, padded to the alignment, and the file
+ends with the last) is checked as the file opens (ggpy.model_file.check_layout). Any failure is
 a ggpy.ModelFileError naming the file and what is wrong, never an exception of the reader or numpy.
 """
 from __future__ import annotations
@@ -73,23 +74,9 @@ def _check_tensor(path: str, rt, ne: tuple):
                              "expected F32")
 
 
-def _check_layout(path: str, reader, file_size: int):
-    """ggml's rule: tensor i starts at the padded end of tensor i-1 (catches a corrupt type, shape or offset)."""
-    expected, before = reader.data_offset, "the tensor data"
-    for rt in reader.tensors:
-        if rt.data_offset != expected:
-            raise ModelFileError(f"{path}: tensor '{rt.name}' starts at byte {rt.data_offset}; expected {expected}, "
-                                 f"the end of {before} (padded to {reader.alignment}): a tensor's type, shape or "
-                                 "offset is corrupt")
-        expected += -(-int(rt.n_bytes) // reader.alignment) * reader.alignment
-        before = f"'{rt.name}' ({rt.tensor_type.name}, {int(rt.n_bytes)} bytes)"
-        if rt.data_offset + int(rt.n_bytes) > file_size:
-            raise ModelFileError(f"{path} is truncated: tensor '{rt.name}' needs bytes up to "
-                                 f"{rt.data_offset + int(rt.n_bytes)}, the file has {file_size}")
-
-
 def check_tensors(path: str, reader, hp: HParams):
-    """Every required tensor present with its shape and a supported type, nothing unexpected, laid out in order."""
+    """Every required tensor present with its shape and a supported type, nothing unexpected (their layout was
+    checked when the file was opened: ggpy.model_file.check_layout)."""
     if hp.n_layer > len(reader.tensors):
         raise ModelFileError(f"{path}: {hp.arch}.block_count={hp.n_layer}, but the file holds only "
                              f"{len(reader.tensors)} tensors")
@@ -103,7 +90,6 @@ def check_tensors(path: str, reader, hp: HParams):
             _check_tensor(path, tensors[name], ne)
         elif required:
             raise ModelFileError(f"{path} has no tensor '{name}' (a {hp.arch} model of {hp.n_layer} blocks needs it)")
-    _check_layout(path, reader, os.path.getsize(path))
     return tensors
 
 

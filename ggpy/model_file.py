@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,13 +78,31 @@ def bounded_reader(path: str):
     return BoundedReader(path)
 
 
+def _check_regular(path: str):
+    """ModelFileError unless `path` is a regular file (followed through links), said without opening it: a FIFO
+    would block the open, a device (/dev/zero) never end."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise ModelFileError(f"model file {path} does not exist") from None
+    except OSError as e:
+        raise ModelFileError(f"model file {path} cannot be read: {e.strerror}") from None
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character "
+             "device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in kinds if test(mode)), "no regular file")
+        raise ModelFileError(f"model file {path} is {kind}; expected a regular GGUF file")
+
+
 def open_gguf(path: str):
     """The bounded reader of the GGUF at `path`, its data region checked (check_layout); ModelFileError when it is
     missing, not a GGUF, or cut off or corrupt in its header, metadata, tensor table or data region."""
-    if not os.path.isfile(path):
-        raise ModelFileError(f"model file {path} does not exist")
-    with open(path, "rb") as f:
-        magic = f.read(4)
+    _check_regular(path)
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise ModelFileError(f"model file {path} cannot be read: {e.strerror}") from None
     if magic != b"GGUF":
         raise ModelFileError(f"{path} is not a GGUF file: it starts with {magic!r}, expected the magic b'GGUF'")
     try:

@@ -1,7 +1,14 @@
 """Issue 33's llama side, a hostile user's inputs: every one ends in a run with finite logits or in one `error:` line
 (exit 2 for a bad argument, 1 for a bad file), never a traceback, a hang or a silent NaN. The CLI runs in-process
 (`cli.main(argv)`) on small files each test writes: a custom general.alignment, a data region that does not end
-where the tensors say."""
+where the tensors say, NaN weights, a non-UTF-8 prompt, a directory / device / FIFO as the model, -c above the
+training context, a prompt longer than the context."""
+import os
+import signal
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -98,3 +105,84 @@ def test_a_data_region_that_does_not_end_with_the_tensors_is_refused(tiny, tmp_p
     code, out, err = run_cli(capsys, "-m", path, "-p", "x", "-n", 1, "--temp", 0)
     assert code == 1
     one_error_line(err, str(path), *words)
+
+
+@contextmanager
+def deadline(seconds):
+    """Fail instead of hanging: SIGALRM raises after `seconds`."""
+    def alarm(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s (a hang)")
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _nan_weights(tiny, path):
+    reader, _ = read_gguf(tiny)
+    rt = next(t for t in reader.tensors if t.name == "output_norm.weight")
+    return patched(tiny, path, int(rt.data_offset), np.full(int(rt.n_elements), np.nan, np.float32).tobytes())
+
+
+@pytest.mark.parametrize("sampling", [["--temp", 0], ["--temp", 0.8, "--seed", 1]])
+def test_non_finite_logits_stop_the_run(tiny, tmp_path, capsys, sampling):
+    """NaN weights used to print all-NaN logits and exit 0 at --temp 0, and end in numpy's 'Probabilities contain
+    NaN' glued to the echoed text with sampling."""
+    path = _nan_weights(tiny, tmp_path / "nan.gguf")
+    code, out, err = run_cli(capsys, "-m", path, "-p", "the water", "-n", 3, "-t", 1, "-c", 32, *sampling)
+    assert code == 1
+    one_error_line(err, str(path), "logits after", "not finite")
+    assert out == "the water\n"         # the echoed prompt, its line ended: no token drawn
+
+
+def test_a_non_utf8_prompt_is_a_bad_argument(tiny, capsys):
+    """`-p $'caf\\xe9'` arrives as 'caf\\udce9' (surrogateescape): the tokenizer raised a TypeError traceback."""
+    for chat in ([], ["--chat"]):
+        code, out, err = run_cli(capsys, "-m", tiny, "-p", "caf\udce9", "-n", 1, *chat)
+        assert code == 2 and out == ""
+        one_error_line(err, "-p/--prompt", "byte 0xe9 at character 3 is not UTF-8")
+
+
+def test_a_non_utf8_prompt_from_argv_exits_2(tiny):
+    """The same through a real argv (bytes decoded by Python with surrogateescape)."""
+    r = subprocess.run([sys.executable, "-m", "ggpy.models.llama", "-m", str(tiny), "-p", b"caf\xe9", "-n", "1"],
+                       capture_output=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 2
+    one_error_line(r.stderr.decode(errors="replace"), "-p/--prompt", "0xe9")
+
+
+def test_a_model_that_is_no_regular_file_is_named_and_never_blocks(tmp_path, capsys):
+    """-m DIR, -m /dev/zero and -m FIFO said the file 'does not exist'; a FIFO must not block the open."""
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    cases = [(tmp_path, "is a directory"), (fifo, "is a FIFO"), (tmp_path / "none.gguf", "does not exist")]
+    if os.path.exists("/dev/zero"):
+        cases.append(("/dev/zero", "is a character device"))
+    with deadline(30):
+        for path, words in cases:
+            code, out, err = run_cli(capsys, "-m", path, "-p", "x")
+            assert code == 1, (path, err)
+            one_error_line(err, f"model file {path} {words}")
+
+
+def test_a_context_above_the_training_context_warns(tiny, capsys):
+    """-c above the model's context_length (256 here) was accepted silently; llama.cpp warns."""
+    code, out, err = run_cli(capsys, "-m", tiny, "-p", "the water", "-n", 1, "--temp", 0, "-t", 1, "-c", 1000)
+    assert code == 0, err
+    warning = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert len(warning) == 1 and "-c 1000" in warning[0] and "256 tokens" in warning[0], err
+    code, out, err = run_cli(capsys, "-m", tiny, "-p", "the water", "-n", 1, "--temp", 0, "-t", 1, "-c", 256)
+    assert code == 0 and "warning" not in err, err
+
+
+def test_a_prompt_too_long_is_refused_before_the_model_is_built(tiny, capsys, monkeypatch):
+    """The token count is checked first: no weights, KV cache or graphs for a prompt that cannot fit."""
+    def build(*args, **kwargs):
+        raise AssertionError("make_model was called for a prompt that does not fit")
+    monkeypatch.setattr(cli, "make_model", build)
+    code, out, err = run_cli(capsys, "-m", tiny, "-p", "the people who call the water " * 4, "-n", 4, "-c", 16)
+    assert code == 1
+    one_error_line(err, "prompt tokens + 4 to generate exceed the context of 16 tokens")

@@ -23,7 +23,7 @@ import ggpy
 
 from .chat import ChatTemplateError, render_chat
 from .fetch import FetchError, default_model
-from .generate import generate
+from .generate import NonFiniteLogitsError, generate
 from .gguf_file import open_llama
 from .runner import DEFAULT_BATCH, DEFAULT_CTX, GraphModel
 from .sampling import Sampler
@@ -49,12 +49,23 @@ def _probability(text):
     return p
 
 
+def _utf8(text):
+    """A command-line string that is UTF-8 text (argv bytes that are not arrive as surrogate escapes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        c = text[e.start]
+        what = f"byte 0x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else f"character {c!a}"
+        raise argparse.ArgumentTypeError(f"{what} at character {e.start} is not UTF-8; expected UTF-8 text") from None
+    return text
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ggpy-llama", description=__doc__.split(":")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-m", "--model", help="GGUF file of a llama or qwen2 model (default: SmolLM2-135M-Instruct "
                    "Q4_1, fetched once)")
-    p.add_argument("-p", "--prompt", required=True)
+    p.add_argument("-p", "--prompt", type=_utf8, required=True)
     p.add_argument("-n", "--n-predict", type=_at_least(0), default=64, metavar="N", help="tokens to generate (64)")
     p.add_argument("--temp", type=_at_least(0.0, float), default=0.8, help="temperature; 0 is greedy (0.8)")
     p.add_argument("--top-k", type=_at_least(0), default=40, metavar="K", help="keep the K likeliest; 0 all (40)")
@@ -77,7 +88,12 @@ def make_model(model, backend: str, n_threads: int, n_ctx: int = 0, n_batch: int
     """The object computing logits for `generate` (see generate.py for what it must provide): the ggpy graph of the
     model on `backend` ('cpu' or 'cuda') with `n_threads` CPU workers, a context of `n_ctx` tokens (0: the model's,
     at most DEFAULT_CTX), prompts read `n_batch` tokens at a time, and attention by flash_attn_ext or not."""
-    return GraphModel(model, backend, n_threads, n_ctx or None, n_batch, flash_attn)
+    return GraphModel(model, backend, n_threads, context_size(model.hparams, n_ctx), n_batch, flash_attn)
+
+
+def context_size(hp, n_ctx: int = 0) -> int:
+    """The context in tokens: `n_ctx`, or (0) the model's training context, at most DEFAULT_CTX."""
+    return n_ctx or min(hp.n_ctx_train, DEFAULT_CTX)
 
 
 def prompt_tokens(tokenizer: Tokenizer, prompt: str, chat: bool) -> list:
@@ -101,10 +117,14 @@ def run(args):
     hp = model.hparams
     print(f"{model.path}: {hp.arch}, {hp.n_layer} blocks, width {hp.n_embd}, {hp.n_head} query / {hp.n_head_kv} KV "
           f"heads, vocabulary {hp.n_vocab}; {len(tokens)} prompt tokens", file=sys.stderr)
-    lm = make_model(model, args.backend, args.threads, args.ctx_size, args.batch_size, args.flash_attn)
-    if len(tokens) + max(args.n_predict - 1, 0) > lm.n_ctx:
+    if args.ctx_size > hp.n_ctx_train:
+        print(f"warning: -c {args.ctx_size} is above the {hp.n_ctx_train} tokens the model was trained on "
+              f"({hp.arch}.context_length); text past them may degrade", file=sys.stderr)
+    n_ctx = context_size(hp, args.ctx_size)
+    if len(tokens) + max(args.n_predict - 1, 0) > n_ctx:      # refused before weights, KV cache and graphs are made
         raise ValueError(f"{len(tokens)} prompt tokens + {args.n_predict} to generate exceed the context of "
-                         f"{lm.n_ctx} tokens")
+                         f"{n_ctx} tokens")
+    lm = make_model(model, args.backend, args.threads, n_ctx, args.batch_size, args.flash_attn)
     stream = tokenizer.stream()
     if not args.chat:
         print(args.prompt, end="", flush=True)
@@ -113,7 +133,12 @@ def run(args):
         print(stream.push(token), end="", flush=True)
 
     sampler = Sampler(args.temp, args.top_k, args.top_p, args.seed)
-    out = generate(lm, tokens, args.n_predict, sampler, tokenizer.eog_ids, show, keep_logits=bool(args.logits))
+    try:
+        out = generate(lm, tokens, args.n_predict, sampler, tokenizer.eog_ids, show, keep_logits=bool(args.logits))
+    except NonFiniteLogitsError as e:
+        print(flush=True)                   # ends the echoed text's line: the error gets a line of its own
+        raise ggpy.ModelFileError(f"{model.path}: {e}: its weights are corrupt or overflow on -b {args.backend}") \
+            from None
     print(stream.flush())
     if args.logits:
         np.save(args.logits, out.logits)

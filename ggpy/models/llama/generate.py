@@ -12,6 +12,19 @@ from dataclasses import dataclass
 import numpy as np
 
 
+class NonFiniteLogitsError(ValueError):
+    """The model computed NaN or infinite logits (corrupt weights, or values overflowing)."""
+
+
+def _finite(logits, n_read: int):
+    """`logits` (of the tokens up to `n_read`) when all are finite; else NonFiniteLogitsError saying how many are not."""
+    bad = ~np.isfinite(np.asarray(logits))
+    if bad.any():
+        raise NonFiniteLogitsError(f"the logits after {n_read} tokens are not finite ({int(bad.sum())} of {bad.size} "
+                                   f"are NaN or infinite)")
+    return logits
+
+
 @dataclass
 class Generation:
     """What `generate` made: the new token ids, the logits of every position (when kept) and the times."""
@@ -31,9 +44,10 @@ def generate(model, prompt: list, n_predict: int, sampler, stop_ids=frozenset(),
              keep_logits: bool = False) -> Generation:
     """Read `prompt`, then sample up to `n_predict` tokens, each fed back, stopping after a token in `stop_ids`.
     `on_token(id)` is called as each one is chosen. The last token chosen is not evaluated (nothing needs its
-    logits), so the kept logits have one row per token read."""
+    logits), so the kept logits have one row per token read. Logits that are not all finite stop it with
+    NonFiniteLogitsError (no token is drawn from NaN)."""
     t0 = time.perf_counter()
-    logits = model.eval(list(prompt), all_logits=keep_logits)
+    logits = _finite(model.eval(list(prompt), all_logits=keep_logits), len(prompt))
     t1 = time.perf_counter()
     kept = [np.asarray(logits, dtype=np.float32)] if keep_logits else []
     tokens = []
@@ -44,7 +58,7 @@ def generate(model, prompt: list, n_predict: int, sampler, stop_ids=frozenset(),
             on_token(token)
         if token in stop_ids or i == n_predict - 1:
             break
-        logits = model.eval([token])
+        logits = _finite(model.eval([token]), len(prompt) + len(tokens))
         if keep_logits:
             kept.append(np.asarray(logits, dtype=np.float32))
     t2 = time.perf_counter()

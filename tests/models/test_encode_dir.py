@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ggpy.models.mobilesam.cli import main
-from ggpy.models.mobilesam.jobs.encode_dir import MANIFEST, Manifest
+from ggpy.models.mobilesam.jobs.encode_dir import LOCK, MANIFEST, Manifest
 from ggpy.models.mobilesam.preprocess import load_image
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,7 +125,7 @@ def test_killed_ray_job_rerun_encodes_every_image_once(tmp_path, model, referenc
         bad = [r for r in rows if r["image"] == name]
         assert len(bad) == 1 and bad[0]["status"] == "unreadable" and "cannot read" in bad[0]["error"], rows
     written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert written == sorted([MANIFEST] + [n + ".npy" for n in READABLE])       # no temporary left
+    assert written == sorted([MANIFEST, LOCK] + [n + ".npy" for n in READABLE])       # no temporary left
 
     check_embeddings(out, references)
 

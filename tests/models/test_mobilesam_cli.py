@@ -92,10 +92,10 @@ def test_encode_several_images_in_batches(random_gguf, tmp_path):
     alone = tmp_path / "alone.npy"
     r = cli("encode", "-m", str(random_gguf), "-i", str(single), "-o", str(alone), "-t", "2", "--dtype", "f16")
     assert r.returncode == 0, r.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["im0.npy", "im1.npy", "single.npy"]
-    got, ref = np.load(out / "single.npy"), np.load(alone)
+    assert sorted(p.name for p in out.iterdir()) == ["im0.png.npy", "im1.png.npy", "single.png.npy"]
+    got, ref = np.load(out / "single.png.npy"), np.load(alone)
     assert got.shape == (1, 256, 64, 64) and np.abs(got - ref).max() <= 1e-2 * np.abs(ref).max()
-    for other in ("im0.npy", "im1.npy"):
+    for other in ("im0.png.npy", "im1.png.npy"):
         assert np.abs(np.load(out / other) - ref).max() > 0.1 * np.abs(ref).max()
 
 

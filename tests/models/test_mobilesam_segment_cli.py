@@ -186,6 +186,7 @@ class ThreeMasks:
 
 def test_segment_writes_the_mask_of_the_best_iou(image_path, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(cli_module, "Predictor", ThreeMasks)
+    monkeypatch.setattr(cli_module, "checked_model", lambda model, _: (model, {"mobilesam.image_size": 1024}))
     out, logits = tmp_path / "mask.png", tmp_path / "logits.npy"
     main(["segment", "-m", "unused.gguf", "-i", str(image_path), "-p", "5", "5", "-o", str(out), "--logits", str(logits)])
     assert iou_scores(capsys.readouterr().out) == ([0.2, 0.9, 0.5], 1)

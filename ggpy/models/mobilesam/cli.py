@@ -11,7 +11,9 @@
 
 `encode` takes one or more images (-i, repeatable; a directory means every image in it), in batches of --batch
 images per evaluation; with one image, or -o ending in .npy, it writes one float32 array (N, 256, 64, 64) in the
-order of the images, else one <image name>.npy per image into the directory -o. --dtype is the precision of the
+order of the images, else one <image file name>.npy per image (x.jpg -> x.jpg.npy, as encode-dir names them) into the
+directory -o (two images of the same file name are refused). Outputs are written under a temporary name and renamed.
+--dtype is the precision of the
 encoder's activations (its weights are converted to it at load).
 
 Without -m, `encode` and `segment` use seeded random weights in the official architecture (converted once
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -38,9 +41,11 @@ import ggpy
 from . import everything, render
 from .convert import FILE_TYPES, convert
 from .jobs import encode_dir
-from .options import SAMPLE_IMAGE, add_dtype_argument, model_or_random, note_cpu_half, positive
+from .jobs.batch import save_atomic
+from .options import (IMAGE_OUTPUT, SAMPLE_IMAGE, UsageError, add_dtype_argument, check_output, checked_model,
+                      non_negative, note_cpu_half, positive)
 from .predictor import Predictor, PromptError, best_mask_index, sparse_prompt
-from .preprocess import IMAGE_SUFFIXES, load_image
+from .preprocess import IMAGE_SUFFIXES, check_image_file, load_image
 from .runner import ImageEncoder, flops_per_image
 
 
@@ -68,17 +73,37 @@ def image_paths(inputs) -> list:
     return paths
 
 
+def check_embedding_outputs(output: str, paths):
+    """UsageError unless `output` can take the embeddings: a writable .npy file name, or a directory (not a file)
+    where no two images get the same <file name>.npy."""
+    if output.lower().endswith(".npy"):
+        check_output("-o", output, (".npy",))
+        return
+    out = Path(output)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"-o {output} is a file without the .npy suffix; expected a .npy file name or a directory")
+    if out.is_dir() and not os.access(out, os.W_OK):
+        raise UsageError(f"-o {output} cannot be written (permission denied)")
+    first = {}
+    for p in paths:
+        other = first.setdefault(p.name, p)
+        if other != p:
+            raise UsageError(f"-i {other} and -i {p} would both be written to {out / (p.name + '.npy')}; expected "
+                             "images of distinct file names with -o DIR (or -o FILE.npy for one array)")
+
+
 def save_embeddings(output: str, paths, embeddings):
-    """One array (N, 256, E, E) when there is one image or `output` ends in .npy, else <stem>.npy per image."""
-    if len(paths) == 1 or output.endswith(".npy"):
-        np.save(output, embeddings)
+    """One array (N, 256, E, E) when `output` ends in .npy, else <file name>.npy per image in the directory
+    `output`; each written atomically (temporary name, then renamed)."""
+    if output.lower().endswith(".npy"):
+        save_atomic(Path(output), embeddings)
         print(f"embedding{'s' * (len(paths) > 1)} {embeddings.shape} float32 -> {output}")
         return
     out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
     for path, e in zip(paths, embeddings):
-        np.save(out / f"{path.stem}.npy", e[None])
-    print(f"{len(paths)} embeddings (1, {', '.join(map(str, embeddings.shape[1:]))}) float32 -> {out}/<image>.npy")
+        save_atomic(out / f"{path.name}.npy", e[None])
+    print(f"{len(paths)} embedding{'s' * (len(paths) > 1)} (1, {', '.join(map(str, embeddings.shape[1:]))}) float32 "
+          f"-> {out}/<image file name>.npy")
 
 
 def encode_all(enc, paths) -> np.ndarray:
@@ -87,7 +112,7 @@ def encode_all(enc, paths) -> np.ndarray:
     for start in range(0, len(paths), enc.batch):
         chunk = paths[start:start + enc.batch]
         t0 = time.perf_counter()
-        images = [load_image(p) for p in chunk]
+        images = [load_image(p, enc.hp.image_size) for p in chunk]
         out.append(enc.encode_many(images))
         sizes = ", ".join(f"{p.name} ({im.shape[1]}x{im.shape[0]})" for p, im in zip(chunk, images))
         print(f"[{start + len(chunk)}/{len(paths)}] {sizes}: {(time.perf_counter() - t0) * 1e3:.0f} ms"
@@ -96,9 +121,12 @@ def encode_all(enc, paths) -> np.ndarray:
 
 
 def cmd_encode(args):
-    note_cpu_half(args)
     paths = image_paths(args.image)
-    model = model_or_random(args.model, "the embedding is meaningless")
+    for path in paths:
+        check_image_file(path)
+    check_embedding_outputs(args.output, paths)
+    note_cpu_half(args)
+    model, _ = checked_model(args.model, "the embedding is meaningless")
     t0 = time.perf_counter()
     enc = ImageEncoder(model, backend=args.backend, n_threads=args.threads, tf32=args.tf32,
                        cuda_graphs=not args.no_cuda_graphs, dtype=args.dtype, batch=min(args.batch, len(paths)))
@@ -171,10 +199,15 @@ def cmd_segment(args):
     """Check the prompt, encode the image, predict twice (the second call times a prompt once everything is
     built and compiled), report and write the best mask."""
     coords, labels, box = prompt_arrays(args.point, args.label, args.box)
+    check_output("-o", args.output, IMAGE_OUTPUT)
+    if args.composite:
+        check_output("--composite", args.composite, IMAGE_OUTPUT)
+    if args.logits:
+        check_output("--logits", args.logits, (".npy",))
     note_cpu_half(args)
-    image = load_image(args.image)
+    model, metadata = checked_model(args.model, "the masks are meaningless")
+    image = load_image(args.image, metadata["mobilesam.image_size"])
     kinds = sparse_prompt(coords, labels, box, image.shape[:2], image.shape[:2])[1]  # checked before loading
-    model = model_or_random(args.model, "the masks are meaningless")
     t0 = time.perf_counter()
     predictor = Predictor(model, backend=args.backend, n_threads=args.threads, tf32=args.tf32,
                           cuda_graphs=not args.no_cuda_graphs, dtype=args.dtype)
@@ -212,7 +245,7 @@ def write_outputs(args, image, mask, logits, coords, labels, box):
         print(f"overlay -> {args.composite}")
     if args.logits:
         low_res = np.ascontiguousarray(logits[None], dtype=np.float32)
-        np.save(args.logits, low_res)
+        save_atomic(Path(args.logits), low_res)
         print(f"mask logits {low_res.shape} float32 -> {args.logits}")
 
 
@@ -234,7 +267,7 @@ def main(argv=None):
     p.add_argument("-t", "--threads", type=int, default=None)
     add_dtype_argument(p)
     p.add_argument("--batch", type=positive, default=1, metavar="N", help="images per evaluation (default 1)")
-    p.add_argument("--bench", type=int, default=0, metavar="N", help="time N evaluations after a warm-up")
+    p.add_argument("--bench", type=non_negative, default=0, metavar="N", help="time N evaluations after a warm-up")
     p.add_argument("--tf32", action="store_true", help="CUDA: let F32 matrix products round their inputs to TF32")
     p.add_argument("--no-cuda-graphs", action="store_true",
                    help="CUDA: launch every kernel from Python instead of replaying one captured CUDA graph")
@@ -245,7 +278,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         args.func(args)
-    except PromptError as e:                              # a bad prompt: a usage error, as argparse reports one
+    except (PromptError, UsageError) as e:                # a bad prompt or output: a usage error, as argparse reports
         sub.choices[args.command].error(str(e))
     except (ggpy.GGPYError, OSError, ValueError) as e:   # bad model file, image or path: a message, no traceback
         sys.exit(f"error: {e}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from . import render
-from .options import add_dtype_argument, model_or_random, note_cpu_half
+from .options import IMAGE_OUTPUT, add_dtype_argument, check_output, checked_model, note_cpu_half
 from .automatic import AutomaticMaskGenerator
 from .crops import crop_boxes
 from .mask_rle import coco_rle, rle_to_mask
@@ -79,13 +80,27 @@ def add_parser(sub):
 
 
 def _check_paths(args):
-    """Refuse (exit status 2) an image or model that does not exist and outputs whose folder does not."""
+    """Refuse (exit status 2) an image or model that does not exist and outputs that cannot be written (a directory,
+    a missing or read-only folder, an overlay Pillow cannot save by its suffix)."""
     for what, path in (("image", args.image), ("model", args.model)):
-        if path is not None and not Path(path).is_file():
+        if path is not None and not Path(path).exists():
             args.parser.error(f"{what} {path} does not exist")
-    for path in (args.output, args.overlay):
-        if path is not None and not Path(path).resolve().parent.is_dir():
-            args.parser.error(f"the folder of {path} does not exist")
+    check_output("-o", args.output)
+    if args.overlay:
+        check_output("--overlay", args.overlay, IMAGE_OUTPUT)
+
+
+LOTS_OF_POINTS = 16 * 32 * 32
+"""Prompt points above which `everything` warns (16x the default 32 x 32 grid with no crop layers)."""
+
+
+def warn_about_work(args):
+    """A warning on stderr when --points-per-side and --crop-n-layers ask for far more points than the default."""
+    points = args.points_per_side ** 2 * sum(4 ** layer for layer in range(args.crop_n_layers + 1))  # 4^l crops
+    if points > LOTS_OF_POINTS:
+        print(f"warning: --points-per-side {args.points_per_side} with --crop-n-layers {args.crop_n_layers} decodes "
+              f"{points:,} prompt points ({points / (32 * 32):,.0f}x the default 32 x 32 grid): this will take "
+              "that much longer", file=sys.stderr)
 
 
 def overlay(image: np.ndarray, masks: list, alpha: float = 0.45, seed: int = 0) -> np.ndarray:
@@ -108,9 +123,10 @@ def _batches(generator: AutomaticMaskGenerator, size) -> int:
 
 def cmd_everything(args):
     _check_paths(args)
+    warn_about_work(args)
     note_cpu_half(args)
-    image = load_image(args.image)
-    model = model_or_random(args.model, "the masks are meaningless")
+    model, metadata = checked_model(args.model, "the masks are meaningless")
+    image = load_image(args.image, metadata["mobilesam.image_size"])
     t0 = time.perf_counter()
     generator = AutomaticMaskGenerator(
         model, points_per_side=args.points_per_side, points_per_batch=args.points_per_batch,

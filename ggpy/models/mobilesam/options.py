@@ -3,7 +3,10 @@ or (without -m) the seeded random-weights model."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
+
+from PIL import Image
 
 from .random_weights import random_model
 from .runner import DTYPES
@@ -22,9 +25,54 @@ def positive(text: str) -> int:
     return value
 
 
+def non_negative(text: str) -> int:
+    """argparse type of --bench: a whole number >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+class UsageError(ValueError):
+    """A bad argument found after parsing (an output path that cannot be written): exit status 2, as argparse."""
+
+
+IMAGE_OUTPUT = "image"
+"""check_output's `suffixes` for a picture: any file name Pillow can save (.png, .jpg, ...)."""
+
+
+def check_output(option: str, path, suffixes=()):
+    """UsageError unless `path` can be written as the output `option`: a file name ending in one of `suffixes` (or,
+    IMAGE_OUTPUT, one Pillow saves), not a directory, in an existing folder this process may write into."""
+    p = Path(path)
+    if suffixes == IMAGE_OUTPUT:
+        saved = {ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.SAVE}
+        if p.suffix.lower() not in saved:
+            raise UsageError(f"{option} {path}: expected an image file name (.png, .jpg, ...)")
+    elif suffixes and p.suffix.lower() not in suffixes:
+        raise UsageError(f"{option} {path}: expected a file name ending in {' or '.join(suffixes)}")
+    if p.is_dir():
+        raise UsageError(f"{option} {path} is a directory; expected a file name")
+    folder = p.resolve().parent
+    if not folder.is_dir():
+        raise UsageError(f"{option}: the folder of {path} does not exist ({folder})")
+    if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UsageError(f"{option} {path} cannot be written (permission denied)")
+
+
 def add_dtype_argument(p):
     p.add_argument("--dtype", choices=tuple(DTYPES), default="f32",
                    help="precision of the encoder's activations (default f32; tf32: F32 with TF32 GEMMs on CUDA)")
+
+
+def checked_model(model, meaningless: str) -> tuple:
+    """(model_or_random's path, its metadata) once model_check has passed the file (before any tensor is loaded)."""
+    from .model_check import check_model
+    path = model_or_random(model, meaningless)
+    return path, check_model(path)
 
 
 def model_or_random(model, meaningless: str):

@@ -7,6 +7,8 @@ bottom and right).
 from __future__ import annotations
 
 import functools
+import os
+import stat
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -18,15 +20,53 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 """The file names taken as images where a directory is given (encode -i DIR, encode-dir)."""
 
 
-def load_image(path) -> np.ndarray:
-    """The image at `path` as uint8 RGB of shape (H, W, 3), EXIF orientation applied (as cv2.imread does)."""
+def load_image(path, long_side: int | None = None) -> np.ndarray:
+    """The image at `path` as uint8 RGB of shape (H, W, 3), EXIF orientation applied (as cv2.imread does); 16-bit
+    greyscale scaled to 8 bits (value >> 8, as OpenCV does). ValueError (naming the file) for a file that is not a
+    regular file (a FIFO would block the open), not an image, over Pillow's decompression-bomb limit, or (with
+    `long_side`) so thin that resizing its longest side to `long_side` leaves a side of 0 pixels."""
+    check_image_file(path)
     try:
         with Image.open(path) as im:
-            return np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"image {path} does not exist") from None
+            image = to_rgb(ImageOps.exif_transpose(im))
+    except Image.DecompressionBombError as e:
+        raise ValueError(f"image {path} is too large to decode ({e}); expected at most {Image.MAX_IMAGE_PIXELS} "
+                         "pixels") from None
     except (UnidentifiedImageError, OSError) as e:
         raise ValueError(f"cannot read {path} as an image ({e}); expected a JPEG, PNG or other Pillow format") from None
+    if long_side is not None and min(resized_shape(*image.shape[:2], long_side)) < 1:
+        new_h, new_w = resized_shape(*image.shape[:2], long_side)
+        raise ValueError(f"image {path} is {image.shape[1]}x{image.shape[0]}: resized to {long_side} pixels on its "
+                         f"longest side it would be {new_w}x{new_h}; expected sides at least 1 pixel after resizing")
+    return image
+
+
+def check_image_file(path):
+    """FileNotFoundError when `path` does not exist, ValueError when it is no regular file (opening a FIFO blocks)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"image {path} does not exist")
+    if not os.path.isfile(path):
+        raise ValueError(f"image {path} is {file_kind(path)}; expected an image file")
+
+
+def to_rgb(im: Image.Image) -> np.ndarray:
+    """uint8 (H, W, 3) of a Pillow image; 16- and 32-bit greyscale (modes I;16*, I) keep their top 8 of 16 bits
+    (Pillow's own conversion clips them at 255)."""
+    if im.mode == "I" or im.mode.startswith("I;16"):
+        grey = (np.clip(np.asarray(im).astype(np.int64), 0, 65535) >> 8).astype(np.uint8)
+        return np.repeat(grey[:, :, None], 3, axis=2)
+    return np.asarray(im.convert("RGB"))
+
+
+def file_kind(path) -> str:
+    """What a path that is no regular file is: 'a directory', 'a FIFO', 'a character device', ..."""
+    mode = os.stat(path).st_mode
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
 
 
 def resized_shape(h: int, w: int, long_side: int) -> tuple:

@@ -47,7 +47,7 @@ def read_image(item: dict, prep: dict) -> dict:
     t0 = time.perf_counter()
     out = dict(item, input=b"", height=0, width=0, status="", error="")
     try:
-        resized = resize_longest_side(load_image(item["path"]), prep["image_size"])
+        resized = resize_longest_side(load_image(item["path"], prep["image_size"]), prep["image_size"])
         out.update(input=resized.tobytes(), height=resized.shape[0], width=resized.shape[1])
     except ValueError as e:
         out.update(status="unreadable", error=str(e))

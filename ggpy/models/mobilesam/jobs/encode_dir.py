@@ -6,11 +6,14 @@
 Every image under IMAGES (recursively) gets EMBEDDINGS/<its relative path>.npy (float32 1x256x64x64, as `encode`
 writes it), written under a temporary name and renamed, and a row in EMBEDDINGS/manifest.jsonl: image, output,
 status (ok, unreadable or failed), error, seconds (reading, its share of the batch's evaluation, writing). A rerun
-skips the images whose .npy exists and those recorded unreadable (delete a row to retry its image), and does the
-rest. Exit status 0 when every readable image was encoded, else 1; a summary line ends the run.
+skips the images whose .npy exists (an array of the embedding's shape, by its header and size) and those recorded
+unreadable (delete a row to retry its image), and does the rest. Exit status 0 when every readable image was
+encoded, else 1; a summary line ends the run. One job per EMBEDDINGS at a time: a job holds EMBEDDINGS/.encode-dir.lock
+(an flock) while it runs, and a second one stops with an error.
 """
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import json
 import os
@@ -29,6 +32,7 @@ from .batch import BatchEncoder, JobError, output_name, per_call, read_image
 from .encode_dir_ray import stream_on_ray
 
 MANIFEST = "manifest.jsonl"
+LOCK = ".encode-dir.lock"
 STATUSES = ("ok", "unreadable", "failed")
 
 
@@ -99,9 +103,38 @@ def existing_outputs(out_dir: Path) -> set:
     return found
 
 
+def is_embedding(path: Path) -> bool:
+    """Whether `path` is a whole .npy of one embedding: float32 (1, 256, E, E) by its header, and exactly as long as
+    the header says (a 0-byte, garbage or cut-off file is not)."""
+    try:
+        with open(path, "rb") as f:
+            read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                           (2, 0): np.lib.format.read_array_header_2_0}[np.lib.format.read_magic(f)]
+            shape, fortran, dtype = read_header(f)
+            data_at = f.tell()
+    except (OSError, ValueError, SyntaxError, KeyError):
+        return False
+    return (dtype == np.float32 and not fortran and len(shape) == 4 and shape[:2] == (1, 256) and shape[2] == shape[3]
+            and os.path.getsize(path) == data_at + 4 * int(np.prod(shape)))
+
+
+def lock_output(out_dir: Path) -> int:
+    """An exclusive flock on out_dir/LOCK (released when the process ends); ValueError naming the lock when another
+    job holds it."""
+    fd = os.open(out_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ValueError(f"another encode-dir job is writing to {out_dir} (it holds {out_dir / LOCK}); expected one "
+                         "job per EMBEDDINGS at a time: wait for it, or choose another -o") from None
+    return fd
+
+
 def plan_job(images_dir: Path, out_dir: Path) -> tuple:
-    """(manifest, images to do, {status: images skipped}): the images encoded (their .npy exists; recorded when a
-    killed job wrote the .npy but not its row) and those recorded unreadable are skipped."""
+    """(lock, manifest, images to do, {status: images skipped}): the images encoded (their .npy is an embedding;
+    recorded when a killed job wrote the .npy but not its row) and those recorded unreadable are skipped; lock: the
+    descriptor of lock_output's lock, for the caller to close when the job ends."""
     if not images_dir.is_dir():
         raise ValueError(f"IMAGES {images_dir} is not a directory; expected a directory of images")
     if out_dir.exists() and not out_dir.is_dir():
@@ -110,12 +143,17 @@ def plan_job(images_dir: Path, out_dir: Path) -> tuple:
     if not images:
         raise ValueError(f"{images_dir} holds no image (expected files ending in {', '.join(IMAGE_SUFFIXES)})")
     out_dir.mkdir(parents=True, exist_ok=True)
-    outputs = existing_outputs(out_dir)
-    manifest = Manifest(out_dir / MANIFEST)
-    done = {im for im in images if output_name(im) in outputs}
+    lock = lock_output(out_dir)                # before anything is read or deleted there
+    try:
+        outputs = existing_outputs(out_dir)
+        manifest = Manifest(out_dir / MANIFEST)
+    except BaseException:
+        os.close(lock)
+        raise
+    done = {im for im in images if output_name(im) in outputs and is_embedding(out_dir / output_name(im))}
     manifest.append([row(im, "ok") for im in sorted(done) if manifest.rows.get(im, {}).get("status") != "ok"])
     bad = {im for im in images if manifest.rows.get(im, {}).get("status") == "unreadable"} - done
-    return manifest, [im for im in images if im not in done | bad], {"ok": len(done), "unreadable": len(bad)}
+    return lock, manifest, [im for im in images if im not in done | bad], {"ok": len(done), "unreadable": len(bad)}
 
 
 def to_columns(items: list) -> dict:
@@ -144,20 +182,23 @@ def _read_and_encode(encoder: BatchEncoder, items: list, prep: dict, readers: in
 
 def input_params(model: str) -> dict:
     """The pre-processing of the model's encoder (image_size, pixel_mean, pixel_std) from its metadata; checks the
-    file before any encoder loads it."""
-    from ggpy.model_file import open_gguf
-    fields = open_gguf(model).fields
-    names = ("image_size", "pixel_mean", "pixel_std")
-    missing = [n for n in names if f"mobilesam.{n}" not in fields]
-    if missing:
-        raise ValueError(f"{model} has no mobilesam.{', mobilesam.'.join(missing)}: expected a GGUF made by `convert`")
-    return {n: fields[f"mobilesam.{n}"].contents() for n in names}
+    file (model_check) before any encoder loads it."""
+    from ..model_check import check_model
+    metadata = check_model(model)
+    return {n: metadata[f"mobilesam.{n}"] for n in ("image_size", "pixel_mean", "pixel_std")}
 
 
 def run(args) -> int:
     """The job: plan, stream batches (in-process or on Ray), record every row, print the summary; exit status."""
     images_dir, out_dir = Path(args.images).resolve(), Path(args.output).resolve()
-    manifest, todo, before = plan_job(images_dir, out_dir)
+    lock, manifest, todo, before = plan_job(images_dir, out_dir)
+    try:
+        return _run_planned(args, images_dir, out_dir, manifest, todo, before)
+    finally:
+        os.close(lock)
+
+
+def _run_planned(args, images_dir: Path, out_dir: Path, manifest: Manifest, todo: list, before: dict) -> int:
     counts = dict.fromkeys(STATUSES, 0)
     t0 = time.perf_counter()
     if todo:                                  # else nothing to load or start

@@ -336,3 +336,26 @@ def test_a_second_encode_dir_job_on_the_same_embeddings_stops_naming_the_lock(tm
         os.close(fd)
     assert code == 1 and f"another encode-dir job is writing to {out} (it holds {out / LOCK})" in error_line(err)
     assert not (out / "a.png.npy").exists()
+
+
+# -- no silent NaN -----------------------------------------------------------------------------------
+def test_weights_that_compute_nan_end_in_an_error_not_an_embedding(tmp_path, capsys, model):
+    reader = gguf.GGUFReader(model)
+    bias = next(rt for rt in reader.tensors if rt.name == "image_encoder.neck.3.bias")
+    blob = bytearray(Path(model).read_bytes())
+    blob[int(bias.data_offset):int(bias.data_offset) + 4] = np.float32(np.nan).tobytes()
+    (tmp_path / "nan.gguf").write_bytes(bytes(blob))
+    code, err = run(capsys, "encode", "-m", tmp_path / "nan.gguf", "-i", png(tmp_path / "i.png"), "-o",
+                    tmp_path / "e.npy", "-t", "2")
+    line = error_line(err)
+    assert code == 1 and "is not finite" in line and "nan.gguf" in line and not (tmp_path / "e.npy").exists()
+
+
+def test_segment_refuses_nan_scores(tmp_path, capsys, monkeypatch):
+    from test_mobilesam_segment_cli import ThreeMasks
+    monkeypatch.setattr(ThreeMasks, "IOU", np.array([0.2, np.nan, 0.5], np.float32))
+    monkeypatch.setattr(cli_module, "Predictor", ThreeMasks)
+    monkeypatch.setattr(cli_module, "checked_model", lambda model, _: (model, {"mobilesam.image_size": 1024}))
+    code, err = run(capsys, "segment", "-i", png(tmp_path / "i.png", 120, 160), "-p", "5", "5",
+                    "-o", tmp_path / "m.png")
+    assert code == 1 and "the IoU scores computed with" in error_line(err) and not (tmp_path / "m.png").exists()

@@ -42,8 +42,8 @@ from . import everything, render
 from .convert import FILE_TYPES, convert
 from .jobs import encode_dir
 from .jobs.batch import save_atomic
-from .options import (IMAGE_OUTPUT, SAMPLE_IMAGE, UsageError, add_dtype_argument, check_output, checked_model,
-                      non_negative, note_cpu_half, positive)
+from .options import (IMAGE_OUTPUT, SAMPLE_IMAGE, UsageError, add_dtype_argument, check_finite, check_output,
+                      checked_model, non_negative, note_cpu_half, positive)
 from .predictor import Predictor, PromptError, best_mask_index, sparse_prompt
 from .preprocess import IMAGE_SUFFIXES, check_image_file, load_image
 from .runner import ImageEncoder, flops_per_image
@@ -113,7 +113,7 @@ def encode_all(enc, paths) -> np.ndarray:
         chunk = paths[start:start + enc.batch]
         t0 = time.perf_counter()
         images = [load_image(p, enc.hp.image_size) for p in chunk]
-        out.append(enc.encode_many(images))
+        out.append(check_finite(enc.encode_many(images), enc.model.path, f"the embedding of {chunk[0]}"))
         sizes = ", ".join(f"{p.name} ({im.shape[1]}x{im.shape[0]})" for p, im in zip(chunk, images))
         print(f"[{start + len(chunk)}/{len(paths)}] {sizes}: {(time.perf_counter() - t0) * 1e3:.0f} ms"
               + (" (first evaluation: includes compiling kernels not yet cached)" if start == 0 else ""))
@@ -231,6 +231,8 @@ def cmd_segment(args):
     t = predictor.last_timings
     print(f"decode {t['decode'] * 1e3:.1f} ms per prompt (prompt encoder + mask decoder), post-processing "
           f"{t['postprocess'] * 1e3:.1f} ms (a second prediction, reusing the embedding and the planned graph)")
+    check_finite(scores, model, "the IoU scores")
+    check_finite(logits, model, "the mask logits")
     best = best_mask_index(scores)
     print("IoU scores: " + " ".join(f"{v:.4f}" for v in scores) + f"; best: mask {best} (IoU {scores[best]:.4f})")
     write_outputs(args, image, masks[best], logits, coords, labels, box)

@@ -6,6 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
+import numpy as np
 from PIL import Image
 
 from .random_weights import random_model
@@ -61,6 +62,15 @@ def check_output(option: str, path, suffixes=()):
         raise UsageError(f"{option}: the folder of {path} does not exist ({folder})")
     if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise UsageError(f"{option} {path} cannot be written (permission denied)")
+
+
+def check_finite(array, model, what: str):
+    """`array`, or ValueError naming the model file when `array` (an embedding, scores) holds NaN or infinity: weights that
+    load but compute garbage, refused instead of written."""
+    if not np.isfinite(array).all():
+        raise ValueError(f"{what} computed with {model} is not finite ({int((~np.isfinite(array)).sum())} NaN or "
+                         "infinite values): its weights are corrupt; expected a GGUF written by `ggpy-sam convert`")
+    return array
 
 
 def add_dtype_argument(p):

@@ -12,6 +12,7 @@ import numpy as np
 
 import ggpy
 
+from ..options import check_finite
 from ..preprocess import load_image, resize_longest_side
 from ..runner import ImageEncoder
 
@@ -107,7 +108,7 @@ class BatchEncoder:
         back from the device (arrays of their own: the next evaluation cannot change them)."""
         images = [np.frombuffer(batch["input"][i], np.uint8).reshape(int(batch["height"][i]), int(batch["width"][i]), 3)
                   for i in idx]
-        return self.encoder.encode_many(images)
+        return check_finite(self.encoder.encode_many(images), self.encoder.model.path, "the embedding")
 
     def _write(self, image: str, embedding: np.ndarray) -> tuple:
         """(status, error, seconds) of writing one embedding (1, 256, E, E)."""

@@ -27,7 +27,7 @@ _ZERO = np.float32(0.0)
 
 
 @scalar
-def _axpy(d, x, w):
+def axpy(d, x, w):
     """d += w * x over d.size elements (x of any element type)."""
     for i in range(d.size):
         d[i] += w * load(x[i])
@@ -64,9 +64,9 @@ def dw_whcn(d, a, b, s0, s1, p0, p1, d0, d1, ith, nth):
                 ix0 = x0 * s0 + kx * d0 - p0
                 wt = load(a[c, 0, ky, kx])
                 if s0 == 1:
-                    _axpy(drow[x0:x1], brow[ix0:ix0 + x1 - x0], wt)
+                    axpy(drow[x0:x1], brow[ix0:ix0 + x1 - x0], wt)
                 else:
-                    _axpy(drow[x0:x1], brow[ix0:ix0 + (x1 - x0 - 1) * s0 + 1:s0], wt)
+                    axpy(drow[x0:x1], brow[ix0:ix0 + (x1 - x0 - 1) * s0 + 1:s0], wt)
 
 
 @kernel

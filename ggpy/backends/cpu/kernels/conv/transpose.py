@@ -23,7 +23,7 @@ from ..common import block, kernel, launch, row_index, scalar
 from ..fp16 import load
 from ..convert import copy_transposed
 from .dense import aligned, then, widen, worker_panels
-from .depthwise import _axpy
+from .depthwise import axpy
 
 GEMM_MIN_CIN = 8
 """Input channels (the GEMM's depth) from which `gemm` is chosen."""
@@ -53,7 +53,7 @@ def direct_rows(d, a, b, stride, ith, nth):
             for ci in range(nci):
                 brow = b[n, ci, iy]
                 for kx in range(kw):
-                    _axpy(drow[kx:kx + stride * (w - 1) + 1:stride], brow, load(a[ci, co, ky, kx]))
+                    axpy(drow[kx:kx + stride * (w - 1) + 1:stride], brow, load(a[ci, co, ky, kx]))
 
 
 # -- gemm -----------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 (exit 2 for a bad argument, 1 for a bad file), never a traceback, a hang or a silent NaN. The CLI runs in-process
 (`cli.main(argv)`) on small files each test writes: a custom general.alignment, a data region that does not end
 where the tensors say, NaN weights, a non-UTF-8 prompt, a directory / device / FIFO as the model, -c above the
-training context, a prompt longer than the context."""
+training context, a prompt longer than the context, hostile chat templates."""
+import json
 import os
 import signal
 import subprocess
@@ -15,10 +16,11 @@ import pytest
 pytest.importorskip("tokenizers")          # the llama extra: pip install -e ".[llama]"
 pytest.importorskip("jinja2")
 
-from llama_tiny import write_tiny_llama
+from llama_tiny import CHAT_TEMPLATE, write_tiny_llama
 
 from ggpy import ModelFileError
 from ggpy.models.llama import cli
+from ggpy.models.llama.chat import ChatTemplateError, render_chat
 from ggpy.models.llama.gguf_file import open_llama, read_gguf
 
 
@@ -186,3 +188,68 @@ def test_a_prompt_too_long_is_refused_before_the_model_is_built(tiny, capsys, mo
     code, out, err = run_cli(capsys, "-m", tiny, "-p", "the people who call the water " * 4, "-n", 4, "-c", 16)
     assert code == 1
     one_error_line(err, "prompt tokens + 4 to generate exceed the context of 16 tokens")
+
+
+HOSTILE_TEMPLATES = [
+    ("{{ 1/0 }}", "ZeroDivisionError"),
+    ("{{ range(3)|tojson }}", "TypeError"),
+    ("{% macro f(x) %}{{ f(x) }}{% endmacro %}{{ f(1) }}", "RecursionError"),
+    ("{{ range(1000000)|length }}", "OverflowError: Range too big"),
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "ran past 3 s"),
+    ("{{ 'x' * 6000000000 }}", "str * int would make 6000000000 items"),
+    ("{{ ([1] * 10000000)|length }}", "list * int would make 10000000 items"),
+    ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "'~' would"),
+    ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}", "str + str"),
+    ("{% set ns = namespace(n=3) %}{% for i in range(40) %}{% set ns.n = ns.n * ns.n %}{% endfor %}", "int * int"),
+    ("{{ 10 ** (10 ** 10) }}", "int ** int would make an integer"),
+    ("{{ 'x'|center(6000000000) }}", "the filter center was given 6000000000"),
+    ("{{ 'x'.ljust(6000000000) }}", "the call of ljust was given 6000000000"),
+    ("{{ '{:>3000000000}'.format(1) }}", "width of a million or more"),
+    ("{{ '%3000000000d' % 1 }}", "width of a million or more"),
+    ("{{ (['x' * 4000000] * 1000)|join }}", "the filter join would make 4000000000 characters"),
+    ("{{ ''.join(['x' * 4000000] * 1000) }}", "the call of join would make 4000000000 characters"),
+    ("{{ 'ab'.replace('', 'x' * 4000000) }}", "the call of replace would make"),
+    ("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "the output passed"),
+    ("{{ messages.__class__.__mro__ }}", "SecurityError"),          # the sandbox's own refusal, as before
+]
+
+
+@pytest.mark.parametrize("template,words", HOSTILE_TEMPLATES, ids=[words for _, words in HOSTILE_TEMPLATES])
+def test_a_hostile_chat_template_fails_in_bounded_time_and_size(template, words):
+    """Exceptions other than jinja2's TemplateError leaked as tracebacks; nested range(100000) loops ran for minutes;
+    'x' * 6000000000 allocated 6 GB. Each is now a ChatTemplateError, within a few seconds (and no big allocation:
+    the sizes are refused before they are made)."""
+    with deadline(15), pytest.raises(ChatTemplateError) as e:
+        render_chat(template, [{"role": "user", "content": "hi"}])
+    assert str(e.value).startswith("the chat template failed: ") and words in str(e.value), str(e.value)
+
+
+REAL_TEMPLATES = [
+    CHAT_TEMPLATE,
+    "{{ bos_token }}{% for m in messages %}{% if loop.first and m['role'] != 'system' %}{{ '<|system|>\\nHelp.\\n' }}"
+    "{% endif %}{{ '<|' + m['role'] + '|>\\n' + m['content'] | trim + eos_token + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}",
+    "{% set ns = namespace(n=0, text='') %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+    "{% set ns.text = ns.text ~ m.content ~ ' ' %}{% endfor %}{{ ns.n }} {{ ns.text * 2 }}{{ messages | tojson }}"
+    "{{ '%-5s|' % 'ab' }}{{ '{:>4}'.format(7) }}{{ (messages|map(attribute='role')|join(', '))|upper }}"
+    "{{ 2 ** 10 }}{{ range(3)|list }}{{ 'x'|center(9) }}",
+]
+
+
+@pytest.mark.parametrize("template", REAL_TEMPLATES)
+def test_the_bounded_sandbox_renders_as_jinja2s(template):
+    """What real templates use renders as jinja2's own immutable sandbox renders it."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = lambda x: json.dumps(x, ensure_ascii=False)
+    messages = [{"role": "user", "content": "  café 🙂 "}, {"role": "assistant", "content": "ok"}]
+    expected = env.from_string(template).render(messages=messages, bos_token="<s>", eos_token="</s>",
+                                                 add_generation_prompt=True)
+    assert render_chat(template, messages, "<s>", "</s>") == expected
+
+
+def test_a_failing_chat_template_is_one_error_line(tmp_path, capsys):
+    path = write_tiny_llama(tmp_path / "t.gguf", metadata={"tokenizer.chat_template": "{{ 'x' * 6000000000 }}"})
+    code, out, err = run_cli(capsys, "-m", path, "-p", "hi", "--chat", "-n", 1)
+    assert code == 1
+    one_error_line(err, "error: the chat template failed: ", "6000000000", str(path))

@@ -111,7 +111,10 @@ def run(args):
     path = args.model or default_model()
     model = open_llama(path)
     tokenizer = Tokenizer(model.metadata, model.path, model.hparams.n_vocab)
-    tokens = prompt_tokens(tokenizer, args.prompt, args.chat)
+    try:
+        tokens = prompt_tokens(tokenizer, args.prompt, args.chat)
+    except ChatTemplateError as e:
+        raise ChatTemplateError(f"{e} (tokenizer.chat_template of {model.path})") from None
     if not tokens:
         raise ValueError("the prompt is empty once tokenized (and the model adds no BOS)")
     hp = model.hparams

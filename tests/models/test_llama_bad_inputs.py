@@ -253,3 +253,65 @@ def test_a_failing_chat_template_is_one_error_line(tmp_path, capsys):
     code, out, err = run_cli(capsys, "-m", path, "-p", "hi", "--chat", "-n", 1)
     assert code == 1
     one_error_line(err, "error: the chat template failed: ", "6000000000", str(path))
+
+
+def _corruptions(blob: bytes, reader, rng) -> list:
+    """(description, bytes) of a few hundred seeded corruptions of `blob`: truncations, byte flips in the header, the
+    metadata and the tensor table, bad general.alignment values, tensor and key counts, tensor offsets, extra bytes."""
+    ti_start, data_start = reader.tensors[0].field.offset, int(reader.data_offset)
+
+    def at(offset, data):
+        b = bytearray(blob)
+        b[offset:offset + len(data)] = data
+        return bytes(b)
+
+    def flips(lo, hi):
+        b = bytearray(blob)
+        for pos in rng.integers(lo, hi, rng.integers(1, 4)):
+            b[pos] ^= int(rng.integers(1, 256))
+        return bytes(b)
+
+    cases = [(f"cut at {n}", blob[:n]) for n in rng.integers(0, len(blob), 60)]
+    cases += [(f"header flip {i}", flips(0, 24)) for i in range(30)]
+    cases += [(f"metadata flip {i}", flips(24, ti_start)) for i in range(80)]
+    cases += [(f"tensor table flip {i}", flips(ti_start, data_start)) for i in range(80)]
+    align = reader.fields["general.alignment"].parts[-1].ctypes.data - reader.data.ctypes.data
+    cases += [(f"alignment {a}", at(align, np.uint32(a).tobytes())) for a in (0, 1, 3, 16, 31, 64, 1 << 31, 2**32 - 1)]
+    n, k = len(reader.tensors), len(reader.fields) - 3        # fields: GGUF.version, tensor_count, kv_count too
+    cases += [(f"tensor count {c}", at(8, np.uint64(c).tobytes())) for c in (0, 1, n - 1, n + 1, 2**32, 2**64 - 1)]
+    cases += [(f"key count {c}", at(16, np.uint64(c).tobytes())) for c in (0, k - 1, k + 1, 2**40, 2**64 - 1)]
+    for i in rng.integers(0, n, 12):
+        rt = reader.tensors[i]
+        field = rt.field.parts[5].ctypes.data - reader.data.ctypes.data
+        delta = int(rng.choice([1, -1, 31, 32, -32, 2**40]))
+        cases.append((f"'{rt.name}' offset {delta:+}",
+                      at(field, np.uint64((int(rt.field.parts[5][0]) + delta) % 2**64).tobytes())))
+    cases += [(f"{m} extra bytes", blob + rng.bytes(m)) for m in (1, 31, 32, 100)]
+    return cases
+
+
+def test_fuzz_corrupt_files_end_in_finite_logits_or_one_error_line(tmp_path, capsys):
+    """Every corruption, run through the CLI in-process, ends in a run with finite logits (exit 0) or one `error:`
+    line (exit 1, or 2), within a few seconds each; nothing else (a traceback fails the test with the case)."""
+    path = write_tiny_llama(tmp_path / "small.gguf", n_layer=1, n_embd=32, n_head=2, n_head_kv=1, n_ff=64, n_ctx=64,
+                            alignment=32)
+    reader, _ = read_gguf(path)
+    cases = _corruptions(path.read_bytes(), reader, np.random.default_rng(33))
+    assert len(cases) >= 250
+    bad, logits, outcomes = tmp_path / "bad.gguf", tmp_path / "logits.npy", {}
+    for what, blob in cases:
+        bad.write_bytes(blob)
+        logits.unlink(missing_ok=True)
+        try:
+            with deadline(20):
+                code, out, err = run_cli(capsys, "-m", bad, "-p", "the water", "-n", 2, "--temp", 0, "-t", 1,
+                                         "-c", 16, "--logits", logits)
+        except BaseException as e:      # noqa: BLE001 - any escape is the failure to report, with its case
+            pytest.fail(f"{what}: {type(e).__name__}: {e}")
+        if code == 0:
+            assert np.isfinite(np.load(logits)).all(), what
+        else:
+            assert code in (1, 2), (what, code, err)
+            one_error_line(err)
+        outcomes[code] = outcomes.get(code, 0) + 1
+    assert outcomes.get(1, 0) > len(cases) // 2, outcomes        # most corruptions are refused

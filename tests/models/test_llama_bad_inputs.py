@@ -2,7 +2,8 @@
 (exit 2 for a bad argument, 1 for a bad file), never a traceback, a hang or a silent NaN. The CLI runs in-process
 (`cli.main(argv)`) on small files each test writes: a custom general.alignment, a data region that does not end
 where the tensors say, NaN weights, a non-UTF-8 prompt, a directory / device / FIFO as the model, -c above the
-training context, a prompt longer than the context, hostile chat templates."""
+training context or beyond memory, a prompt longer than the context, hostile chat templates; and a fuzz test of a
+few hundred corruptions of a small file."""
 import json
 import os
 import signal
@@ -188,6 +189,18 @@ def test_a_prompt_too_long_is_refused_before_the_model_is_built(tiny, capsys, mo
     code, out, err = run_cli(capsys, "-m", tiny, "-p", "the people who call the water " * 4, "-n", 4, "-c", 16)
     assert code == 1
     one_error_line(err, "prompt tokens + 4 to generate exceed the context of 16 tokens")
+
+
+def test_a_context_too_big_for_memory_is_a_bad_argument(tiny, capsys, monkeypatch):
+    """-c 10**7 on a machine of 1 GiB (stood in): its KV cache (5 GiB of F32) is refused before anything is
+    allocated, with exit 2 (it used to try, and fail or swap, after minutes)."""
+    def build(*args, **kwargs):
+        raise AssertionError("make_model was called for a context that does not fit")
+    monkeypatch.setattr(cli, "make_model", build)
+    monkeypatch.setattr(cli, "_memory_bytes", lambda: 2**30)
+    code, out, err = run_cli(capsys, "-m", tiny, "-p", "the water", "-n", 1, "-c", 10**7, "-fa")
+    assert code == 2
+    one_error_line(err, "-c/--ctx-size", "10000000 tokens needs 4.8 GiB", "1.0 GiB of memory")
 
 
 HOSTILE_TEMPLATES = [

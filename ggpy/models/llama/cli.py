@@ -91,6 +91,31 @@ def make_model(model, backend: str, n_threads: int, n_ctx: int = 0, n_batch: int
     return GraphModel(model, backend, n_threads, context_size(model.hparams, n_ctx), n_batch, flash_attn)
 
 
+class ArgumentError(ValueError):
+    """Arguments that cannot work with this model (exit status 2, as argparse's own errors)."""
+
+
+def _memory_bytes() -> int:
+    """This machine's physical memory (0 where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def check_context(hp, n_ctx: int, n_batch: int, flash_attn: bool):
+    """ArgumentError when the KV cache of `n_ctx` positions (F32 keys and values of every block) and, without flash
+    attention, a prompt chunk's F32 attention scores and mask over them would not fit this machine's memory: refused
+    before anything is allocated."""
+    need = 4 * n_ctx * hp.n_layer * hp.n_head_kv * (hp.head_dim + hp.head_dim_v)
+    if not flash_attn:
+        need += 4 * n_ctx * min(n_batch, n_ctx) * (hp.n_head + 1)
+    memory = _memory_bytes()
+    if memory and need > memory:
+        raise ArgumentError(f"argument -c/--ctx-size: a context of {n_ctx} tokens needs {need / 2**30:.1f} GiB for "
+                            f"its KV cache and attention, more than this machine's {memory / 2**30:.1f} GiB of memory")
+
+
 def context_size(hp, n_ctx: int = 0) -> int:
     """The context in tokens: `n_ctx`, or (0) the model's training context, at most DEFAULT_CTX."""
     return n_ctx or min(hp.n_ctx_train, DEFAULT_CTX)
@@ -124,6 +149,7 @@ def run(args):
         print(f"warning: -c {args.ctx_size} is above the {hp.n_ctx_train} tokens the model was trained on "
               f"({hp.arch}.context_length); text past them may degrade", file=sys.stderr)
     n_ctx = context_size(hp, args.ctx_size)
+    check_context(hp, n_ctx, args.batch_size, args.flash_attn)
     if len(tokens) + max(args.n_predict - 1, 0) > n_ctx:      # refused before weights, KV cache and graphs are made
         raise ValueError(f"{len(tokens)} prompt tokens + {args.n_predict} to generate exceed the context of "
                          f"{n_ctx} tokens")
@@ -159,6 +185,8 @@ def main(argv=None):
         p.error("-fa runs on the CPU backend only (flash_attn_ext has no CUDA kernel yet); drop -fa for -b cuda")
     try:
         run(args)
+    except ArgumentError as e:
+        p.error(str(e))
     except (ggpy.GGPYError, FetchError, ChatTemplateError, OSError, ValueError) as e:
         sys.exit(f"error: {e}")
 

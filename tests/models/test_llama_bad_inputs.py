@@ -2,8 +2,8 @@
 (exit 2 for a bad argument, 1 for a bad file), never a traceback, a hang or a silent NaN. The CLI runs in-process
 (`cli.main(argv)`) on small files each test writes: a custom general.alignment, a data region that does not end
 where the tensors say, NaN weights, a non-UTF-8 prompt, a directory / device / FIFO as the model, -c above the
-training context or beyond memory, a prompt longer than the context, hostile chat templates; and a fuzz test of a
-few hundred corruptions of a small file."""
+training context or beyond memory, a prompt longer than the context, a temperature near 0, too many threads,
+hostile chat templates; and a fuzz test of a few hundred corruptions of a small file."""
 import json
 import os
 import signal
@@ -23,6 +23,7 @@ from ggpy import ModelFileError
 from ggpy.models.llama import cli
 from ggpy.models.llama.chat import ChatTemplateError, render_chat
 from ggpy.models.llama.gguf_file import open_llama, read_gguf
+from ggpy.models.llama.sampling import Sampler
 
 
 @pytest.fixture(scope="module")
@@ -201,6 +202,22 @@ def test_a_context_too_big_for_memory_is_a_bad_argument(tiny, capsys, monkeypatc
     code, out, err = run_cli(capsys, "-m", tiny, "-p", "the water", "-n", 1, "-c", 10**7, "-fa")
     assert code == 2
     one_error_line(err, "-c/--ctx-size", "10000000 tokens needs 4.8 GiB", "1.0 GiB of memory")
+
+
+def test_extreme_sampling_and_thread_arguments(tiny, capsys):
+    """--temp 1e-320 divided the logits into inf and ended in numpy's 'Probabilities contain NaN'; now its limit,
+    the largest logit (as --temp 0), and --temp inf is uniform. -t 100000 reserved 2.5 GB of per-worker scratch:
+    refused as a bad argument."""
+    logits = np.random.default_rng(5).standard_normal(300).astype(np.float32)
+    tiny_temp = Sampler(temp=1e-320, top_k=0, top_p=1.0, seed=1)
+    assert [tiny_temp(logits) for _ in range(5)] == [int(np.argmax(logits))] * 5
+    ids, p = Sampler(temp=float("inf"), top_k=0, top_p=1.0).candidates(logits)
+    np.testing.assert_allclose(p, np.full(300, 1 / 300))
+    code, out, err = run_cli(capsys, "-m", tiny, "-p", "the water", "-n", 2, "-t", 1, "-c", 32, "--temp", 1e-320)
+    assert code == 0, err
+    code, out, err = run_cli(capsys, "-m", tiny, "-p", "x", "-t", 100000)
+    assert code == 2
+    one_error_line(err, "-t/--threads", "100000 is above 1024")
 
 
 HOSTILE_TEMPLATES = [

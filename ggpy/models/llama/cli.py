@@ -30,7 +30,10 @@ from .sampling import Sampler
 from .tokenizer import Tokenizer
 
 
-def _at_least(minimum, kind=int):
+MAX_THREADS = 1024      # more CPU workers than any machine runs, each with scratch memory of its own
+
+
+def _at_least(minimum, kind=int, maximum=None):
     def parse(text):
         try:
             value = kind(text)
@@ -38,6 +41,8 @@ def _at_least(minimum, kind=int):
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         if not value >= minimum:
             raise argparse.ArgumentTypeError(f"{text} is below {minimum}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{text} is above {maximum}")
         return value
     return parse
 
@@ -71,7 +76,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=_at_least(0), default=40, metavar="K", help="keep the K likeliest; 0 all (40)")
     p.add_argument("--top-p", type=_probability, default=0.95, metavar="P", help="nucleus mass; 1 all (0.95)")
     p.add_argument("--seed", type=_at_least(0), default=None, metavar="S", help="sampling seed (default: random)")
-    p.add_argument("-t", "--threads", type=_at_least(1), default=os.cpu_count(), metavar="THREADS")
+    p.add_argument("-t", "--threads", type=_at_least(1, int, MAX_THREADS), default=os.cpu_count(), metavar="THREADS",
+                   help=f"CPU workers, at most {MAX_THREADS} (the cores)")
     p.add_argument("-b", "--backend", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("-c", "--ctx-size", type=_at_least(0), default=0, metavar="N_CTX",
                    help=f"context size in tokens; 0: the model's, at most {DEFAULT_CTX} (0)")

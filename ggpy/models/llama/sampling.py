@@ -31,7 +31,11 @@ class Sampler:
         if self.top_p < 1:
             cum = np.cumsum(softmax(logits[ids]))
             ids = ids[:int(np.searchsorted(cum, self.top_p)) + 1]    # the first prefix reaching top_p
-        return ids, softmax(logits[ids] / self.temp)
+        with np.errstate(over="ignore"):
+            z = logits[ids] / self.temp
+        if not np.isfinite(z).all():        # a temperature so near 0 that z overflows: its limit, the largest logit
+            z = np.where(logits[ids] == logits[ids].max(), 0.0, -np.inf)
+        return ids, softmax(z)
 
     def __call__(self, logits) -> int:
         if self.temp <= 0:

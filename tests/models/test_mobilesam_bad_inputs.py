@@ -359,3 +359,20 @@ def test_segment_refuses_nan_scores(tmp_path, capsys, monkeypatch):
     code, err = run(capsys, "segment", "-i", png(tmp_path / "i.png", 120, 160), "-p", "5", "5",
                     "-o", tmp_path / "m.png")
     assert code == 1 and "the IoU scores computed with" in error_line(err) and not (tmp_path / "m.png").exists()
+
+
+def test_a_corrupt_metadata_array_count_is_refused_at_once(tmp_path, model):
+    """The gguf reader parses an array item by item: a count of 10 million that fits the file took minutes."""
+    import time
+    reader = gguf.GGUFReader(model)
+    field = reader.fields["mobilesam.embed_dims"]
+    count_at = int(field.offset) + sum(p.nbytes for p in field.parts[:4])          # key length, key, type, item type
+    blob = bytearray(Path(model).read_bytes())
+    assert int.from_bytes(blob[count_at:count_at + 8], "little") == 4
+    blob[count_at:count_at + 8] = (10_000_000).to_bytes(8, "little")
+    (tmp_path / "count.gguf").write_bytes(bytes(blob))
+    t0 = time.perf_counter()
+    with pytest.raises(ggpy.ModelFileError, match=r"count\.gguf: metadata 'mobilesam\.embed_dims' is an array of "
+                                                  r"10000000 items; expected at most 64"):
+        check_model(tmp_path / "count.gguf")
+    assert time.perf_counter() - t0 < 5

@@ -5,7 +5,9 @@ the types, lengths and values the encoder and decoder need, and the file holds e
 from __future__ import annotations
 
 import math
+import mmap
 import os
+import struct
 
 from ggpy import ModelFileError
 from ggpy.model_file import open_gguf
@@ -22,6 +24,11 @@ _OFFICIAL = {**TINYVIT_5M, "prompt_embed_dim": PROMPT_DIM, "mask_in_chans": MASK
              "iou_head_hidden_dim": DECODER["iou_head_hidden_dim"]}
 """The hyper-parameters `convert` writes: MobileSAM's (it refuses checkpoints of other shapes)."""
 _LARGEST_IMAGE = 4096
+_MOST_KEYS, _LONGEST_ARRAY = 256, 64
+"""Bounds far above what `convert` writes (26 keys, arrays of 3 or 4 items): the gguf reader parses metadata arrays
+and tensor entries one Python object at a time, so a corrupt count of millions would take minutes."""
+_VALUE_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}   # GGUF scalar types: bytes
+_STRING, _ARRAY = 8, 9
 
 
 def tensor_shapes() -> dict:
@@ -99,12 +106,55 @@ def check_tensors(path: str, reader):
                              "a GGUF written by `ggpy-sam convert`")
 
 
+def check_counts(path: str):
+    """ModelFileError when the header or the metadata section of the GGUF at `path` counts more tensors, keys or
+    array items than a MobileSAM file has, or runs past the end: read with struct, before the gguf reader would loop
+    over the counts. A file too short for a header or without the GGUF magic is left to open_gguf's messages."""
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF" or os.fstat(f.fileno()).st_size < 24:
+            return
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    with m:
+        def take(fmt: str, at: int) -> tuple:
+            if at + struct.calcsize(fmt) > len(m):
+                raise ModelFileError(f"{path} is truncated or corrupt: its metadata runs past the end ({len(m)} bytes)")
+            return struct.unpack_from(fmt, m, at)[0], at + struct.calcsize(fmt)
+
+        n_tensors, at = take("<Q", 8)
+        n_keys, at = take("<Q", at)
+        if n_tensors > len(tensor_shapes()) or n_keys > _MOST_KEYS:
+            raise ModelFileError(f"{path} counts {n_tensors} tensors and {n_keys} metadata keys; expected MobileSAM's "
+                                 f"{len(tensor_shapes())} tensors and at most {_MOST_KEYS} keys (a corrupt header?)")
+        for _ in range(n_keys):
+            length, at = take("<Q", at)
+            key, at = bytes(m[at:at + min(length, 80)]).decode(errors="replace"), at + length
+            kind, at = take("<I", at)
+            count = 1
+            if kind == _ARRAY:
+                kind, at = take("<I", at)
+                count, at = take("<Q", at)
+                if count > _LONGEST_ARRAY:
+                    raise ModelFileError(f"{path}: metadata {key!r} is an array of {count} items; expected at "
+                                         f"most {_LONGEST_ARRAY} in a MobileSAM file (a corrupt count?)")
+            for _ in range(count):
+                if kind == _STRING:
+                    length, at = take("<Q", at)
+                    at += length
+                elif kind in _VALUE_SIZES:
+                    at += _VALUE_SIZES[kind]
+                else:
+                    raise ModelFileError(f"{path}: metadata {key!r} has value type {kind}, which GGUF does not "
+                                         "define")
+
+
 def check_model(path) -> dict:
     """The metadata (key -> value) of the MobileSAM GGUF at `path` once its file, metadata and tensor table pass the
     checks above; ModelFileError otherwise (a directory, device or FIFO is named as such, not opened)."""
     path = os.fspath(path)
     if os.path.exists(path) and not os.path.isfile(path):
         raise ModelFileError(f"model file {path} is {file_kind(path)}; expected a GGUF file")
+    if os.path.isfile(path):
+        check_counts(path)
     reader = open_gguf(path)
     try:
         md = {name: f.contents() for name, f in reader.fields.items() if not name.startswith("GGUF.")}

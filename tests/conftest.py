@@ -1,8 +1,8 @@
 """Shared helpers of the allocator tests, and the tests' own numba cache.
 
-numba's disk cache does not see a change to a constant a kernel imports from another module, so a developer's
-cache can serve stale code: the tests compile into a cache of their own (~/.cache/ggpy/numba-tests-<hash>), keyed
-by the sources of the CPU kernels and the op table, and older ones are removed (set NUMBA_CACHE_DIR to override).
+The tests compile the CPU kernels into a numba cache of their own (GGPY_NUMBA_CACHE=~/.cache/ggpy/numba-tests), away
+from a developer's; the runtime keys the folder in it by the kernels' sources (ggpy/backends/cpu/numba_cache.py),
+and the folders of older keys are removed here (set GGPY_NUMBA_CACHE or NUMBA_CACHE_DIR to override).
 
 `verify_placement` re-derives, from the graph alone, when every tensor is live and checks the bytes the
 allocator actually gave each tensor and temp block (tensor.buffer/offset, node.temp) against it. It does
@@ -10,30 +10,25 @@ not use the planner's Block list or Plan.check_overlap, so it is an independent 
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import shutil
 from pathlib import Path
 
 
-def _test_numba_cache() -> str:
-    src = Path(__file__).resolve().parent.parent / "ggpy"
-    files = sorted((src / "backends" / "cpu").rglob("*.py")) + [src / "optable.py"]
-    digest = hashlib.sha1(b"".join(f.read_bytes() for f in files)).hexdigest()[:12]
-    root = Path.home() / ".cache" / "ggpy"
-    for old in root.glob("numba-tests-*"):
-        if old.name != f"numba-tests-{digest}":
-            shutil.rmtree(old, ignore_errors=True)
-    return str(root / f"numba-tests-{digest}")
-
-
-os.environ.setdefault("NUMBA_CACHE_DIR", _test_numba_cache())
+_TEST_NUMBA_CACHE = Path.home() / ".cache" / "ggpy" / "numba-tests"
+os.environ.setdefault("GGPY_NUMBA_CACHE", str(_TEST_NUMBA_CACHE))
 os.environ.setdefault("GGPY_AUTOTUNE_CACHE", str(Path.home() / ".cache" / "ggpy" / "autotune-tests"))
 
-import pytest  # noqa: E402 - numba reads NUMBA_CACHE_DIR when ggpy imports it
+import pytest  # noqa: E402 - the runtime reads GGPY_NUMBA_CACHE when ggpy imports its kernels
 
 import ggpy  # noqa: E402
+from ggpy.backends.cpu import numba_cache  # noqa: E402
+
+if Path(os.environ["GGPY_NUMBA_CACHE"]) == _TEST_NUMBA_CACHE and _TEST_NUMBA_CACHE.is_dir():
+    for _old in _TEST_NUMBA_CACHE.iterdir():       # the tests' own cache: other keys are stale sources' entries
+        if _old.name != numba_cache.key():
+            shutil.rmtree(_old, ignore_errors=True)
 
 # Ops whose output may legitimately take over a source's bytes (elementwise, same layout).
 INPLACE_OK = frozenset(("add", "sub", "mul", "div", "scale", "clamp", "leaky_relu") + tuple(ggpy.UNARY_OPS))

@@ -7,7 +7,8 @@ compiled and how many are left. numba compiles one function at a time per proces
 and cores the work is shared by worker processes (`worker_main`): each compiles
 its kernels into a disk cache of its own, and this process loads the results from there and saves them in
 its own cache (one writer: numba's cache index is not safe for processes writing different signatures of one
-function at once). Anything a worker did not deliver is compiled here. The program is then bound again, every
+function at once; a worker's NUMBA_CACHE_DIR is its own folder, which numba_cache leaves as set, and this process's
+is the folder numba_cache keyed when the kernels were imported). Anything a worker did not deliver is compiled here. The program is then bound again, every
 kernel compiled.
 """
 from __future__ import annotations

@@ -263,6 +263,8 @@ REAL_TEMPLATES = [
     "{% set ns.text = ns.text ~ m.content ~ ' ' %}{% endfor %}{{ ns.n }} {{ ns.text * 2 }}{{ messages | tojson }}"
     "{{ '%-5s|' % 'ab' }}{{ '{:>4}'.format(7) }}{{ (messages|map(attribute='role')|join(', '))|upper }}"
     "{{ 2 ** 10 }}{{ range(3)|list }}{{ 'x'|center(9) }}",
+    "{% autoescape true %}{% for m in messages %}{{ '<' ~ m.role ~ '>' }}{{ m.content ~ '&' }}{{ ('<b>'|safe) ~ m.content }}{% endfor %}"
+    "{% endautoescape %}{{ '<' ~ messages[0].content }}",
 ]
 
 

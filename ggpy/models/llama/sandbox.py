@@ -14,6 +14,7 @@ import sys
 import time
 
 from jinja2.compiler import CodeGenerator
+from markupsafe import Markup
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 RENDER_SECONDS = 3.0        # a chat template renders in milliseconds
@@ -95,10 +96,12 @@ def _bounded_filter(name: str, f):
 
 
 class _Generator(CodeGenerator):
-    """Compiles `a ~ b` into the environment's bounded join (jinja2's own is a module function of its runtime)."""
+    """Compiles `a ~ b` into the environment's bounded join (jinja2's own is a module function of its runtime),
+    told whether to join as markup (in autoescaped code) as jinja2 tells it."""
 
     def visit_Concat(self, node, frame):
-        self.write("environment.bounded_concat((")
+        markup = "context.eval_ctx.volatile" if frame.eval_ctx.volatile else str(bool(frame.eval_ctx.autoescape))
+        self.write(f"environment.bounded_concat({markup}, (")
         for arg in node.nodes:
             self.visit(arg, frame)
             self.write(", ")
@@ -117,9 +120,12 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         self.filters = {name: _bounded_filter(name, f) for name, f in {**self.filters, **(filters or {})}.items()}
 
     @staticmethod
-    def bounded_concat(parts) -> str:
-        parts = [str(p) for p in parts]
-        _check_join("", parts, "'~'")
+    def bounded_concat(markup: bool, parts) -> str:
+        """jinja2's markup_join (`markup`: a Markup part escapes the others) or str_join, bounded."""
+        parts = [p if markup and hasattr(p, "__html__") else str(p) for p in parts]
+        _check_join("", [str(p) for p in parts], "'~'")
+        if markup and any(hasattr(p, "__html__") for p in parts):
+            return Markup("").join(parts)
         return "".join(parts)
 
     def call_binop(self, context, operator, left, right):

@@ -10,6 +10,9 @@ chat template). Tokens are printed as they come; the last line is
 Without -m, SmolLM2-135M-Instruct (Q4_1) is fetched once into ~/.cache/ggpy. The logits come from ggpy's graph of the
 model (ggpy/models/llama/model.py) on the backend -b with THREADS CPU workers; stderr ends with where the time went
 (building and planning graphs, computing) and the memory taken (weights, KV cache, planned compute buffers).
+A bad input ends the run with one `error: ...` line: exit status 2 for an argument (a prompt that is not UTF-8, a
+context whose KV cache exceeds the memory), 1 for a file (corrupt, or computing non-finite logits) or a chat template
+that fails; -c above the model's training context only warns.
 """
 from __future__ import annotations
 

@@ -192,6 +192,35 @@ def test_a_prompt_too_long_is_refused_before_the_model_is_built(tiny, capsys, mo
     one_error_line(err, "prompt tokens + 4 to generate exceed the context of 16 tokens")
 
 
+@pytest.mark.parametrize("name, words", [("out", "expected a file name ending in .npy"),
+                                          ("folder", "is a directory"),
+                                          ("missing/out.npy", "does not exist")])
+def test_a_logits_path_that_cannot_be_written_is_refused_before_the_model(tiny, tmp_path, capsys, monkeypatch, name,
+                                                                          words):
+    """--logits out wrote out.npy (np.save adds the suffix) and said '-> out'; --logits DIR wrote DIR.npy beside the
+    folder with exit 0: now both are bad arguments, found before the model is loaded."""
+    (tmp_path / "folder").mkdir()
+
+    def build(*args, **kwargs):
+        raise AssertionError("make_model was called for an output that cannot be written")
+    monkeypatch.setattr(cli, "make_model", build)
+    code, out, err = run_cli(capsys, "-m", tiny, "-p", "the water", "-n", 1, "--logits", tmp_path / name)
+    assert code == 2
+    one_error_line(err, "--logits", words)
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["folder"]
+
+
+def test_logits_are_written_atomically_under_the_name_given(tiny, tmp_path, capsys):
+    """The file named is the file written (no suffix added, no temporary left), and it holds finite logits."""
+    path = tmp_path / "logits.npy"
+    code, out, err = run_cli(capsys, "-m", tiny, "-p", "the water", "-n", 2, "--temp", 0, "--logits", path)
+    assert code == 0, err
+    assert f"-> {path}" in err
+    assert [f.name for f in tmp_path.iterdir()] == ["logits.npy"]
+    logits = np.load(path)
+    assert logits.ndim == 2 and np.isfinite(logits).all()
+
+
 def test_a_context_too_big_for_memory_is_a_bad_argument(tiny, capsys, monkeypatch):
     """-c 10**7 on a machine of 1 GiB (stood in): its KV cache (5 GiB of F32) is refused before anything is
     allocated, with exit 2 (it used to try, and fail or swap, after minutes)."""

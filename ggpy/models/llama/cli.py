@@ -20,10 +20,10 @@ import argparse
 import os
 import sys
 
-import numpy as np
 
 import ggpy
 
+from ..outputs import output_problem, save_npy_atomic
 from .chat import ChatTemplateError, render_chat
 from .fetch import FetchError, default_model
 from .generate import NonFiniteLogitsError, generate
@@ -48,6 +48,14 @@ def _at_least(minimum, kind=int, maximum=None):
             raise argparse.ArgumentTypeError(f"{text} is above {maximum}")
         return value
     return parse
+
+
+def _npy_output(text):
+    """--logits: a .npy file name this process can write (checked before the model is loaded)."""
+    problem = output_problem(text, (".npy",))
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def _probability(text):
@@ -88,7 +96,7 @@ def parser() -> argparse.ArgumentParser:
                    help=f"the most prompt tokens one evaluation reads ({DEFAULT_BATCH})")
     p.add_argument("-fa", "--flash-attn", action="store_true", help="attention as one flash_attn_ext per block")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the file's chat template as a user turn")
-    p.add_argument("--logits", metavar="FILE.npy", help="save the logits of every position read")
+    p.add_argument("--logits", type=_npy_output, metavar="FILE.npy", help="save the logits of every position read")
     return p
 
 
@@ -179,7 +187,7 @@ def run(args):
             from None
     print(stream.flush())
     if args.logits:
-        np.save(args.logits, out.logits)
+        save_npy_atomic(args.logits, out.logits)
         print(f"logits {out.logits.shape} float32 -> {args.logits}", file=sys.stderr)
     print(lm.stats.line(len(tokens) + max(len(out.tokens) - 1, 0)), file=sys.stderr)
     print("memory: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in lm.nbytes.items()), file=sys.stderr)

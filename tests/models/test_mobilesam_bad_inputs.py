@@ -376,3 +376,13 @@ def test_a_corrupt_metadata_array_count_is_refused_at_once(tmp_path, model):
                                                   r"10000000 items; expected at most 64"):
         check_model(tmp_path / "count.gguf")
     assert time.perf_counter() - t0 < 5
+
+
+def test_the_library_encoder_checks_the_file_before_allocating(tmp_path, metadata):
+    from ggpy.models.mobilesam.runner import ImageEncoder
+    md = dict(metadata, **{"mobilesam.pixel_std": [58.0, 0.0, 57.0]})
+    with pytest.raises(ggpy.ModelFileError, match=r"std\.gguf: metadata mobilesam\.pixel_std .*expected 3 positive"):
+        ImageEncoder(write_metadata_gguf(tmp_path / "std.gguf", md))
+    extra = write_metadata_gguf(tmp_path / "extra.gguf", metadata, {"extra.weight": np.zeros((4, 8), np.float32)})
+    with pytest.raises(ggpy.ModelFileError, match=r"extra\.gguf has a tensor 'extra\.weight'"):
+        ImageEncoder(extra)

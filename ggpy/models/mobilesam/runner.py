@@ -11,6 +11,7 @@ from ggpy.backends import make_backend
 from ggpy.model_file import load_gguf
 
 from .encoder import ENC, STAGES, EncoderParams, image_encoder
+from .model_check import check_model
 from .preprocess import preprocess
 
 DTYPES = {"f32": ggpy.F32, "tf32": ggpy.F32, "f16": ggpy.F16, "bf16": ggpy.BF16}
@@ -57,6 +58,7 @@ class ImageEncoder:
         self.backend = backend
         self.dtype, self.batch = dtype, batch
         self._host_input = None             # encode_many's pre-processed batch, float32 (B, 3, S, S)
+        check_model(model_path)             # metadata and tensor table, before any tensor is allocated
         self.model = load_gguf(model_path, self.backend, architecture="mobilesam", convert=weight_converter(act))
         self.hp = EncoderParams.from_metadata(self.model.metadata)
         self.pixel_mean = tuple(self.model.metadata["mobilesam.pixel_mean"])

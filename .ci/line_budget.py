@@ -8,7 +8,7 @@ import sys
 import tokenize
 from pathlib import Path
 
-BUDGETS = {"runtime": 11500, "models": 3300}
+BUDGETS = {"runtime": 11500, "models": 3700}    # models: 3087 when they moved in, 3536 with the bad-input checks
 
 
 def code_lines(path: Path) -> int:

@@ -18,7 +18,7 @@ def output_problem(path, suffixes: tuple = ()) -> str | None:
         return f"{path}: expected a file name ending in {' or '.join(suffixes)}"
     folder = p.resolve().parent
     if not folder.is_dir():
-        return f"the folder of {path} does not exist ({folder})"
+        return f"{path}: its folder {folder} does not exist"
     if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         return f"{path} cannot be written (permission denied)"
     return None

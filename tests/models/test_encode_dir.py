@@ -259,7 +259,7 @@ def test_a_write_killed_midway_leaves_no_embedding_and_its_temporary_is_removed(
             f.flush()
             time.sleep(600)
         batch.np.save = half
-        batch.save_atomic(Path(sys.argv[1]), np.zeros((1, 256, 64, 64), np.float32))
+        batch.save_npy_atomic(Path(sys.argv[1]), np.zeros((1, 256, 64, 64), np.float32))
     """
     target = tmp_path / "sub" / "a.png.npy"
     proc = subprocess.Popen([sys.executable, "-c", script, str(target)], cwd=ROOT)

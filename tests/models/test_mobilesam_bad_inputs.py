@@ -189,7 +189,7 @@ def test_output_paths_are_checked_before_the_model_loads(tmp_path, capsys, model
         (["encode", "-i", image, "-o", folder / "x" / "e.npy"], "-o", "does not exist"),
         (["segment", "-i", image, "-p", "1", "1", "-o", tmp_path / "m.xyz"], "-o", "expected an image file name"),
         (["segment", "-i", image, "-p", "1", "1", "--composite", tmp_path / "c.txt"], "--composite", "image file"),
-        (["segment", "-i", image, "-p", "1", "1", "--logits", folder], "--logits", "expected a file name ending"),
+        (["segment", "-i", image, "-p", "1", "1", "--logits", folder], "--logits", "is a directory"),
         (["segment", "-i", image, "-p", "1", "1", "--logits", tmp_path / "lg"], "--logits", "ending in .npy"),
         (["everything", "-i", image, "-o", folder], "-o", "is a directory; expected a file name"),
         (["everything", "-i", image, "-o", tmp_path / "m.json", "--overlay", tmp_path / "o.xyz"], "--overlay",

@@ -59,7 +59,7 @@ def test_overlay_colours_each_mask_and_its_outline():
     (["--min-mask-region-area", "2.5"], "argument --min-mask-region-area: expected a whole number >= 0"),
     (["-b", "tpu"], "argument -b/--backend: expected cpu, cuda or cuda:N, got 'tpu'"),
     (["-t", "0"], "argument -t/--threads: expected a whole number >= 1, got '0'"),
-    (["-o", "/no/such/folder/m.json"], "the folder of /no/such/folder/m.json does not exist"),
+    (["-o", "/no/such/folder/m.json"], "/no/such/folder/m.json: its folder /no/such/folder does not exist"),
 ])
 def test_bad_arguments_exit_2(tmp_path, capsys, args, message):
     base = {"-i": str(SAMPLE_IMAGE), "-o": str(tmp_path / "m.json")}

@@ -38,10 +38,10 @@ import numpy as np
 
 import ggpy
 
+from ..outputs import save_npy_atomic
 from . import everything, render
 from .convert import FILE_TYPES, convert
 from .jobs import encode_dir
-from .jobs.batch import save_atomic
 from .options import (IMAGE_OUTPUT, SAMPLE_IMAGE, UsageError, add_dtype_argument, check_finite, check_output,
                       checked_model, non_negative, note_cpu_half, positive)
 from .predictor import Predictor, PromptError, best_mask_index, sparse_prompt
@@ -96,12 +96,12 @@ def save_embeddings(output: str, paths, embeddings):
     """One array (N, 256, E, E) when `output` ends in .npy, else <file name>.npy per image in the directory
     `output`; each written atomically (temporary name, then renamed)."""
     if output.lower().endswith(".npy"):
-        save_atomic(Path(output), embeddings)
+        save_npy_atomic(Path(output), embeddings)
         print(f"embedding{'s' * (len(paths) > 1)} {embeddings.shape} float32 -> {output}")
         return
     out = Path(output)
     for path, e in zip(paths, embeddings):
-        save_atomic(out / f"{path.name}.npy", e[None])
+        save_npy_atomic(out / f"{path.name}.npy", e[None])
     print(f"{len(paths)} embedding{'s' * (len(paths) > 1)} (1, {', '.join(map(str, embeddings.shape[1:]))}) float32 "
           f"-> {out}/<image file name>.npy")
 
@@ -247,7 +247,7 @@ def write_outputs(args, image, mask, logits, coords, labels, box):
         print(f"overlay -> {args.composite}")
     if args.logits:
         low_res = np.ascontiguousarray(logits[None], dtype=np.float32)
-        save_atomic(Path(args.logits), low_res)
+        save_npy_atomic(Path(args.logits), low_res)
         print(f"mask logits {low_res.shape} float32 -> {args.logits}")
 
 

@@ -3,12 +3,12 @@ or (without -m) the seeded random-weights model."""
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+from ..outputs import output_problem
 from .random_weights import random_model
 from .runner import DTYPES
 
@@ -48,20 +48,17 @@ IMAGE_OUTPUT = "image"
 def check_output(option: str, path, suffixes=()):
     """UsageError unless `path` can be written as the output `option`: a file name ending in one of `suffixes` (or,
     IMAGE_OUTPUT, one Pillow saves), not a directory, in an existing folder this process may write into."""
-    p = Path(path)
     if suffixes == IMAGE_OUTPUT:
-        saved = {ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.SAVE}
-        if p.suffix.lower() not in saved:
+        if not Path(path).is_dir() and Path(path).suffix.lower() not in _saved_image_suffixes():
             raise UsageError(f"{option} {path}: expected an image file name (.png, .jpg, ...)")
-    elif suffixes and p.suffix.lower() not in suffixes:
-        raise UsageError(f"{option} {path}: expected a file name ending in {' or '.join(suffixes)}")
-    if p.is_dir():
-        raise UsageError(f"{option} {path} is a directory; expected a file name")
-    folder = p.resolve().parent
-    if not folder.is_dir():
-        raise UsageError(f"{option}: the folder of {path} does not exist ({folder})")
-    if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise UsageError(f"{option} {path} cannot be written (permission denied)")
+        suffixes = ()
+    problem = output_problem(path, tuple(suffixes))
+    if problem:
+        raise UsageError(f"{option} {problem}")
+
+
+def _saved_image_suffixes() -> set:
+    return {ext for ext, fmt in Image.registered_extensions().items() if fmt in Image.SAVE}
 
 
 def check_finite(array, model, what: str):

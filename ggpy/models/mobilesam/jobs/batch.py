@@ -2,9 +2,7 @@
 of them with one planned ImageEncoder, write each embedding atomically, report manifest-row columns."""
 from __future__ import annotations
 
-import os
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -12,6 +10,7 @@ import numpy as np
 
 import ggpy
 
+from ...outputs import save_npy_atomic
 from ..options import check_finite
 from ..preprocess import load_image, resize_longest_side
 from ..runner import ImageEncoder
@@ -24,20 +23,6 @@ class JobError(RuntimeError):
 def output_name(image: str) -> str:
     """The embedding file of an image, relative to the output directory: its relative path + '.npy'."""
     return image + ".npy"
-
-
-def save_atomic(path: Path, array: np.ndarray):
-    """np.save under a temporary name in the same directory, synced, then renamed over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            np.save(f, array)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def read_image(item: dict, prep: dict) -> dict:
@@ -114,7 +99,7 @@ class BatchEncoder:
         """(status, error, seconds) of writing one embedding (1, 256, E, E)."""
         t0 = time.perf_counter()
         try:
-            save_atomic(self.out_dir / output_name(image), embedding[None])
+            save_npy_atomic(self.out_dir / output_name(image), embedding[None])
             return "ok", "", time.perf_counter() - t0
         except OSError as e:
             return "failed", f"cannot write the embedding: {e}", time.perf_counter() - t0

@@ -49,6 +49,11 @@ class TensorTypeError(ValueError):
     """A tensor's type id is no GGML type, or its rows are no whole number of the type's blocks."""
 
 
+MAX_ARRAY_ITEMS = 1 << 21
+"""The longest metadata array a GGUF may hold here: 8x the largest tokenizer vocabularies (Gemma's 262144 tokens)."""
+_VALUE_TYPES = frozenset(range(13))
+
+
 def bounded_reader(path: str):
     """gguf.GGUFReader for `path` whose every read lies inside the file (the stock reader returns short arrays past
     the end, so a corrupt array length makes it loop over up to 2**64 empty elements instead of failing) and whose
@@ -61,6 +66,27 @@ def bounded_reader(path: str):
             if end > len(self.data):
                 raise EOFError(f"a read of {int(count)} x {np.dtype(dtype)} at byte {int(offset)} runs past the end")
             return super()._get(offset, dtype, count, override_order)
+
+        def _get_field_parts(self, orig_offs, raw_type):
+            """An array's count checked before its items are read (at most MAX_ARRAY_ITEMS, and no more than the rest
+            of the file can hold), and an array of numbers read in one go: the stock reader reads item by item in
+            Python, ~10 us each, so a corrupt count that still fits in the file would take minutes."""
+            if raw_type != gguf.GGUFValueType.ARRAY:
+                return super()._get_field_parts(orig_offs, raw_type)
+            itype, alen = self._get(orig_offs, np.uint32), self._get(orig_offs + 4, np.uint64)
+            count, offs = int(alen[0]), orig_offs + 12
+            nptype = self.gguf_scalar_to_np.get(gguf.GGUFValueType(int(itype[0]))) if int(itype[0]) in _VALUE_TYPES \
+                else None
+            least = np.dtype(nptype).itemsize if nptype is not None else 8      # a string's length, an array's header
+            if count > MAX_ARRAY_ITEMS or count * least > len(self.data) - offs:
+                raise ValueError(f"a metadata array at byte {orig_offs} counts {count} items; at most "
+                                 f"{min(MAX_ARRAY_ITEMS, (len(self.data) - offs) // least)} fit")
+            if nptype is None:
+                return super()._get_field_parts(orig_offs, raw_type)
+            items = self._get(offs, nptype, count)
+            parts = [itype, alen] + [items[i:i + 1] for i in range(count)]
+            return 12 + int(items.nbytes), parts, list(range(2, 2 + count)), [gguf.GGUFValueType.ARRAY,
+                                                                               gguf.GGUFValueType(int(itype[0]))]
 
         def _build_tensors(self, start_offs, fields):
             known = frozenset(int(t) for t in gguf.GGMLQuantizationType)

@@ -3,11 +3,12 @@ region never written, an accumulator never zeroed, a scratch block overrun by on
 applied to the wrong rows, a kernel that scribbles on its source), while the real kernels pass the same cases."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import ggpy
-from ggpy.backends.cpu import backend as cpu_backend
 from ggpy.backends.cpu.registry import KERNELS, CPUKernel
 from ggpy.test_backend_ops import all_cases, run_case
 from ggpy.test_backend_ops.cases.matmul import epilogue_cases
@@ -19,7 +20,7 @@ def _case(op: str, params: str):
 
 def _broken(monkeypatch, op: str, bind, temp_size=None):
     """Run `op` on the CPU with `bind` (a BoundNode -> call) instead of its kernel."""
-    monkeypatch.setitem(KERNELS, op, CPUKernel((op,), bind, temp_size=temp_size))
+    monkeypatch.setitem(KERNELS, op, CPUKernel(ops=(op,), bind=bind, temp_size=temp_size))
 
 
 @pytest.fixture
@@ -65,16 +66,18 @@ def test_scratch_overrun_by_one_byte(cpu, monkeypatch):
 
 
 def test_fused_epilogue_on_the_wrong_rows(cpu, monkeypatch):
-    real = cpu_backend.bind_mul_mat_epilogue
+    entry = KERNELS["mul_mat"]
+    real = entry.fuses["epilogue"]
 
-    def shifted(b, bias=None, act=None):     # the bias and activation land one row off
-        run = real(b, bias, act)
+    def shifted(b, fusion):     # the bias and activation land one row off
+        run = real.run(b, fusion)
 
         def wrong():
             run()
             b.dst[...] = np.roll(b.dst, 1, axis=-2)
         return wrong
-    monkeypatch.setattr(cpu_backend, "bind_mul_mat_epilogue", shifted)
+    monkeypatch.setitem(KERNELS, "mul_mat", dataclasses.replace(entry, fuses={**entry.fuses,
+                                                                             "epilogue": dataclasses.replace(real, run=shifted)}))
     case = epilogue_cases()[2]
     assert case.reference is not None and case.kernel.startswith("gemm")
     assert not run_case(case, cpu).ok

@@ -6,10 +6,8 @@ training context or beyond memory, a prompt longer than the context, a temperatu
 hostile chat templates; and a fuzz test of a few hundred corruptions of a small file."""
 import json
 import os
-import signal
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +15,7 @@ import pytest
 pytest.importorskip("tokenizers")          # the llama extra: pip install -e ".[llama]"
 pytest.importorskip("jinja2")
 
+from timeouts import deadline
 from llama_tiny import CHAT_TEMPLATE, write_tiny_llama
 
 from ggpy import ModelFileError
@@ -109,20 +108,6 @@ def test_a_data_region_that_does_not_end_with_the_tensors_is_refused(tiny, tmp_p
     code, out, err = run_cli(capsys, "-m", path, "-p", "x", "-n", 1, "--temp", 0)
     assert code == 1
     one_error_line(err, str(path), *words)
-
-
-@contextmanager
-def deadline(seconds):
-    """Fail instead of hanging: SIGALRM raises after `seconds`."""
-    def alarm(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s (a hang)")
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _nan_weights(tiny, path):

@@ -3,13 +3,12 @@ architecture, a missing key or tensor, a wrong shape, an unknown or unsupported 
 random truncations and byte flips are all refused with ggpy.ModelFileError naming the problem."""
 import os
 import shutil
-import signal
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
 pytest.importorskip("tokenizers")          # the llama extra: pip install -e ".[llama]"
 
+from timeouts import deadline
 from llama_tiny import Q, write_tiny_llama
 
 from ggpy.models.llama.gguf_file import open_llama, read_gguf
@@ -120,20 +119,6 @@ def test_refuses_non_gguf_and_missing_files(tmp_path):
     refused(tmp_path / "none.gguf", "does not exist")
     (tmp_path / "empty.gguf").write_bytes(b"")
     refused(tmp_path / "empty.gguf", "not a GGUF file")
-
-
-@contextmanager
-def deadline(seconds):
-    """Fail instead of hanging: SIGALRM raises after `seconds`."""
-    def alarm(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s (a hang)")
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _outcome(path):

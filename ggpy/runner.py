@@ -7,7 +7,6 @@ from .alloc import GraphAllocator
 from .errors import AllocationError, TensorNameError
 from .graph import Graph, Tensor
 from .sched import Scheduler
-from .sched.scheduler import compute_async
 
 
 class GraphRunner:
@@ -135,7 +134,7 @@ class GraphRunner:
         if self.sched is not None:
             self.sched.compute_async(self.graph)
         else:
-            compute_async(self.allocator.backend, self.graph)
+            self.allocator.backend.compute_async(self.graph)
         return self
 
     def _ready(self):

@@ -197,6 +197,10 @@ class Backend:
     def compute(self, graph):
         raise NotImplementedError
 
+    def compute_async(self, graph):
+        """Queue the planned graph's work and return (a backend without a queue, the CPU, runs it now)."""
+        self.compute(graph)
+
     def profile(self, graph) -> list[Timing]:
         raise NotImplementedError
 

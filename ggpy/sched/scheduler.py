@@ -373,7 +373,7 @@ class Scheduler:
     def compute_async(self, graph):
         """Evaluate `graph`, queueing each split where its backend can (CUDA): the copies between splits read
         their sources after the work queued before them, so only the last split may still run on return."""
-        self._run(graph, lambda sp: compute_async(sp.backend, sp.graph))
+        self._run(graph, lambda sp: sp.backend.compute_async(sp.graph))
 
     def compute(self, graph):
         """Evaluate `graph` (compute_async, then wait for every backend)."""
@@ -435,11 +435,6 @@ class Scheduler:
 
     def __repr__(self) -> str:
         return f"Scheduler([{', '.join(b.name for b in self.backends)}])"
-
-
-def compute_async(backend, graph):
-    """Queue a planned graph on `backend` where it can queue (CUDA's compute_async), else run it (the CPU)."""
-    getattr(backend, "compute_async", backend.compute)(graph)
 
 
 def _copy_tensor(t, backend) -> Tensor:

@@ -9,8 +9,20 @@ from __future__ import annotations
 import numpy as np
 
 import ggpy
+from ggpy.backends.cpu import CPUBackend
 
 K, V, HD, M, N = 16, 10, 24, 12, 5
+
+
+class Device(CPUBackend):
+    """A CPU backend under another name that refuses the ops in `refuse` (none by default)."""
+
+    def __init__(self, refuse=(), name="dev"):
+        super().__init__(n_threads=2)
+        self.refuse, self.name = tuple(refuse), name
+
+    def supports_op(self, node) -> bool:
+        return node.op not in self.refuse and super().supports_op(node)
 
 
 def build(weights_backend):

@@ -4,21 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from runner_graph import HD, M, N, build, close, input_values, reference, set_weights, weight_values
+from runner_graph import Device, HD, M, N, build, close, input_values, reference, set_weights, weight_values
 
 import ggpy
 from ggpy.backends.cpu import CPUBackend
-
-
-class Device(CPUBackend):
-    """A CPU backend under another name that refuses the ops in `refuse`."""
-
-    def __init__(self, refuse=(), name="dev"):
-        super().__init__(n_threads=2)
-        self.refuse, self.name = tuple(refuse), name
-
-    def supports_op(self, node) -> bool:
-        return node.op not in self.refuse and super().supports_op(node)
 
 
 def targets():

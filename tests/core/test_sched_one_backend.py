@@ -5,22 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from runner_graph import build, close, input_values, reference, set_weights, weight_values
+from runner_graph import Device, build, close, input_values, reference, set_weights, weight_values
 
 import ggpy
 import ggpy.sched.scheduler as scheduler_module
 from ggpy.backends.cpu import CPUBackend
-
-
-class Device(CPUBackend):
-    """A CPU backend under another name that refuses the ops in `refuse` (none by default)."""
-
-    def __init__(self, refuse=(), name="dev"):
-        super().__init__(n_threads=2)
-        self.refuse, self.name = tuple(refuse), name
-
-    def supports_op(self, node) -> bool:
-        return node.op not in self.refuse and super().supports_op(node)
 
 
 @pytest.fixture

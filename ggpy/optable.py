@@ -74,13 +74,13 @@ def _table() -> dict:
     for name in ("sum", "sum_rows", "mean", "argmax"):
         add("reduce", name)
     add("norm", "norm", inplace=True, fuses=("norm_affine",), bias="row")
-    add("norm", "rms_norm", inplace=True, fuses=("add_rms_norm",))
+    add("norm", "rms_norm", inplace=True, fuses=("add_rms_norm", "rms_norm_mul"))
     add("norm", "group_norm", inplace=True)
     add("softmax", "soft_max", ("soft_max", "soft_max_ext"), inplace=True)
     add("softmax", "diag_mask_inf", inplace=True)
-    add("rope", "rope", ("rope", "rope_ext"), inplace=True)      # each pair is read before it is written
+    add("rope", "rope", ("rope", "rope_ext"), inplace=True, fuses=("rope_set_rows",))  # each pair is read before it is written
     add("attention", "flash_attn_ext")
-    add("matmul", "mul_mat", quantized=(0,), fuses=("epilogue", "attention"), bias="row")
+    add("matmul", "mul_mat", quantized=(0,), fuses=("epilogue", "attention", "glu", "mul_mat_add"), bias="row")
     for name in ("im2col", "conv_1d", "conv_transpose_2d"):
         add("conv", name)
     add("conv", "conv_2d", fuses=("epilogue",), bias="channel")

@@ -23,6 +23,7 @@ class Fused:
     act: bool = False           # epilogues: the activation after the bias rides along (else it stays a node)
     cast: bool = False          # a cast of the head's F32 result may come before the bias (or end the attention)
     residual: bool = False      # epilogues of a GEMM: a residual add after the bias
+    scale: bool = False         # add_rms_norm: the mul by the norm's weight after it rides along
     rowwise: bool = False
 
 

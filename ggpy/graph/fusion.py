@@ -24,9 +24,16 @@ pattern's first node (its head, computed at whose turn the fused kernel runs) bu
 - chain: a maximal run of elementwise nodes (Op.fuses has "chain"), each the only reader of the one before, as its
   first source, all of one shape and each run by the backend (its entry declares "chain"); the other operands ready
   at the first node's turn. A backend generates one kernel per chain (nodes not taken by the patterns above).
-- add_rms_norm: add(a, b) of one shape, then rms_norm of the sum as the next node but views: one row kernel of the
-  norm's entry writes the sum (other nodes may read it: the residual stream) and the normalised rows at the add's
-  turn, each in its own block.
+- add_rms_norm: add(a, b) of one shape, then rms_norm of the sum as the next node but views (with Fused.scale, then
+  the mul by a weight over ne[0] as the next node but views): one row kernel of the norm's entry writes the sum
+  (other nodes may read it: the residual stream) and the normalised (scaled) rows at the add's turn, each in its own
+  block.
+- rms_norm_mul: rms_norm, then mul(weight over ne[0]): RMSNorm with its weight, one row kernel.
+- glu: gate = mul_mat(Wg, x) and up = mul_mat(Wu, x) of one x, an activation of gate and mul(act, up): both products
+  and the gated unit at the first product's turn (a decoder's feed-forward).
+- mul_mat_add: mul_mat, then (through same-order views) an add of a residual of the product's shape.
+- rope_set_rows: rope, then (through same-order views) set_rows of its rows into a destination (a KV cache): the
+  rotated rows written straight into the destination's rows at the rope's turn.
 """
 from __future__ import annotations
 
@@ -136,10 +143,12 @@ class Chain:
 
 @dataclass
 class AddRmsNorm:
-    """add(a, b) -> rms_norm of the sum (`norm`), computed at the add's turn by one row kernel writing both: the sum
-    in the add's memory (still read by others: the residual stream) and the normalised rows in the norm's."""
+    """add(a, b) -> rms_norm of the sum (`norm`) [-> `mul` by a weight over ne[0] (with Fused.scale)], computed at
+    the add's turn by one row kernel writing both: the sum in the add's memory (still read by others: the residual
+    stream) and the normalised (scaled) rows in the last node's."""
     head: Tensor
     norm: Tensor
+    mul: Tensor | None = None
     pattern = "add_rms_norm"
 
     @property
@@ -147,24 +156,204 @@ class AddRmsNorm:
         return self.norm
 
     @property
+    def weight(self) -> Tensor | None:
+        return None if self.mul is None else self.mul.src[1]
+
+    @property
     def nodes(self) -> list:
-        """The run the planner gives one block: the add alone (the norm keeps a block of its own)."""
+        """The run the planner gives one block: the add alone (the norm and the mul keep blocks of their own)."""
         return [self.head]
 
     @property
     def computed(self) -> list:
-        return [self.head, self.norm]
+        return [self.head, self.norm] + ([self.mul] if self.mul is not None else [])
 
     @property
     def last(self) -> Tensor:
-        return self.norm
+        return self.computed[-1]
 
     @property
     def skipped(self) -> list:
-        return [self.norm]
+        return self.computed[1:]
 
     def name(self, head_kernel: str) -> str:
-        return f"{head_kernel}+rms_norm"
+        return f"{head_kernel}+rms_norm" + ("+mul" if self.mul is not None else "")
+
+
+@dataclass
+class RmsNormMul:
+    """rms_norm(x) -> mul(norm, w) (w over ne[0]): one row kernel at the norm's turn writing the mul's memory (the
+    planner gives it the norm's block, which may be x's: rows are read before they are written)."""
+    head: Tensor
+    mul: Tensor
+    pattern = "rms_norm_mul"
+
+    @property
+    def anchor(self) -> Tensor:
+        return self.head
+
+    @property
+    def norm(self) -> Tensor:
+        return self.head
+
+    @property
+    def weight(self) -> Tensor:
+        return self.mul.src[1]
+
+    @property
+    def nodes(self) -> list:
+        return [self.head, self.mul]
+
+    @property
+    def computed(self) -> list:
+        return self.nodes
+
+    @property
+    def last(self) -> Tensor:
+        return self.mul
+
+    @property
+    def skipped(self) -> list:
+        return [self.mul]
+
+    def name(self, head_kernel: str) -> str:
+        return f"{head_kernel}+mul"
+
+
+@dataclass
+class Glu:
+    """gate = mul_mat(Wg, x), up = mul_mat(Wu, x) (one x), mul(act(gate), up): both products and the gated unit at
+    the turn of `head` (the first product in graph order), written to the mul's memory."""
+    head: Tensor
+    gate: Tensor
+    up: Tensor
+    act_node: Tensor
+    mul: Tensor
+    pattern = "glu"
+
+    @property
+    def anchor(self) -> Tensor:
+        return self.head
+
+    @property
+    def x(self) -> Tensor:
+        return self.gate.src[1]
+
+    @property
+    def w_gate(self) -> Tensor:
+        return self.gate.src[0]
+
+    @property
+    def w_up(self) -> Tensor:
+        return self.up.src[0]
+
+    @property
+    def act(self) -> str:
+        return self.act_node.op
+
+    @property
+    def nodes(self) -> list:
+        """The four nodes in graph order: the planner gives them one block at the head's turn."""
+        return [self.head] + [n for n in (self.gate, self.act_node, self.up) if n is not self.head] + [self.mul]
+
+    @property
+    def computed(self) -> list:
+        return self.nodes
+
+    @property
+    def last(self) -> Tensor:
+        return self.mul
+
+    @property
+    def skipped(self) -> list:
+        return self.nodes[1:]
+
+    def name(self, head_kernel: str) -> str:
+        return f"{head_kernel}+glu_{self.act}"
+
+
+@dataclass
+class MatMulAdd:
+    """mul_mat -> add of a residual r of the result's shape (either operand order, through same-order views), at
+    the product's turn, written to the add's memory (the planner gives the add the product's block)."""
+    head: Tensor
+    add: Tensor
+    views: tuple = ()
+    pattern = "mul_mat_add"
+
+    @property
+    def anchor(self) -> Tensor:
+        return self.head
+
+    @property
+    def residual(self) -> Tensor:
+        a, b = self.add.src[:2]
+        return b if a is self.head or any(a is v for v in self.views) else a
+
+    @property
+    def nodes(self) -> list:
+        return [self.head, self.add]
+
+    @property
+    def computed(self) -> list:
+        return self.nodes
+
+    @property
+    def last(self) -> Tensor:
+        return self.add
+
+    @property
+    def skipped(self) -> list:
+        return list(self.views) + [self.add]
+
+    def name(self, head_kernel: str) -> str:
+        return f"{head_kernel}+add"
+
+
+@dataclass
+class RopeSetRows:
+    """rope(a) ne = (hd, heads, n, 1) -> same-order views ne = (hd * heads, n) -> set_rows(dst, rows, idx): the
+    rotated rows written straight into dst's rows idx (a KV cache) at the rope's turn; the rope's own memory is not
+    written. set_rows' sources are [rows, idx, dst]."""
+    head: Tensor
+    set_rows: Tensor
+    views: tuple = ()
+    pattern = "rope_set_rows"
+
+    @property
+    def anchor(self) -> Tensor:
+        return self.head
+
+    @property
+    def rows(self) -> Tensor:
+        return self.set_rows.src[0]
+
+    @property
+    def idx(self) -> Tensor:
+        return self.set_rows.src[1]
+
+    @property
+    def dst(self) -> Tensor:
+        return self.set_rows.src[2]
+
+    @property
+    def nodes(self) -> list:
+        return [self.head]
+
+    @property
+    def computed(self) -> list:
+        return [self.head, self.set_rows]
+
+    @property
+    def last(self) -> Tensor:
+        return self.set_rows
+
+    @property
+    def skipped(self) -> list:
+        return list(self.views) + [self.set_rows]
+
+    def name(self, head_kernel: str) -> str:
+        return f"{head_kernel}+set_rows"
 
 
 @dataclass
@@ -389,23 +578,114 @@ def _chain(head, spec, scan: _Scan) -> Chain | None:
     return Chain(nodes) if len(nodes) > 1 else None
 
 
+def _next_node(node, scan: _Scan):
+    """The first node after `node` in graph order that is not a view, or None."""
+    for n in scan.nodes[scan.position[id(node)] + 1:]:
+        if not is_view(n):
+            return n
+    return None
+
+
+def _scale_after(norm, head, scan: _Scan):
+    """The mul(norm, w) reading the norm (its only reader) as the next node but views, w a row vector of the norm's
+    type ready at head's turn; or None."""
+    mul, _, _ = _add_after(norm, scan.users, keep_order=False, op="mul")
+    if (mul is None or mul.ne != norm.ne or mul.type != norm.type or not _is_row_vector(mul.src[1], norm)
+            or not scan.ready(mul.src[1], head) or _next_node(norm, scan) is not mul):
+        return None
+    return mul
+
+
 def _add_rms_norm(norm, spec, scan: _Scan) -> AddRmsNorm | None:
     """rms_norm of add(a, b) (a, b and the sum of one shape, the add in no other pattern), the next node after the
-    add but views."""
+    add but views; with Fused.scale, the mul by the norm's weight after it when there is one."""
     add = norm.src[0]
     if add.op != "add" or any(s.ne != add.ne for s in add.src[:2]) or id(add) in scan.taken or id(add) in scan.fusions:
         return None
-    between = scan.nodes[scan.position[id(add)] + 1:scan.position[id(norm)]]
-    return AddRmsNorm(add, norm) if all(is_view(n) for n in between) else None
+    if _next_node(add, scan) is not norm:
+        return None
+    return AddRmsNorm(add, norm, _scale_after(norm, add, scan) if spec.scale else None)
+
+
+def _rms_norm_mul(norm, spec, scan: _Scan) -> RmsNormMul | None:
+    mul = _scale_after(norm, norm, scan)
+    return RmsNormMul(norm, mul) if mul is not None else None
+
+
+def _other(node, src):
+    """The other of a binary node's first two sources when `src` is exactly one of them, else None."""
+    a, b = node.src[:2]
+    return b if a is src and b is not src else a if b is src and a is not src else None
+
+
+def _glu(m, spec, scan: _Scan) -> Glu | None:
+    """gate and up products of one x (m either, the other later in graph order, its weight ready at m's turn), an
+    activation of gate and mul(act, up) in either order, all of one shape, each the only reader of what it reads."""
+    users = scan.users
+    user = only_user(m, users)
+    if user is None:
+        return None
+    if user.op == "mul":
+        up, mul = m, user
+        act = _other(mul, up)
+        gate = act.src[0] if act is not None and act.op in ACTIVATIONS else None
+    elif user.op in ACTIVATIONS:
+        gate, act = m, user
+        mul = only_user(act, users)
+        up = _other(mul, act) if mul is not None and mul.op == "mul" else None
+    else:
+        return None
+    if gate is None or up is None or gate.op != "mul_mat" or up.op != "mul_mat" or gate.src[1] is not up.src[1]:
+        return None
+    other = up if gate is m else gate
+    if (act.src[0] is not gate or only_user(gate, users) is not act or only_user(act, users) is not mul
+            or only_user(up, users) is not mul or not gate.ne == up.ne == act.ne == mul.ne
+            or not gate.type == up.type == act.type == mul.type
+            or scan.position[id(other)] < scan.position[id(m)] or not scan.ready(other.src[0], m)):
+        return None
+    return Glu(m, gate, up, act, mul)
+
+
+def _mul_mat_add(m, spec, scan: _Scan) -> MatMulAdd | None:
+    """mul_mat -> (same-order views ->) add of a residual of the same shape and type computed before the product."""
+    add, views = _residual_after(m, scan.users)
+    if add is None or not m.is_contiguous():
+        return None
+    found = MatMulAdd(m, add, views)
+    return found if scan.ready(found.residual, m) else None
+
+
+def _rope_set_rows(rope, spec, scan: _Scan) -> RopeSetRows | None:
+    """rope ne = (hd, heads, n, 1) -> same-order views -> set_rows of those rows (ne = (hd * heads, n)) at indices
+    ne = (n,) ready at the rope's turn, the next node after the rope but views."""
+    node, views = rope, []
+    while True:
+        user = only_user(node, scan.users)
+        if user is None:
+            return None
+        if user.op == "set_rows":
+            break
+        if not is_view(user) or not _same_order_view(user, rope):
+            return None
+        views.append(user)
+        node = user
+    hd, heads, n, n3 = rope.ne
+    rows, idx, dst = user.src[:3]
+    if (rows is not node or n3 != 1 or rows.ne != (hd * heads, n, 1, 1) or idx.ne != (n, 1, 1, 1)
+            or not rope.is_contiguous() or not scan.ready(idx, rope) or not scan.ready(dst, rope)
+            or _next_node(rope, scan) is not user):
+        return None
+    return RopeSetRows(rope, user, tuple(views))
 
 
 PATTERNS = {"epilogue": _epilogue, "norm_affine": _norm_affine, "attention": _attention, "chain": _chain,
-            "add_rms_norm": _add_rms_norm}
+            "add_rms_norm": _add_rms_norm, "rms_norm_mul": _rms_norm_mul, "glu": _glu, "mul_mat_add": _mul_mat_add,
+            "rope_set_rows": _rope_set_rows}
 """pattern name -> finder(anchor, the backend's Fused, _Scan): the pattern anchored at `anchor`, or None."""
 
 
 def find_fusions(graph, fused: Callable) -> dict:
-    """{id(head): Epilogue, Attention, Chain or AddRmsNorm} for the patterns of `graph` a backend runs. For each node
+    """{id(head): the found pattern (Epilogue, Attention, Chain, AddRmsNorm, ...)} for the patterns of `graph` a backend runs. For each node
     not taken by an earlier pattern, the patterns its op anchors (Op.fuses), in order: fused(node, pattern) is the
     backend's Fused for it (None: it does not run that pattern anchored at this node), whose act / cast / residual
     choose the variant found and whose accepts(fusion) says whether its kernel takes the types and layouts found

@@ -1,5 +1,7 @@
-"""llama's graph runs each residual add and the RMSNorm after it as one fused kernel (the add_rms_norm pattern):
-graph.dump(backend) shows the groups, and a model evaluated with the fusion gives the logits of one without."""
+"""llama's graph runs its decode patterns fused (ggpy/graph/fusion.py): each RMSNorm with its weight (after the
+residual add that feeds it, or alone), the k rope writing the KV cache (rope_set_rows), the residual adds in the norm
+after them or in the product before them (mul_mat_add, where the backend runs it); graph.dump(backend) shows the
+groups, and a model evaluated with the fusion gives the logits of one without."""
 import re
 
 import numpy as np
@@ -14,27 +16,35 @@ from ggpy.models.llama.model import forward, new_inputs
 from ggpy.models.llama.runner import KV_PAD, GraphModel
 
 
+@pytest.mark.parametrize("n_tokens", [1, 5])
 @pytest.mark.parametrize("all_logits", [True, False])
-def test_residual_adds_fuse_with_the_next_rms_norm(tmp_path, all_logits):
-    """Both residual adds of each block feed an RMSNorm (the next sublayer's, the output norm's last); with only the
-    last token's logits the output norm reads a view of the last add, which stays unfused."""
+def test_decode_patterns_fuse(tmp_path, all_logits, n_tokens):
     n_layer = 2
     model = GraphModel(open_llama(write_tiny_llama(tmp_path / "m.gguf", seed=3, n_layer=n_layer)), "cpu", n_threads=2)
-    logits = forward(model.weights, model.hp, model.cache, new_inputs(ggpy.Context(), 5, KV_PAD), all_logits)
+    logits = forward(model.weights, model.hp, model.cache, new_inputs(ggpy.Context(), n_tokens, KV_PAD), all_logits)
     graph = ggpy.Graph().build_forward_expand(logits)
     runs = model.backend.fused_runs(graph)
-    pairs = [k for k, run in enumerate(runs) if [n.op for n in run] == ["add", "rms_norm"]]
-    assert len(pairs) == 2 * n_layer - (not all_logits)
+    ops = [[n.op for n in run] for run in runs]
+    norms = [n for n in graph.nodes if n.op == "rms_norm"]
+    assert len(norms) == 2 * n_layer + 1
+    assert all(any(norm in run and run[-1].op == "mul" for run in runs) for norm in norms), ops
+    assert ops.count(["rope", "set_rows"]) == n_layer, ops
+    residual = [n for n in graph.nodes if n.op == "add" and any(s.op == "mul_mat" for s in n.src)]
+    fused = [add for add in residual if any(add in run for run in runs)]
+    with_product = ["mul_mat", "add"] in ops
+    assert len(fused) == 2 * n_layer - (not all_logits and not with_product), ops
     dump = graph.dump(model.backend).splitlines()
     assert f"{len(runs)} fused groups" in dump[0]
-    for k in pairs:
+    for k, run in enumerate(ops):
         lines = [line for line in dump if f" g{k} " in line]
-        assert [re.match(r"n\s*\d+ (\S+)", line).group(1) for line in lines] == ["add", "rms_norm"], lines
+        assert [re.match(r"n\s*\d+ (\S+)", line).group(1) for line in lines] == run, lines
 
 
 def test_fused_logits_equal_unfused(tmp_path):
     path = write_tiny_llama(tmp_path / "m.gguf", seed=4, n_layer=2)
     ids = [int(i) for i in np.random.default_rng(4).integers(0, 100, 6)]
-    fused = GraphModel(open_llama(path), ggpy.CPUBackend(n_threads=2)).eval(ids)
-    plain = GraphModel(open_llama(path), ggpy.CPUBackend(n_threads=2, fuse=False)).eval(ids)
-    np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-5)
+    fused = GraphModel(open_llama(path), ggpy.CPUBackend(n_threads=2))
+    plain = GraphModel(open_llama(path), ggpy.CPUBackend(n_threads=2, fuse=False))
+    np.testing.assert_allclose(fused.eval(ids), plain.eval(ids), rtol=1e-5, atol=1e-5)
+    for token in (7, 3):                    # decode steps: the fused rope wrote the cache rows they read
+        np.testing.assert_allclose(fused.eval([token]), plain.eval([token]), rtol=1e-5, atol=1e-5)

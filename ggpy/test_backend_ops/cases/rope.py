@@ -5,6 +5,7 @@ from __future__ import annotations
 from ... import ops
 from ...types import BF16, F16, F32, I32
 from ..harness import OpCase
+from ..references import evaluate
 from .util import LAYOUTS, leaf, layout
 
 SHAPES = [  # (a.ne, n_dims)
@@ -60,4 +61,42 @@ def cases():
             leaf(ctx, F32, (64, 4, 9)), leaf(ctx, I32, (9,)), 48, m), fill=_fill))
     out.append(OpCase("rope", "f32,perf,ne=(64,9,512,1)", lambda ctx: _rope(ctx, F32, (64, 9, 512, 1), 64, 0),
                       fill=_fill, tags=("perf",)))
+    return out + set_rows_cases()
+
+
+def _kv_fill(n_rows: int):
+    """Distinct row indices in [0, n_rows) for the leaf named 'idx' (also the positions when the rope reads it),
+    else _fill's values."""
+    def fill(rng, t):
+        if t.name == "idx":
+            return rng.permutation(n_rows)[:t.ne[0]].astype("int32")
+        return _fill(rng, t)
+    return fill
+
+
+def _rope_set_rows(ctx, t, cache_t, ne, n_dims, mode, n_rows, own_pos, ff):
+    """rope(a ne = (hd, heads, n)) -> reshape_2d -> set_rows into a cache (hd * heads, n_rows) of cache_t at the
+    indices 'idx' (the rope's positions too, as a llama graph's, unless own_pos): the rope_set_rows pattern."""
+    hd, heads, n = ne
+    idx = leaf(ctx, I32, (n,)).set_name("idx")
+    pos = leaf(ctx, I32, (n,)) if own_pos else idx
+    c = leaf(ctx, F32, (n_dims // 2,)).set_name("ff") if ff else None
+    base, scale, ext, attn, fast, slow, n_ctx = YARN[1]
+    r = ops.rope_ext(leaf(ctx, t, ne), pos, c, n_dims, mode, n_ctx, base, scale, ext, attn, fast, slow)
+    return ops.set_rows(leaf(ctx, cache_t, (hd * heads, n_rows)), ops.reshape_2d(r, hd * heads, n), idx)
+
+
+def set_rows_cases():
+    """rope -> set_rows (a KV cache write): one token and a prompt, partial rotation, NEOX, frequency factors, F32 and
+    F16 caches; compared with every node's reference in turn (the CPU runs the pattern as one kernel)."""
+    out = []
+    for ne, n_dims, mode, own_pos, ff in (((64, 3, 1), 64, 0, False, False), ((64, 2, 5), 64, 2, True, True),
+                                          ((32, 4, 7), 16, 0, True, False), ((64, 8, 130), 64, 2, False, True)):
+        for t, cache_t in ((F32, F32), (F32, F16), (F16, F16)):
+            n_rows = ne[2] + 9
+            out.append(OpCase("set_rows", f"fused,rope+set_rows,{t.name}->{cache_t.name},ne={ne},n_dims={n_dims},"
+                              f"mode={mode},pos={'own' if own_pos else 'idx'},ff={ff}", lambda ctx, t=t, ct=cache_t,
+                              ne=ne, n=n_dims, m=mode, r=n_rows, p=own_pos, ff=ff: _rope_set_rows(ctx, t, ct, ne, n, m,
+                                                                                                 r, p, ff),
+                              fill=_kv_fill(n_rows), reference=evaluate, kernel="rope\\+set_rows"))
     return out

@@ -76,8 +76,9 @@ def bind_norm_affine(b: BoundNode, w: np.ndarray, bias: np.ndarray, act: str | N
 
 
 @kernel
-def rms_norm_rows(d, a, eps, ith, nth):
-    """d = a / sqrt(mean(a^2) + eps) along ne[0], d.ne = a.ne."""
+def rms_norm_rows(d, a, w, eps, ith, nth):
+    """d = a / sqrt(mean(a^2) + eps) [* w] along ne[0], d.ne = a.ne; w None or the weight (ne0,) of d's type (the
+    rms_norm_mul pattern: each product rounded as the unfused mul's)."""
     ne3, ne2, ne1, ne0 = d.shape
     dt = d.dtype
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
@@ -86,15 +87,19 @@ def rms_norm_rows(d, a, eps, ith, nth):
         arow = a[i3, i2, i1]
         inv = np.float32(1.0 / math.sqrt(row_sum_sq(arow, 0.0) / ne0 + eps))
         drow = d[i3, i2, i1]
-        for i0 in range(ne0):
-            drow[i0] = store(load(arow[i0]) * inv, dt)
+        if w is None:
+            for i0 in range(ne0):
+                drow[i0] = store(load(arow[i0]) * inv, dt)
+        else:
+            for i0 in range(ne0):
+                drow[i0] = store(load(store(load(arow[i0]) * inv, dt)) * load(w[i0]), dt)
 
 
 @kernel
-def add_rms_norm_rows(s, d, a, b, eps, ith, nth):
-    """s = a + b, then d = s / sqrt(mean(s^2) + eps) along ne[0], all float32 of one shape: a residual add and the
-    RMSNorm reading it, as rms_norm_rows computes it. Each row of a and b is read before that row of s and d is
-    written (d may be exactly a's, b's or s's memory)."""
+def add_rms_norm_rows(s, d, a, b, w, eps, ith, nth):
+    """s = a + b, then d = s / sqrt(mean(s^2) + eps) [* w] along ne[0], all float32 of one shape (w None or (ne0,)):
+    a residual add and the RMSNorm reading it (and its weight), as rms_norm_rows computes it. Each row of a and b is
+    read before that row of s and d is written (d may be exactly a's, b's or s's memory)."""
     ne3, ne2, ne1, ne0 = d.shape
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
@@ -104,18 +109,29 @@ def add_rms_norm_rows(s, d, a, b, eps, ith, nth):
             srow[i0] = arow[i0] + brow[i0]
         inv = np.float32(1.0 / math.sqrt(row_sum_sq(srow, 0.0) / ne0 + eps))
         drow = d[i3, i2, i1]
-        for i0 in range(ne0):
-            drow[i0] = srow[i0] * inv
+        if w is None:
+            for i0 in range(ne0):
+                drow[i0] = srow[i0] * inv
+        else:
+            for i0 in range(ne0):
+                drow[i0] = srow[i0] * inv * w[i0]
 
 
 def _run_add_rms_norm(b: BoundNode, fused):
-    """The add (b: its node, sources, and the norm's memory as dst) and the norm as add_rms_norm_rows, or None where
-    the norm's memory partly overlaps the sum's."""
+    """The add (b: its node, sources, and the last node's memory as dst), the norm [and its weight] as
+    add_rms_norm_rows, or None where the result's memory partly overlaps the sum's."""
     total = fused.head.buffer.kernel_view(fused.head)
     if np.may_share_memory(b.dst, total) and not same_memory(b.dst, total):
         return None
-    args = (total, b.dst, b.srcs[0], b.srcs[1], fused.norm.op_params["eps"])
+    w = None if fused.weight is None else vector(fused.weight)
+    args = (total, b.dst, b.srcs[0], b.srcs[1], w, fused.norm.op_params["eps"])
     return launch(add_rms_norm_rows, args, b.threads_for(b.dst.size))
+
+
+def _run_rms_norm_mul(b: BoundNode, fused):
+    """rms_norm_rows with the weight, into the mul's memory (exactly over the norm's source at most: rowwise)."""
+    args = (b.dst, b.srcs[0], vector(fused.weight), fused.head.op_params["eps"])
+    return launch(rms_norm_rows, args, b.threads_for(b.dst.size))
 
 
 def _run_norm_affine(b: BoundNode, fused):
@@ -128,12 +144,13 @@ def _f32(fused) -> bool:
 
 @register("norm", "rms_norm", fuses={
     "norm_affine": Fused(_run_norm_affine, act=True, rowwise=True, takes=lambda node, impl: node.type.size == 4),
-    "add_rms_norm": Fused(_run_add_rms_norm, rowwise=True, accepts=_f32)})
+    "add_rms_norm": Fused(_run_add_rms_norm, rowwise=True, scale=True, accepts=_f32),
+    "rms_norm_mul": Fused(_run_rms_norm_mul, rowwise=True)})
 def bind_norm(b: BoundNode):
-    serial = norm_rows if b.node.op == "norm" else rms_norm_rows
-    args = (b.dst, b.srcs[0], b.node.op_params["eps"])
     nth = b.threads_for(b.dst.size)
-    return launch(serial, args, nth)
+    if b.node.op == "norm":
+        return launch(norm_rows, (b.dst, b.srcs[0], b.node.op_params["eps"]), nth)
+    return launch(rms_norm_rows, (b.dst, b.srcs[0], None, b.node.op_params["eps"]), nth)
 
 
 @kernel

@@ -13,7 +13,7 @@ import pytest
 
 import ggpy
 from ggpy.backends.cuda import sources
-from ggpy.backends.cuda.kernels import attention, conv, generated, layout, pool
+from ggpy.backends.cuda.kernels import attention, attention_flash, conv, generated, layout, pool
 from ggpy.backends.cuda.kernels.common import FLOATS, SUFFIX
 from ggpy.backends.cuda.registry import KERNELS
 from ggpy.graph import Context
@@ -110,6 +110,7 @@ def _expected_kernels() -> set:
     for hd, m, t in product(attention.HEAD_DIMS, (F32, F16), FLOATS):
         for d, split in product((F32, t), attention.SPLITS):
             names.add(attention.kernel_name(hd, m, t, d, split))
+    names |= attention_flash.kernel_names()
     return names
 
 

@@ -17,7 +17,15 @@ CASES = [  # (D, Dv, N, n_kv, H, Hk, S, mask type, scale, max_bias, softcap)
     (16, 24, 5, 13, 4, 4, 2, F16, 0.25, 0.0, 30.0),
     (16, 16, 6, 9, 6, 2, 1, F32, 0.5, 8.0, 0.0),
     (48, 48, 3, 300, 2, 2, 1, None, 0.1, 0.0, 0.0),
+    # head dims 64 and 128 (CUDA's): decode over a long cache split in chunks, prompt chunks (tensor cores for F16)
+    (64, 64, 1, 4096, 32, 8, 1, F16, 0.125, 0.0, 0.0),
+    (128, 128, 2, 1000, 8, 2, 1, F32, 0.088, 0.0, 0.0),
+    (128, 128, 4, 300, 4, 4, 2, F16, 0.08, 0.0, 30.0),
+    (64, 64, 3, 50, 6, 2, 1, F32, 0.5, 8.0, 0.0),
+    (64, 64, 33, 200, 8, 2, 1, F16, 0.125, 0.0, 0.0),
+    (128, 128, 70, 150, 4, 1, 1, F32, 0.088, 0.0, 0.0),
 ]
+TC_NMSE = 5e-5      # F16 K and V for 16+ query rows may run on tensor cores (q and P rounded to F16)
 
 
 def _causal(rng, t):
@@ -54,7 +62,10 @@ def cases():
                 out.append(OpCase("flash_attn_ext", f"kv={kv_type.name},cached={cached},D={c[0]},Dv={c[1]},N={c[2]},"
                                   f"n_kv={c[3]},H={c[4]}/{c[5]},S={c[6]},mask={getattr(c[7], 'name', None)},"
                                   f"scale={c[8]},max_bias={c[9]},softcap={c[10]}", lambda ctx, c=c, t=kv_type,
-                                  cached=cached: _flash(ctx, *c, kv_type=t, cached=cached), fill=_causal))
+                                  cached=cached: _flash(ctx, *c, kv_type=t, cached=cached), fill=_causal,
+                                  max_nmse=TC_NMSE if kv_type == F16 and c[2] >= 16 else 1e-7))
     out.append(OpCase("flash_attn_ext", "perf,token,n_kv=512", lambda ctx: _flash(
         ctx, 64, 64, 1, 512, 9, 3, 1, F16, 0.125, 0.0, 0.0), fill=_causal, tags=("perf",)))
+    out.append(OpCase("flash_attn_ext", "perf,token,n_kv=4096,H=32/8", lambda ctx: _flash(
+        ctx, 64, 64, 1, 4096, 32, 8, 1, F16, 0.125, 0.0, 0.0), fill=_causal, tags=("perf",)))
     return out

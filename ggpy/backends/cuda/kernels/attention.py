@@ -15,13 +15,15 @@ and accumulator in registers); the lanes combine by shuffles.
 Math in F32 (TF32, F16-weight and half-activation plans too). F16 / BF16 q, k, v run on tensor cores instead
 (win_attn_tc_k: mma.sync with F32 accumulation, one warp per 16 queries, P rounded to the inputs' type for
 P.V). The kernel of the fusion pass's attention pattern (ggpy/graph/fusion.py), not of an op: mul_mat's entry
-(matmul.py) runs it as its Fused "attention" (`accepts`, `run`). The op flash_attn_ext has no CUDA kernel yet (it runs on the CPU).
+(matmul.py) runs it as its Fused "attention" (`accepts`, `run`). The entry of the op flash_attn_ext is at the end
+(its kernels are attention_flash.py's).
 """
 from __future__ import annotations
 
 import ctypes
 
 from ....types import BF16, F16, F32
+from . import attention_flash as flash
 from ..registry import register
 from .common import FLOATS, SUFFIX, apart, extent, tensor_ptr
 
@@ -126,8 +128,26 @@ def steps(backend, f) -> list:
     return [backend.launch_struct(f.head, name, grid, (32 * TC_WARPS if tc else THREADS, 1, 1), a)]
 
 
-def flash_attn_refusal(node) -> str:
-    return "flash_attn_ext has no CUDA kernel yet (a scheduler runs it on the CPU)"
+def flash_attn_refusal(node) -> str | None:
+    q, k, v = node.src[:3]
+    mask = node.src[3] if len(node.src) > 3 else None
+    d, dv = q.ne[0], v.ne[0]
+    if d != dv or d not in flash.HEAD_DIMS:
+        return f"flash_attn_ext on CUDA takes head dims {flash.HEAD_DIMS} with D == Dv, not D={d}, Dv={dv}"
+    if k.type != v.type or k.type not in flash.KV_TYPES:
+        return (f"flash_attn_ext on CUDA takes K and V of one type of {[t.name for t in flash.KV_TYPES]}, not "
+                f"{k.type.name} and {v.type.name}")
+    if mask is not None and (mask.type not in (F32, F16) or mask.nb[0] != mask.type.size):
+        return f"flash_attn_ext on CUDA takes an F32 or F16 mask with contiguous rows, not {mask.type.name} nb={mask.nb}"
+    align = flash.ALIGN[k.type]
+    if any(s % align for t in (k, v) for s in t.nb[1:]) or any(s % 4 for s in q.nb[1:]):
+        return (f"flash_attn_ext on CUDA reads K and V rows {align}-byte aligned: k nb={k.nb}, v nb={v.nb}, "
+                f"q nb={q.nb}")
+    pair_blocks = -(-q.ne[2] // k.ne[2] * q.ne[1] // flash.ROWS[-1])
+    if k.ne[1] == 0 or k.ne[1] >= 1 << 31 or k.ne[2] * q.ne[3] > 65535 or q.ne[2] > 65535 or pair_blocks > 65535:
+        return f"flash_attn_ext on CUDA: q ne={q.ne}, k ne={k.ne} exceed its grid"
+    return None
 
 
-register(ops=("flash_attn_ext",), refusal=flash_attn_refusal, name=lambda node, impl: "")
+register(ops=("flash_attn_ext",), refusal=flash_attn_refusal, impls=("vec", "tc"), choose=flash.choose,
+         accepts=flash.accepts, temp_size=flash.temp_size, name=flash.kernel_name, steps=flash.steps)

@@ -1,0 +1,320 @@
+// flash_attn_ext (kernels/attention_flash.py): FaArgs (twin of the ctypes struct) and three kernels.
+// fa_vec_k: few query rows (a generated token), the keys split in chunks over blockIdx.x; a block takes one chunk of
+//   one KV head for RB (query head, row) pairs of its group (blockIdx.z the pairs, blockIdx.y KV head and sequence);
+//   each warp takes 32 keys at a time, a lane a key for the scores (q in shared memory), then the lanes split Dv for
+//   P.V; an online softmax per warp, the warps merged at the end; one chunk writes dst, several write their partial
+//   (max, sum, accumulator) in the temp block for fa_combine_k. F32 math on F32, F16 or Q8_0 K and V.
+// fa_tc_k: prompt chunks with F16 K and V on tensor cores (mma.sync m16n8k16, F32 accumulation): one warp per 16
+//   query rows of one head, keys in chunks of 64 in shared memory (win_attn_tc_k's layout; q rounded to F16).
+// A row whose scores are all -inf gives zeros (as the CPU kernel).
+#pragma once
+#include "attention.cuh"
+
+struct FaArgs {
+    const char* q; const char* k; const char* v; const char* mask; char* dst; float* part;
+    i64 qs[3];                  // q: bytes between query rows, heads, sequences
+    i64 ks[3]; i64 vs[3];       // k, v: bytes between keys, KV heads, sequences
+    i64 ms[3];                  // mask: bytes between query rows, dims 2, 3
+    i64 ds[3];                  // dst: bytes between heads, query rows, sequences
+    int n, nkv, h, hk, sr;      // query rows, keys, query heads, KV heads, q's sequences per K/V sequence
+    int mh, mw, mask_f16;       // the mask's dims 2, 3 and type (0: F32, 1: F16)
+    int chunk, nchunks;         // fa_vec_k: keys per block, blocks along the keys
+    float scale, softcap, m0, m1;
+    int nlog2;                  // ALiBi: slope m0^(h+1) for h < nlog2, else m1^(2(h-nlog2)+1) (m0 = m1 = 1: none)
+};
+
+#define FA_WARPS 4
+
+struct q8_0_t {};               // K / V rows of Q8_0 blocks: f16 d, 32 int8 (34 bytes)
+template <typename T> struct FaRow {
+    static __device__ __forceinline__ float4 at4(const char* r, int d) { return load4<T>(r + d * (int)sizeof(T)); }
+    static __device__ __forceinline__ float at(const char* r, int d) { return to_f(*(const T*)(r + d * (int)sizeof(T))); }
+};
+template <> struct FaRow<q8_0_t> {
+    static __device__ __forceinline__ float4 at4(const char* r, int d) {
+        const char* b = r + (d >> 5) * 34;
+        const float s = to_f(*(const half_t*)b);
+        const signed char* x = (const signed char*)b + 2 + (d & 31);
+        return make_float4(s * x[0], s * x[1], s * x[2], s * x[3]);
+    }
+    static __device__ __forceinline__ float at(const char* r, int d) {
+        const char* b = r + (d >> 5) * 34;
+        return to_f(*(const half_t*)b) * ((const signed char*)b)[2 + (d & 31)];
+    }
+};
+
+__device__ __forceinline__ float fa_slope(const FaArgs& a, int h) {
+    return h < a.nlog2 ? powf(a.m0, (float)(h + 1)) : powf(a.m1, (float)(2 * (h - a.nlog2) + 1));
+}
+__device__ __forceinline__ float fa_mask(const FaArgs& a, const char* row, int j) {
+    return a.mask_f16 ? to_f(((const half_t*)row)[j]) : ((const float*)row)[j];
+}
+__device__ __forceinline__ float fa_warp_max(float x) {
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+__device__ __forceinline__ float fa_warp_sum(float x) {
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+template <int D, int DV, int RB, typename TK, typename TV> __device__ void fa_vec_k(const FaArgs& a) {
+    constexpr int E = (DV + 31) / 32;                       // a lane's values of a V row: lane + 32 e
+    __shared__ __align__(16) float qsh[RB][D];
+    __shared__ float psh[FA_WARPS][RB][32];
+    __shared__ float wm[FA_WARPS][RB], wl[FA_WARPS][RB];
+    __shared__ float wacc[FA_WARPS][RB][DV];
+    const float NEG = __int_as_float(0xff800000);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int group = a.h / a.hk, g = blockIdx.y % a.hk, i3 = blockIdx.y / a.hk;
+    const int p0 = blockIdx.z * RB, np = min(RB, group * a.n - p0);     // pairs p: head g group + p % group, row p / group
+    const char* kb = a.k + g * a.ks[1] + (i3 / a.sr) * a.ks[2];
+    const char* vb = a.v + g * a.vs[1] + (i3 / a.sr) * a.vs[2];
+    const float qscale = a.softcap > 0.f ? a.scale / a.softcap : a.scale;
+    for (int t = threadIdx.x; t < RB * D; t += blockDim.x) {
+        const int r = t / D, d = t % D, p = p0 + r;
+        float x = 0.f;
+        if (r < np)
+            x = *(const float*)(a.q + (p / group) * a.qs[0] + (g * group + p % group) * a.qs[1] + i3 * a.qs[2] + d * 4);
+        qsh[r][d] = x * qscale;
+    }
+    const char* mrow[RB];
+    float slope[RB], m[RB], l[RB], acc[RB][E];
+    #pragma unroll
+    for (int r = 0; r < RB; ++r) {
+        const int p = p0 + r, hq = g * group + p % group;
+        mrow[r] = a.mask && r < np ? a.mask + (p / group) * a.ms[0] + (hq % a.mh) * a.ms[1] + (i3 % a.mw) * a.ms[2] : 0;
+        slope[r] = fa_slope(a, hq);
+        m[r] = NEG; l[r] = 0.f;
+        #pragma unroll
+        for (int e = 0; e < E; ++e) acc[r][e] = 0.f;
+    }
+    __syncthreads();
+    const int c0 = blockIdx.x * a.chunk, c1 = min(a.nkv, c0 + a.chunk);
+    for (int t0 = c0 + warp * 32; t0 < c1; t0 += FA_WARPS * 32) {
+        const int j = t0 + lane;
+        const bool valid = j < c1;
+        float s[RB];
+        #pragma unroll
+        for (int r = 0; r < RB; ++r) s[r] = 0.f;
+        if (valid) {
+            const char* kr = kb + (i64)j * a.ks[0];
+            #pragma unroll 8
+            for (int d = 0; d < D; d += 4) {
+                const float4 k4 = FaRow<TK>::at4(kr, d);
+                #pragma unroll
+                for (int r = 0; r < RB; ++r) {
+                    const float4 q4 = *(const float4*)&qsh[r][d];
+                    s[r] += q4.x * k4.x + q4.y * k4.y + q4.z * k4.z + q4.w * k4.w;
+                }
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < RB; ++r) {
+            float x = NEG;
+            if (valid && r < np) {
+                x = a.softcap > 0.f ? a.softcap * tanhf(s[r]) : s[r];
+                if (mrow[r]) x += slope[r] * fa_mask(a, mrow[r], j);
+            }
+            const float mn = fmaxf(m[r], fa_warp_max(x));
+            const float c = m[r] == NEG ? 0.f : expf(m[r] - mn);
+            const float p = x == NEG ? 0.f : expf(x - mn);
+            l[r] = l[r] * c + p;
+            #pragma unroll
+            for (int e = 0; e < E; ++e) acc[r][e] *= c;
+            m[r] = mn;
+            psh[warp][r][lane] = p;
+        }
+        __syncwarp();
+        const int nj = min(32, c1 - t0);
+        for (int jj = 0; jj < nj; ++jj) {
+            const char* vr = vb + (i64)(t0 + jj) * a.vs[0];
+            float vv[E];
+            #pragma unroll
+            for (int e = 0; e < E; ++e) vv[e] = lane + 32 * e < DV ? FaRow<TV>::at(vr, lane + 32 * e) : 0.f;
+            #pragma unroll
+            for (int r = 0; r < RB; ++r) {
+                const float p = psh[warp][r][jj];
+                #pragma unroll
+                for (int e = 0; e < E; ++e) acc[r][e] += p * vv[e];
+            }
+        }
+        __syncwarp();
+    }
+    #pragma unroll
+    for (int r = 0; r < RB; ++r) {
+        const float lr = fa_warp_sum(l[r]);
+        if (lane == 0) { wm[warp][r] = m[r]; wl[warp][r] = lr; }
+        #pragma unroll
+        for (int e = 0; e < E; ++e)
+            if (lane + 32 * e < DV) wacc[warp][r][lane + 32 * e] = acc[r][e];
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < np * DV; t += blockDim.x) {       // the warps merged
+        const int r = t / DV, d = t % DV, p = p0 + r, hq = g * group + p % group, i1 = p / group;
+        float M = NEG, L = 0.f, A = 0.f;
+        #pragma unroll
+        for (int w = 0; w < FA_WARPS; ++w) M = fmaxf(M, wm[w][r]);
+        #pragma unroll
+        for (int w = 0; w < FA_WARPS; ++w) {
+            const float c = wm[w][r] == NEG ? 0.f : expf(wm[w][r] - M);
+            L += wl[w][r] * c;
+            A += wacc[w][r][d] * c;
+        }
+        if (a.nchunks == 1) {
+            *(float*)(a.dst + hq * a.ds[0] + i1 * a.ds[1] + i3 * a.ds[2] + d * 4) = L > 0.f ? A / L : 0.f;
+        } else {
+            float* pr = a.part + (((i64)(i3 * a.n + i1) * a.h + hq) * a.nchunks + blockIdx.x) * (DV + 2);
+            if (d == 0) { pr[0] = M; pr[1] = L; }
+            pr[2 + d] = A;
+        }
+    }
+}
+
+// the chunks' partials of one output row (blockIdx.x = (i3 n + i1) h + hq) merged: sum_c acc_c e^(m_c - M) over
+// sum_c l_c e^(m_c - M)
+template <int DV> __device__ void fa_combine_k(const FaArgs& a) {
+    const float NEG = __int_as_float(0xff800000);
+    const i64 row = blockIdx.x;
+    const int hq = (int)(row % a.h), i1 = (int)(row / a.h % a.n), i3 = (int)(row / a.h / a.n);
+    const float* pr = a.part + row * a.nchunks * (DV + 2);
+    float M = NEG, L = 0.f;
+    for (int c = 0; c < a.nchunks; ++c) M = fmaxf(M, pr[c * (DV + 2)]);
+    for (int c = 0; c < a.nchunks; ++c) {
+        const float mc = pr[c * (DV + 2)];
+        if (mc != NEG) L += pr[c * (DV + 2) + 1] * expf(mc - M);
+    }
+    for (int d = threadIdx.x; d < DV; d += blockDim.x) {
+        float A = 0.f;
+        for (int c = 0; c < a.nchunks; ++c) {
+            const float mc = pr[c * (DV + 2)];
+            if (mc != NEG) A += pr[c * (DV + 2) + 2 + d] * expf(mc - M);
+        }
+        *(float*)(a.dst + hq * a.ds[0] + i1 * a.ds[1] + i3 * a.ds[2] + d * 4) = L > 0.f ? A / L : 0.f;
+    }
+}
+
+template <int HD> __device__ void fa_tc_k(const FaArgs& a) {
+    constexpr int KC = 64, KP = HD + 8, VP = KC + 8;         // row paddings (halves) against bank conflicts
+    __shared__ __align__(16) unsigned short Ks[KC][KP];
+    __shared__ __align__(16) unsigned short Vt[HD][VP];
+    const float NEG = __int_as_float(0xff800000);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    const int h = blockIdx.y, i3 = blockIdx.z, N = a.n, NK = a.nkv, kh = h / (a.h / a.hk);
+    const int q0 = (blockIdx.x * TC_WARPS + warp) * 16;
+    const char* qb = a.q + h * a.qs[1] + i3 * a.qs[2];
+    const char* kb = a.k + kh * a.ks[1] + (i3 / a.sr) * a.ks[2];
+    const char* vb = a.v + kh * a.vs[1] + (i3 / a.sr) * a.vs[2];
+    const float qscale = a.softcap > 0.f ? a.scale / a.softcap : a.scale, slope = fa_slope(a, h);
+    unsigned qa[HD / 16][4];                                  // A fragments of the scaled Q (16 x HD, row-major)
+    #pragma unroll
+    for (int ks = 0; ks < HD / 16; ++ks)
+        #pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int row = q0 + g + (r & 1) * 8, col = ks * 16 + t4 * 2 + (r >> 1) * 8;
+            float2 x = make_float2(0.f, 0.f);
+            if (row < N) x = *(const float2*)(qb + row * a.qs[0] + col * 4);
+            qa[ks][r] = pack2<half_t>(x.x * qscale, x.y * qscale);
+        }
+    const char* mrow[2];
+    #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int row = q0 + g + i * 8;
+        mrow[i] = a.mask && row < N ? a.mask + row * a.ms[0] + (h % a.mh) * a.ms[1] + (i3 % a.mw) * a.ms[2] : 0;
+    }
+    float o[HD / 8][4], m[2] = {NEG, NEG}, l[2] = {0.f, 0.f};
+    #pragma unroll
+    for (int nd = 0; nd < HD / 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
+    for (int j0 = 0; j0 < NK; j0 += KC) {
+        const int kc = min(KC, NK - j0);
+        __syncthreads();                                      // the previous chunk is read by everyone
+        for (int i = threadIdx.x; i < KC * HD / 2; i += blockDim.x) {
+            const int j = i / (HD / 2), d = (i % (HD / 2)) * 2;
+            unsigned kv = 0u, vv = 0u;
+            if (j < kc) {
+                kv = *(const unsigned*)(kb + (i64)(j0 + j) * a.ks[0] + d * 2);
+                vv = *(const unsigned*)(vb + (i64)(j0 + j) * a.vs[0] + d * 2);
+            }
+            *(unsigned*)&Ks[j][d] = kv;
+            Vt[d][j] = (unsigned short)(vv & 0xffffu);
+            Vt[d + 1][j] = (unsigned short)(vv >> 16);
+        }
+        __syncthreads();
+        if (q0 >= N) continue;                                // no query of this warp (barriers still met)
+        float s[KC / 8][4];
+        #pragma unroll
+        for (int nb = 0; nb < KC / 8; ++nb) {
+            s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
+            #pragma unroll
+            for (int ks = 0; ks < HD / 16; ++ks) {
+                const unsigned b[2] = {*(const unsigned*)&Ks[nb * 8 + g][ks * 16 + t4 * 2],
+                                       *(const unsigned*)&Ks[nb * 8 + g][ks * 16 + t4 * 2 + 8]};
+                mma16816<half_t>(s[nb], qa[ks], b);
+            }
+        }
+        float cmax[2] = {NEG, NEG};
+        #pragma unroll
+        for (int nb = 0; nb < KC / 8; ++nb)
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int j = j0 + nb * 8 + t4 * 2 + (r & 1), i = r >> 1;
+                float v = NEG;
+                if (j < NK) {
+                    v = a.softcap > 0.f ? a.softcap * tanhf(s[nb][r]) : s[nb][r];
+                    if (mrow[i]) v += slope * fa_mask(a, mrow[i], j);
+                }
+                s[nb][r] = v;
+                cmax[i] = fmaxf(cmax[i], v);
+            }
+        #pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            cmax[i] = fmaxf(cmax[i], __shfl_xor_sync(0xffffffffu, cmax[i], 1));
+            cmax[i] = fmaxf(cmax[i], __shfl_xor_sync(0xffffffffu, cmax[i], 2));
+            if (cmax[i] > m[i]) {                             // a new running max: rescale what was summed so far
+                const float c = m[i] == NEG ? 0.f : expf(m[i] - cmax[i]);
+                l[i] *= c;
+                #pragma unroll
+                for (int nd = 0; nd < HD / 8; ++nd) { o[nd][2 * i] *= c; o[nd][2 * i + 1] *= c; }
+                m[i] = cmax[i];
+            }
+        }
+        #pragma unroll
+        for (int nb = 0; nb < KC / 8; ++nb)
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int i = r >> 1;
+                const float p = s[nb][r] == NEG ? 0.f : expf(s[nb][r] - m[i]);
+                l[i] += p;
+                s[nb][r] = p;
+            }
+        #pragma unroll
+        for (int kk = 0; kk < KC / 16; ++kk) {
+            const unsigned pa[4] = {pack2<half_t>(s[2 * kk][0], s[2 * kk][1]), pack2<half_t>(s[2 * kk][2], s[2 * kk][3]),
+                                    pack2<half_t>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                    pack2<half_t>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            #pragma unroll
+            for (int nd = 0; nd < HD / 8; ++nd) {
+                const unsigned b[2] = {*(const unsigned*)&Vt[nd * 8 + g][kk * 16 + t4 * 2],
+                                       *(const unsigned*)&Vt[nd * 8 + g][kk * 16 + t4 * 2 + 8]};
+                mma16816<half_t>(o[nd], pa, b);
+            }
+        }
+    }
+    if (q0 >= N) return;
+    #pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    }
+    #pragma unroll
+    for (int nd = 0; nd < HD / 8; ++nd)
+        #pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int i = r >> 1, row = q0 + g + i * 8;
+            if (row < N)
+                *(float*)(a.dst + h * a.ds[0] + row * a.ds[1] + i3 * a.ds[2] + (nd * 8 + t4 * 2 + (r & 1)) * 4) =
+                    l[i] > 0.f ? o[nd][r] / l[i] : 0.f;
+        }
+}

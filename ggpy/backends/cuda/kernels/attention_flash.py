@@ -1,0 +1,130 @@
+"""flash_attn_ext on CUDA (attention_flash.cuh; the entry, with its refusal, is kernels/attention.py's), two
+implementations:
+
+`vec` (fa_vec_d{D}_r{RB}_{K/V type}): the keys split in chunks of a multiple of TILE over blockIdx.x, enough chunks
+that about TARGET_BLOCKS blocks run; a block takes RB (query head, query row) pairs of one KV head's group, so the
+group's query heads read each key once; with several chunks every block writes its partial (max, sum, Dv
+accumulator) into the temp block and fa_combine_d{D} merges them. F32 math on F32, F16 or Q8_0 K and V.
+`tc` (fa_tc_d{D}_f16): F16 K and V on tensor cores, a warp per 16 query rows of one head (prompt chunks); q is
+rounded to F16 after scaling, P to F16 for P.V, accumulation in F32.
+choose: tc for F16 K/V and at least TC_MIN_N query rows, else vec. Head dims HEAD_DIMS with D == Dv; others refused.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+
+from ....errors import UnsupportedOpError
+from ....types import F16, F32, Q8_0
+from .common import SUFFIX, tensor_ptr
+
+HEAD_DIMS = (64, 128)
+KV_TYPES = (F32, F16, Q8_0)     # K and V of one type
+ROWS = (1, 2, 4, 8)             # (query head, row) pairs per block of fa_vec_k (RB)
+WARPS = 4                       # warps per block (FA_WARPS, TC_WARPS in the .cuh)
+TILE = 32 * WARPS               # keys a block walks per pass: a chunk is a multiple of it
+TARGET_BLOCKS = 264             # about two blocks per SM of an H100 / H200
+TC_MIN_N = 16                   # query rows from which F16 K/V run on tensor cores
+TC_ROWS = 16 * WARPS            # query rows per block of fa_tc_k
+ALIGN = {F32: 16, F16: 8, Q8_0: 2}     # bytes K's and V's rows are aligned to (vector loads)
+_I64_3 = ctypes.c_int64 * 3
+
+
+class FaArgs(ctypes.Structure):
+    """The C `struct FaArgs` of attention_flash.cuh."""
+    _fields_ = [("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("mask", ctypes.c_void_p),
+                ("dst", ctypes.c_void_p), ("part", ctypes.c_void_p), ("qs", _I64_3), ("ks", _I64_3), ("vs", _I64_3),
+                ("ms", _I64_3), ("ds", _I64_3), ("n", ctypes.c_int), ("nkv", ctypes.c_int), ("h", ctypes.c_int),
+                ("hk", ctypes.c_int), ("sr", ctypes.c_int), ("mh", ctypes.c_int), ("mw", ctypes.c_int),
+                ("mask_f16", ctypes.c_int), ("chunk", ctypes.c_int), ("nchunks", ctypes.c_int),
+                ("scale", ctypes.c_float), ("softcap", ctypes.c_float), ("m0", ctypes.c_float), ("m1", ctypes.c_float),
+                ("nlog2", ctypes.c_int)]
+
+
+def _tc_fits(node) -> bool:
+    q, k = node.src[:2]
+    return k.type == F16 and all(s % 8 == 0 for s in q.nb[1:])
+
+
+def choose(node, backend) -> str:
+    return "tc" if _tc_fits(node) and node.src[0].ne[1] >= TC_MIN_N else "vec"
+
+
+def accepts(node, impl: str, backend) -> bool:
+    return impl == "vec" or _tc_fits(node)
+
+
+def split(node) -> tuple[int, int, int, int]:
+    """fa_vec_k's (RB, blocks of pairs per KV head, keys per chunk, chunks)."""
+    q, k = node.src[:2]
+    n, h, s = q.ne[1:]
+    hk, nkv = k.ne[2], k.ne[1]
+    pairs = h // hk * n
+    rb = next((r for r in ROWS if r >= pairs), ROWS[-1])
+    z = _cdiv(pairs, rb)
+    want = max(1, min(_cdiv(TARGET_BLOCKS, hk * s * z), _cdiv(nkv, TILE)))
+    chunk = _cdiv(_cdiv(nkv, want), TILE) * TILE
+    return rb, z, chunk, _cdiv(nkv, chunk)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def temp_size(node, impl: str, backend) -> int:
+    """fa_vec_k's partials when the keys are split: (Dv + 2) floats per output row and chunk."""
+    if not accepts(node, impl, backend):
+        raise UnsupportedOpError(f"cuda: flash_attn_ext '{node.name}' cannot run as {impl}: tc takes F16 K and V and q strides of 8 bytes")
+    if impl == "tc":
+        return 0
+    chunks = split(node)[3]
+    q, v = node.src[0], node.src[2]
+    return 0 if chunks == 1 else q.ne[1] * q.ne[2] * q.ne[3] * chunks * (v.ne[0] + 2) * 4
+
+
+def kernel_name(node, impl) -> str:
+    d, t = node.src[0].ne[0], node.src[1].type
+    return f"fa_tc_d{d}_f16" if impl == "tc" else f"fa_vec_d{d}_r{split(node)[0]}_{SUFFIX[t]}"
+
+
+def kernel_names() -> set:
+    """Every kernel this module launches (for the sources test)."""
+    names = {f"fa_vec_d{d}_r{r}_{SUFFIX[t]}" for d in HEAD_DIMS for r in ROWS for t in KV_TYPES}
+    return names | {f"fa_combine_d{d}" for d in HEAD_DIMS} | {f"fa_tc_d{d}_f16" for d in HEAD_DIMS}
+
+
+def _args(node) -> FaArgs:
+    q, k, v = node.src[:3]
+    mask = node.src[3] if len(node.src) > 3 else None
+    p = node.op_params
+    n, h, s = q.ne[1:]
+    a = FaArgs(q=tensor_ptr(q), k=tensor_ptr(k), v=tensor_ptr(v), dst=tensor_ptr(node), n=n, nkv=k.ne[1], h=h,
+               hk=k.ne[2], sr=s // k.ne[3], mh=1, mw=1, scale=p["scale"], softcap=p["logit_softcap"], m0=1.0, m1=1.0,
+               nlog2=h, qs=_I64_3(*q.nb[1:]), ks=_I64_3(*k.nb[1:]), vs=_I64_3(*v.nb[1:]), ds=_I64_3(*node.nb[1:]))
+    if mask is not None:
+        a.mask, a.ms, a.mh, a.mw, a.mask_f16 = tensor_ptr(mask), _I64_3(*mask.nb[1:]), mask.ne[2], mask.ne[3], \
+            int(mask.type == F16)
+    if p["max_bias"] > 0:
+        a.nlog2 = 2 ** int(math.floor(math.log2(h)))
+        a.m0, a.m1 = 2.0 ** (-p["max_bias"] / a.nlog2), 2.0 ** (-(p["max_bias"] / 2.0) / a.nlog2)
+    return a
+
+
+def steps(backend, node, impl: str) -> list:
+    q, k, v = node.src[:3]
+    align = ALIGN[k.type]
+    if any(tensor_ptr(t) % align for t in (k, v)) or tensor_ptr(q) % (8 if impl == "tc" else 4):
+        raise UnsupportedOpError(f"cuda: flash_attn_ext '{node.name}': K / V not {align}-byte aligned in memory")
+    a = _args(node)
+    n, h, s = q.ne[1:]
+    block = (32 * WARPS, 1, 1)
+    if impl == "tc":
+        return [backend.launch_struct(node, kernel_name(node, impl), (-(-n // TC_ROWS), h, s), block, a)]
+    rb, z, a.chunk, a.nchunks = split(node)
+    if a.nchunks > 1:
+        a.part = backend.temp_ptr(node)
+    out = [backend.launch_struct(node, kernel_name(node, impl), (a.nchunks, k.ne[2] * s, z), block, a)]
+    if a.nchunks > 1:
+        out.append(backend.launch_struct(node, f"fa_combine_d{v.ne[0]}", (n * h * s, 1, 1), (v.ne[0], 1, 1), a))
+    return out
+

@@ -83,7 +83,7 @@ def _expected_kernels() -> set:
     f = [SUFFIX[t] for t in FLOATS]
     names = {f"copy_{SUFFIX[s]}_{SUFFIX[d]}" for s, d in layout.COPY_PAIRS}
     names |= {f"{op}_{SUFFIX[t]}" for op in ("concat", "repeat", "get_rows") for t in layout.TYPES}
-    names |= {f"pad_{t}" for t in f} | {f"set_rows_{s}_{d}" for s, d in product(f, f)}
+    names |= {f"pad_{t}" for t in f} | {f"set_rows_{s}_{SUFFIX[d]}" for s, d in product(f, layout.SET_ROWS_TO)}
     for q in (t.name for t in QUANT_TYPES):
         names |= {f"get_rows_{q}"} | {f"{k}_{q}_{t}" for k in ("copy", "mmv") for t in f}
     names |= {f"mmv_{a}_{b}" for a, b in product(f, f)} | {f"copy_f32_{t.name}" for t in QUANTIZE_TO}

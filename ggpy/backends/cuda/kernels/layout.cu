@@ -59,6 +59,27 @@ template <typename S, typename D> __device__ void set_rows_k(const Args& a) {
     }
 }
 
+// set_rows into Q8_0 rows (ggml's quantize_row_q8_0: d = max |x| / 127, q = round(x / d)): a warp per 32-block of
+// b (lane j its element j), written into block i0 / 32 of row c[...] of a
+template <typename S> __device__ void set_rows_q8_0_k(const Args& a) {
+    const i64 blocks = a.ne0[0] >> 5, n = blocks * a.ne0[1] * a.ne0[2] * a.ne0[3];
+    const int j = threadIdx.x & 31;
+    const i64 step = ((i64)gridDim.x * blockDim.x) >> 5;
+    for (i64 w = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; w < n; w += step) {
+        const i64 blk = w % blocks, r = w / blocks;
+        const i64 i1 = r % a.ne0[1], i2 = r / a.ne0[1] % a.ne0[2], i3 = r / a.ne0[1] / a.ne0[2];
+        const i64 row = *(const int*)(a.src1 + i1 * a.nb1[0] + (i2 % a.ne1[1]) * a.nb1[1] + (i3 % a.ne1[2]) * a.nb1[2]);
+        if (row < 0 || row >= a.ne[1]) continue;                  // the same for the whole warp
+        const float x = to_f(*(const S*)(a.src0 + (blk * 32 + j) * a.nb0[0] + i1 * a.nb0[1] + i2 * a.nb0[2] + i3 * a.nb0[3]));
+        float amax = fabsf(x);
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float d = __fdiv_rn(amax, 127.f), inv = d != 0.f ? __fdiv_rn(1.f, d) : 0.f;
+        unsigned char* b = (unsigned char*)a.dst + row * a.nb[1] + i2 * a.nb[2] + i3 * a.nb[3] + blk * 34;
+        if (j == 0) *(half_t*)b = from_f<half_t>(d);
+        b[2 + j] = (unsigned char)(signed char)(int)roundf(__fmul_rn(x, inv));
+    }
+}
+
 extern "C" __global__ void copy_f32_f32(const Args a) { copy<float, float>(a); }
 extern "C" __global__ void copy_f32_f16(const Args a) { copy<float, half_t>(a); }
 extern "C" __global__ void copy_f32_bf16(const Args a) { copy<float, bf16_t>(a); }
@@ -93,3 +114,6 @@ extern "C" __global__ void set_rows_f16_bf16(const Args a) { set_rows_k<half_t, 
 extern "C" __global__ void set_rows_bf16_f32(const Args a) { set_rows_k<bf16_t, float>(a); }
 extern "C" __global__ void set_rows_bf16_f16(const Args a) { set_rows_k<bf16_t, half_t>(a); }
 extern "C" __global__ void set_rows_bf16_bf16(const Args a) { set_rows_k<bf16_t, bf16_t>(a); }
+extern "C" __global__ void set_rows_f32_q8_0(const Args a) { set_rows_q8_0_k<float>(a); }
+extern "C" __global__ void set_rows_f16_q8_0(const Args a) { set_rows_q8_0_k<half_t>(a); }
+extern "C" __global__ void set_rows_bf16_q8_0(const Args a) { set_rows_q8_0_k<bf16_t>(a); }

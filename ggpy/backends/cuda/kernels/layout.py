@@ -3,10 +3,11 @@ order, any strides on both sides, float types (F32, F16, BF16) converted, I32 co
 describes; 32-bit index math where the tensors fit), concat, pad (zero padding; the four leading paddings, < 4096
 each, travel two to a float parameter), repeat and get_rows (a.ne = (K, R, A2, A3), b I32 (n, A2, A3) ->
 (K, n, A2, A3), F32, I32 for I32 rows): one thread per dst element (grid-stride); set_rows (one thread per element
-of b, float types, rows with an index outside a skipped)."""
+of b, float types, rows with an index outside a skipped; into Q8_0 rows a warp per 32-block, quantized as ggml's
+quantize_row_q8_0)."""
 from __future__ import annotations
 
-from ....types import BF16, F16, F32, I32
+from ....types import BF16, F16, F32, I32, Q8_0
 from ..registry import register
 from . import quant
 from .common import FLOATS, SUFFIX, elementwise_config, iparam32
@@ -14,6 +15,7 @@ from .generated import CHAIN
 
 COPY_PAIRS = tuple((s, d) for s in (F32, F16, BF16) for d in (F32, F16, BF16)) + ((I32, I32),)
 TYPES = (F32, F16, BF16, I32)
+SET_ROWS_TO = FLOATS + (Q8_0,)     # a's types of set_rows (Q8_0: each 32-block quantized as ggml's q8_0)
 MAX_PAD = 4096
 
 
@@ -71,8 +73,9 @@ register(ops=("concat", "pad", "repeat", "get_rows"), refusal=refusal, name=kern
 
 def set_rows_refusal(node) -> str | None:
     b, c = node.src[:2]
-    if b.type not in FLOATS or node.type not in FLOATS or c.type != I32:
-        return f"set_rows on CUDA writes float rows with I32 indices, not {b.type.name} rows into {node.type.name}"
+    if b.type not in FLOATS or node.type not in SET_ROWS_TO or c.type != I32:
+        return (f"set_rows on CUDA writes float rows with I32 indices into {[t.name for t in SET_ROWS_TO]} rows, not "
+                f"{b.type.name} rows into {node.type.name}")
     return None
 
 

@@ -43,10 +43,10 @@ def test_patterns_the_table_runs():
 
 
 def test_no_epilogue_after_the_dot_product_kernel():
-    """A few columns of a quantized a run as mmv, which takes no bias: the add stays a node (a chain with the
+    """A few columns of a quantized a run as mmvq, which takes no bias: the add stays a node (a chain with the
     activation after it)."""
     ctx = ggpy.Context()
     w, x, b = ctx.new_tensor(ggpy.Q8_0, (64, 32)), ctx.new_tensor(ggpy.F32, (64, 2)), ctx.new_tensor(ggpy.F32, (32,))
     y = ggpy.mul_mat(w, x)
-    assert TableOnly().impl_for(y) == "mmv"
+    assert TableOnly().impl_for(y) == "mmvq"
     assert _fusions(ggpy.silu(ggpy.add(y, b))) == [("chain", ("add", "silu"))]

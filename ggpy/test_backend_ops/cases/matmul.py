@@ -46,7 +46,7 @@ def cases():
                                   lambda ctx, ha=how_a, hb=how_b, ne_a=ne_a, ne_b=ne_b: ops.mul_mat(
                                       layout(ctx, F32, ne_a, ha), layout(ctx, F32, ne_b, hb)),
                                   flops=_flops, max_nmse=5e-7))
-    out += epilogue_cases() + cast_epilogue_cases() + quant_cases() + gqa_cases()
+    out += epilogue_cases() + cast_epilogue_cases() + quant_cases() + mmvq_cases() + gqa_cases()
     out.append(OpCase("mul_mat", "f32,perf,K=1024,M=1024,N=1024",
                       lambda ctx: ops.mul_mat(layout(ctx, F32, (1024, 1024)), layout(ctx, F32, (1024, 1024))),
                       flops=_flops, max_nmse=5e-7, tags=("perf",)))
@@ -102,6 +102,10 @@ QUANT_NMSE = 1e-9
 """Quantized a: the weights are dequantized exactly (as gguf.quants), so what differs from the float64 reference is
 float32 accumulation over K <= 768: relative error ~ sqrt(K) * 2^-24 ~ 2e-6 per output, nmse ~ 1e-11; any format
 error (a nibble, bit or scale out of place) gives nmse > 1e-4."""
+Q8_NMSE = 1e-3
+"""Few columns of b times a quantized a on integer dot products (the default on CUDA and the CPU): b's columns
+rounded to 8 bits per block (step max|x| / 127, error variance step^2 / 12) give nmse ~1.5e-5 on uniform inputs,
+up to ~2e-4 over the few outputs of a small case; a format error (a nibble, bit or scale out of place) > 1e-2."""
 QUANT_GEMM_NMSE = 1e-6
 """More than 8 columns of b per matrix: CUDA runs a tensor-core GEMM on F16 copies of the dequantized a and of b (as
 ggml's cuBLAS path), each rounded by up to 2^-11: nmse ~ 1e-7."""
@@ -121,7 +125,24 @@ place, its rows strided)."""
             out.append(OpCase("mul_mat", f"{t.name},f32,K={k},M={m},N={n},a23={ad},b23={bd},b={how}",
                               lambda ctx, t=t, k=k, m=m, n=n, ad=ad, bd=bd, how=how: ops.mul_mat(
                                   leaf(ctx, t, (k, m) + ad), layout(ctx, F32, (k, n) + bd, how)),
-                              flops=_flops, max_nmse=QUANT_NMSE if n <= 8 else QUANT_GEMM_NMSE, kernel=f"{impl}_{t.name}"))
+                              flops=_flops, max_nmse=Q8_NMSE if n <= 8 else QUANT_GEMM_NMSE, kernel=f"{impl}_{t.name}"))
+    return out
+
+
+def mmvq_cases():
+    """Every quantized type times 1 to 8 columns of b (the integer dot-product kernels): rows past the last full
+    block of rows, K of 17 units (lanes idle) and of 2 per lane (a second pass), b with gaps between its rows, a
+    broadcast over dims 2 and 3, b strided (permuted)."""
+    out = []
+    for t in QUANT_TYPES:
+        k0, k1 = (768, 4096) if t.block == 256 else (544, 2048)
+        for k, m, n, ad, bd, how in ((k0, 37, 1, (1, 1), (1, 1), "cont"), (k1, 9, 8, (1, 1), (1, 1), "cont"),
+                                     (k0, 6, 2, (1, 1), (1, 1), "padded"), (k0, 5, 1, (1, 1), (1, 2), "permuted3"),
+                                     (k0, 7, 2, (2, 1), (4, 3), "cont"), (k0, 11, 3, (1, 1), (1, 1), "permuted")):
+            out.append(OpCase("mul_mat", f"mmvq,{t.name},K={k},M={m},N={n},a23={ad},b23={bd},b={how}",
+                              lambda ctx, t=t, k=k, m=m, n=n, ad=ad, bd=bd, how=how: ops.mul_mat(
+                                  leaf(ctx, t, (k, m) + ad), layout(ctx, F32, (k, n) + bd, how)),
+                              flops=_flops, max_nmse=Q8_NMSE))
     return out
 
 

@@ -1,6 +1,7 @@
-"""mul_mat, two implementations: `cublaslt`, cuBLASLt GEMMs (cublas.py) run as Python-side steps, and `mmv`,
-quant.py's dot-product kernel for few columns of b, chosen where a is quantized, grouped or of another type than b
-(choose; CUDABackend(force={"mul_mat": ...}) and autotune cover both).
+"""mul_mat, three implementations: `cublaslt`, cuBLASLt GEMMs (cublas.py) run as Python-side steps; `mmv`,
+quant.py's dot-product kernel for few columns of b, chosen where a is grouped or of another type than b; and `mmvq`,
+quant.py's integer dot-product kernel on b's columns quantized to 8 bits, chosen for few columns of a quantized a
+(choose; CUDABackend(force={"mul_mat": ...}) and autotune cover all three; mmv is the exact one).
 a.ne = (K, M, A2, A3), b.ne = (K, N, B2, B3), F32, F16 or BF16 each, a also quantized (a dequantized F16 copy in the
 GEMM). Result F32 (M, N, B2, B3), or the
 operands' type when both have it and a cast of the result is fused (the fusion pass's epilogue). Operands that cuBLASLt
@@ -33,15 +34,19 @@ def refusal(node) -> str | None:
 
 
 def choose(node, backend) -> str:
-    return "mmv" if quant.mmv_preferred(node) else "cublaslt"
+    return "mmvq" if quant.mmvq_fits(node) else "mmv" if quant.mmv_preferred(node) else "cublaslt"
 
 
 def accepts(node, impl: str, backend) -> bool:
+    if impl == "mmvq":
+        return quant.mmvq_fits(node)
     return quant.mmv_fits(node) if impl == "mmv" else MISSING is None
 
 
 def kernel_name(node, impl) -> str:
     a, b = node.src[:2]
+    if impl == "mmvq":
+        return f"mmvq_{SUFFIX[a.type]}"
     return quant.mmv_name(node) if impl == "mmv" else f"cublaslt_{a.type.name.lower()}_{b.type.name.lower()}"
 
 
@@ -58,13 +63,16 @@ def conversions(node) -> list:
 
 
 def temp_size(node, impl: str, backend) -> int:
-    """The workspace plus the operand copies (none for the dot-product kernel)."""
+    """The workspace plus the operand copies (none for the dot-product kernel, b's q8_1 columns for mmvq)."""
     if not accepts(node, impl, backend):
         raise UnsupportedOpError(f"cuda: mul_mat '{node.name}' (a {node.src[0].type.name} ne={node.src[0].ne}, b ne="
                                  f"{node.src[1].ne}) cannot run as {impl}: mmv takes at most {quant.MMV_MAX_N} columns "
-                                 f"of b per matrix (K a multiple of 8), cublaslt needs cuBLASLt")
+                                 f"of b per matrix (K a multiple of 8), mmvq as many of a float b times a quantized a, "
+                                 f"cublaslt needs cuBLASLt")
     if impl == "mmv":
         return 0
+    if impl == "mmvq":
+        return quant.mmvq_temp_size(node)
     return WORKSPACE + sum(align_temp(c.nbytes) for _, _, c in conversions(node))
 
 
@@ -111,6 +119,8 @@ def plan_batches(ta, tb, kb: bool, ldb: int, d, ldd: int):
 
 
 def steps(backend, node, impl: str) -> list:
+    if impl == "mmvq":
+        return quant.mmvq_steps(backend, node)
     return quant.mmv_steps(backend, node) if impl == "mmv" else gemm_steps(backend, node)
 
 
@@ -170,8 +180,58 @@ def epilogue_run(backend, f) -> list | None:
     return gemm_steps(backend, node, f.add_node, f.residual_node, r)
 
 
+def _mmvq(node, impl) -> bool:
+    return impl == "mmvq"
+
+
+def glu_accepts(f) -> bool:
+    """silu(gate) * up of two products the glu kernel takes: weights of one type and layout, F32 results."""
+    g, u = f.w_gate, f.w_up
+    return (f.act == "silu" and quant.mmvq_fits(f.gate) and g.type == u.type and g.ne == u.ne and g.nb == u.nb
+            and f.mul.type == F32 and f.mul.ne == f.gate.ne)
+
+
+def glu_run(backend, f) -> list | None:
+    """mmvq_glu writing the mul's memory, where everything is on this GPU and the mul clear of the weights and the
+    head's temp (the q8_1 columns of x, which both products read)."""
+    tp = backend.temp_ptr(f.head)
+    if not backend.on_device(f.mul, f.x, f.w_gate, f.w_up) or not apart(
+            f.mul, [extent(f.w_gate), extent(f.w_up), (tp, tp + backend.temp_size(f.head))]):
+        return None
+    steps = quant.mmvq_steps(backend, f.head, dst=f.mul, gate=f.w_gate, up=f.w_up)
+    if steps is not None:
+        steps[-1].name = f.name(kernel_name(f.head, "mmvq"))
+    return steps
+
+
+def mul_mat_add_accepts(f) -> bool:
+    """A product mmvq runs plus a contiguous F32 residual: the add's elements are the product's in order."""
+    r, m = f.residual, f.head
+    return (quant.mmvq_fits(m) and all(t.type == F32 and t.is_contiguous() for t in (m, r, f.add))
+            and r.nelements == m.nelements == f.add.nelements)
+
+
+def mul_mat_add_run(backend, f) -> list | None:
+    """mmvq with the residual added, writing the add's memory in the product's layout, where everything is on this
+    GPU and the add's memory lies clear of the weights and the temp block, and clear of or exactly over the residual
+    (each element is read before it is written)."""
+    m, r, out = f.head, f.residual, f.add
+    if not backend.on_device(m, r, out, *m.src[:2]):
+        return None
+    tp = backend.temp_ptr(m)
+    others = [extent(m.src[0]), (tp, tp + backend.temp_size(m))] + ([] if extent(r) == extent(out) else [extent(r)])
+    if not apart(out, others):
+        return None
+    steps = quant.mmvq_steps(backend, m, dst=m, dst_ptr=tensor_ptr(out), residual=r)
+    if steps is not None:
+        steps[-1].name = f.name(kernel_name(m, "mmvq"))
+    return steps
+
+
 register(ops=("mul_mat",), refusal=refusal, name=kernel_name, temp_size=temp_size, steps=steps,
-         impls=("cublaslt", "mmv"), choose=choose, accepts=accepts,
+         impls=("cublaslt", "mmv", "mmvq"), choose=choose, accepts=accepts,
          fuses={"epilogue": Fused(epilogue_run, takes=lambda node, impl: impl == "cublaslt", accepts=epilogue_accepts,
                                   cast=True, residual=True),
-                "attention": Fused(attention.run, accepts=attention.accepts, cast=True)})
+                "attention": Fused(attention.run, accepts=attention.accepts, cast=True),
+                "glu": Fused(glu_run, takes=_mmvq, accepts=glu_accepts),
+                "mul_mat_add": Fused(mul_mat_add_run, takes=_mmvq, accepts=mul_mat_add_accepts)})

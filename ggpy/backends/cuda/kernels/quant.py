@@ -10,17 +10,27 @@ formulas, in float32; dq_float<T> reads a float row of element stride nb0). On i
 - `get_rows_<q>`: rows dequantized into F32, a thread per 8 elements;
 - `mmv_<a>_<b>`: mul_mat with at most MMV_MAX_N columns of b per matrix (generation): a warp per row of a, which it
   reads once for every column, F32 accumulation: mul_mat's implementation `mmv`. A quantized a with more columns
-  runs as a cuBLASLt F16 GEMM on a dequantized copy (matmul.py's `cublaslt`).
+  runs as a cuBLASLt F16 GEMM on a dequantized copy (matmul.py's `cublaslt`);
+- `quantize_q8_1_f32` + `mmvq_<a>` (quant_mmvq.cuh): the same products on integer dot products (ggml's mmvq): b's
+  columns quantized to q8_1 blocks in the node's temp block, then __dp4a with a's quants, a warp per row of a:
+  mul_mat's implementation `mmvq`, the default for a quantized a (its error is the activations' 8-bit rounding,
+  nmse ~1e-5; mmv is exact); `mmvq_glu_<a>` the gate and up products with silu(gate) * up in one launch.
 """
 from __future__ import annotations
 
 from ....ops.layout import QUANTIZE_TO
-from ....types import F32
+from types import SimpleNamespace
+
+from ....types import F32, Q4_1, Q4_K, Q5_1, Q5_K
+from ..gemm_plan import align_temp
 from .common import FLOATS, SUFFIX, tensor_ptr
 
 MMV_MAX_N = 8           # columns of b per matrix the dot-product kernel takes (ggml's mmvq takes 8 too)
 MMV_WARPS = 4           # rows of a per block
 MAX_GRID_Y = 65535      # CUDA's limit on gridDim.y: the matrices of b
+MMVQ_RESIDUAL = 1       # quant_mmvq.cuh's iop flag: add src2 (F32, dst's layout) to the product
+MMVQ_ALIGN = {Q4_K: 16, Q5_K: 16, Q4_1: 4, Q5_1: 4}     # bytes of a's row starts the kernel's loads need (else 2)
+QUANTIZE_BLOCK = 256
 
 
 def copy_refusal(node) -> str | None:
@@ -62,3 +72,47 @@ def mmv_steps(backend, node) -> list:
 
 def mmv_name(node) -> str:
     return f"mmv_{SUFFIX[node.src[0].type]}_{SUFFIX[node.src[1].type]}"
+
+
+def mmvq_fits(node) -> bool:
+    """Whether the integer dot-product kernel can run a mul_mat: a quantized, b F32 with few columns per matrix."""
+    a, b = node.src[:2]
+    return a.type.quantized and b.type == F32 and b.ne[1] <= MMV_MAX_N and b.ne[2] * b.ne[3] <= MAX_GRID_Y
+
+
+def mmvq_temp_size(node) -> int:
+    """Bytes of b's columns as q8_1: K int8 per column, then a (d, d * sum q) float pair per 32 elements."""
+    b = node.src[1]
+    cols = b.nelements // b.ne[0]
+    return align_temp(cols * b.ne[0] + cols * b.ne[0] // 32 * 8)
+
+
+def mmvq_aligned(a) -> bool:
+    """Whether a's rows start where the kernel's loads need them (GGUF weights always do)."""
+    align = MMVQ_ALIGN.get(a.type, 2)
+    return tensor_ptr(a) % align == 0 and all(nb % align == 0 for nb in a.nb[1:])
+
+
+def mmvq_steps(backend, node, dst=None, dst_ptr=None, residual=None, gate=None, up=None) -> list:
+    """quantize_q8_1 of b into the node's temp block, then mmvq writing `dst` (default the node; its layout, at
+    dst_ptr) plus `residual` (F32, dst's layout); or, with `gate` and `up` (weights of one type and layout, the node
+    one of their products), the glu kernel writing silu(gate x) * (up x). Rows the kernel cannot load: mmv (the
+    exact kernel) when nothing is fused, else None."""
+    a, b = node.src[:2]
+    a = a if gate is None else gate
+    if not (mmvq_aligned(a) and (up is None or mmvq_aligned(up))):
+        return mmv_steps(backend, node) if dst is None and up is None else None
+    dst = node if dst is None else dst
+    temp, cols = backend.temp_ptr(node), b.nelements // b.ne[0]
+    q8 = SimpleNamespace(ne=b.ne, nb=b.nb, nelements=cols * b.ne[0])
+    warps = cols * b.ne[0] // 32
+    quantize = backend.launch(node, "quantize_q8_1_f32", temp, q8, [(tensor_ptr(b), b)],
+                              config=(min(-(-warps // (QUANTIZE_BLOCK // 32)), 1 << 16), QUANTIZE_BLOCK))
+    src2 = up if up is not None else residual
+    extra = [] if src2 is None else [(tensor_ptr(src2), src2)]
+    name = f"mmvq_{'glu_' if up is not None else ''}{SUFFIX[a.type]}"
+    grid = (-(-a.ne[1] // MMV_WARPS), b.ne[2] * b.ne[3])
+    product = backend.launch(node, name, tensor_ptr(dst) if dst_ptr is None else dst_ptr, dst,
+                             [(tensor_ptr(a), a), (temp, b)] + extra, config=(grid, 32 * MMV_WARPS),
+                             iop=MMVQ_RESIDUAL if residual is not None else 0)
+    return [quantize, product]

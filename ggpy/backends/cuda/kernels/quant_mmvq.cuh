@@ -1,0 +1,199 @@
+// mul_mat's integer dot-product kernel (mmvq, kernels/quant.py): b's columns quantized once per product to q8_1
+// blocks of 32 (quantize_q8_1_k: int8 q, float d = max|x| / 127, d * sum q) in the node's temp block, then a warp
+// per row of the quantized a, its lanes taking a "unit" (32 or 64 elements, whole sub-blocks) of the row at a time:
+// the unit's quants unpacked to bytes and multiplied with __dp4a, the scales applied per sub-block. Every column
+// n < N <= MMV_MAX_N at once; blockDim.x / 32 rows per block. Fused epilogues (iop): MMVQ_RESIDUAL adds src2 (F32,
+// dst's layout); the glu kernels read a second weight matrix at src2 (the up rows, a's layout) and write
+// silu(a x) * (up x). Instantiated by quant_<type>.cu (the kernels) and quant.cu (the quantizing kernel).
+#pragma once
+#include "quant.cuh"
+
+#define MMVQ_RESIDUAL 1
+
+// the temp block: column c = n + N * (i2 + B2 * i3) of b as K int8 at c * K, then C * K / 32 float2 (d, d * sum q)
+__device__ void quantize_q8_1_k(const Args& a) {        // dst: the temp; src0: b F32 (K, N, B2, B3), any strides
+    const int lane = threadIdx.x & 31;
+    const i64 kb = a.ne0[0] >> 5, blocks = kb * a.ne0[1] * a.ne0[2] * a.ne0[3];
+    const i64 C = a.ne0[1] * a.ne0[2] * a.ne0[3];
+    for (i64 w = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; w < blocks; w += ((i64)gridDim.x * blockDim.x) >> 5) {
+        const i64 c = w / kb, k = (w % kb) * 32 + lane;
+        const i64 n = c % a.ne0[1], i2 = (c / a.ne0[1]) % a.ne0[2], i3 = c / (a.ne0[1] * a.ne0[2]);
+        const float x = *(const float*)(a.src0 + k * a.nb0[0] + n * a.nb0[1] + i2 * a.nb0[2] + i3 * a.nb0[3]);
+        float amax = fabsf(x);
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float d = amax / 127.f;
+        const int q = amax == 0.f ? 0 : (int)rintf(x / d);
+        int s = q;
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        a.dst[c * a.ne0[0] + k] = (char)q;
+        if (lane == 0) ((float2*)(a.dst + C * a.ne0[0]))[w] = make_float2(d, d * (float)s);
+    }
+}
+
+__device__ __forceinline__ int i32_at2(const char* p) {        // 4 bytes at a 2-byte aligned address
+    const unsigned short* h = (const unsigned short*)p;
+    return (int)(h[0] | ((unsigned)h[1] << 16));
+}
+__device__ __forceinline__ int i32_at4(const char* p) { return *(const int*)p; }
+// the fifth bits 4i .. 4i + 3 of qh as bit 4 of each byte
+__device__ __forceinline__ int bit4(unsigned qh, int i) {
+    const unsigned h = qh >> (4 * i);
+    return (int)(((h & 1) << 4) | ((h & 2) << 11) | ((h & 4) << 18) | ((h & 8) << 25));
+}
+__device__ __forceinline__ void x_ints(const signed char* xq, int* x, int n4) {   // n4 int4 loads of activations
+    #pragma unroll
+    for (int j = 0; j < n4; ++j) { const int4 v = ((const int4*)xq)[j]; x[4 * j] = v.x; x[4 * j + 1] = v.y; x[4 * j + 2] = v.z; x[4 * j + 3] = v.w; }
+}
+template <int N> __device__ __forceinline__ int dp4(const int* q, const int* x) {
+    int s = 0;
+    #pragma unroll
+    for (int i = 0; i < N; ++i) s = __dp4a(q[i], x[i], s);
+    return s;
+}
+
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: a unit is one 32-block of SIZE bytes: d (and m at 2), QH: the 32 fifth bits, QS the
+// quants (nibbles: element j low in byte j & 15 when j < 16, else high; Q8_0: int8); ALIGN4: 4-byte loads
+template <int SIZE, int QS, int QH, bool MIN, int OFFSET, bool ALIGN4> struct q32 {
+    static constexpr int UNIT = 32;
+    struct W { float d, m; int q[8]; };
+    static __device__ __forceinline__ void load(const char* row, int u, W& w) {
+        const char* b = row + (i64)u * SIZE;
+        w.d = half_at(b); w.m = MIN ? half_at(b + 2) : 0.f;
+        if (SIZE == 34) {
+            #pragma unroll
+            for (int i = 0; i < 8; ++i) w.q[i] = i32_at2(b + QS + 4 * i);
+            return;
+        }
+        const unsigned qh = QH ? (ALIGN4 ? (unsigned)i32_at4(b + QH) : (unsigned)i32_at2(b + QH)) : 0u;
+        #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int v = ALIGN4 ? i32_at4(b + QS + 4 * i) : i32_at2(b + QS + 4 * i);
+            w.q[i] = (v & 0x0F0F0F0F) | (QH ? bit4(qh, i) : 0);
+            w.q[i + 4] = ((v >> 4) & 0x0F0F0F0F) | (QH ? bit4(qh, i + 4) : 0);
+        }
+    }
+    // sum over the unit of w * x: d (dx sum q x - OFFSET dx sum x) or d dx sum q x + m dx sum x
+    static __device__ __forceinline__ float dot(const W& w, const signed char* xq, const float2* ds) {
+        int x[8];
+        x_ints(xq, x, 2);
+        const float2 s = ds[0];
+        const float sumi = (float)dp4<8>(w.q, x);
+        return MIN ? w.d * s.x * sumi + w.m * s.y : w.d * (s.x * sumi - (float)OFFSET * s.y);
+    }
+};
+typedef q32<18, 2, 0, false, 8, false> mq_q4_0;
+typedef q32<20, 4, 0, true, 0, true> mq_q4_1;
+typedef q32<22, 6, 2, false, 16, false> mq_q5_0;
+typedef q32<24, 8, 4, true, 0, true> mq_q5_1;
+typedef q32<34, 2, 0, false, 0, false> mq_q8_0;
+
+// Q4_K, Q5_K: a unit is sub-blocks 2j and 2j + 1 (64 elements) of a 256-block: their nibbles are the low and high
+// halves of the 32 bytes at QS + 32 j (16-byte aligned: 128-bit loads), Q5_K's fifth bits bits 2j, 2j + 1 of the
+// 32 bytes at 16; value d sc q - dmin m per sub-block (scale_min_k4)
+template <int SIZE, bool HIGH> struct qk45 {
+    static constexpr int UNIT = 64;
+    struct W { float d0, d1, m0, m1; int q[16]; };
+    static __device__ __forceinline__ void load(const char* row, int u, W& w) {
+        const char* b = row + (i64)(u >> 2) * SIZE;
+        const int j = u & 3;
+        float sc0, sc1, m0, m1;
+        scale_min_k4((const unsigned char*)b + 4, 2 * j, &sc0, &m0);
+        scale_min_k4((const unsigned char*)b + 4, 2 * j + 1, &sc1, &m1);
+        const float d = half_at(b), dmin = half_at(b + 2);
+        w.d0 = d * sc0; w.d1 = d * sc1; w.m0 = dmin * m0; w.m1 = dmin * m1;
+        int v[8], h[8];
+        x_ints((const signed char*)b + (HIGH ? 48 : 16) + 32 * j, v, 2);
+        if (HIGH) x_ints((const signed char*)b + 16, h, 2);
+        #pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            w.q[i] = (v[i] & 0x0F0F0F0F) | (HIGH ? ((h[i] >> (2 * j)) & 0x01010101) << 4 : 0);
+            w.q[i + 8] = ((v[i] >> 4) & 0x0F0F0F0F) | (HIGH ? ((h[i] >> (2 * j + 1)) & 0x01010101) << 4 : 0);
+        }
+    }
+    static __device__ __forceinline__ float dot(const W& w, const signed char* xq, const float2* ds) {
+        int x[16];
+        x_ints(xq, x, 4);
+        const float2 s0 = ds[0], s1 = ds[1];
+        return w.d0 * s0.x * (float)dp4<8>(w.q, x) + w.d1 * s1.x * (float)dp4<8>(w.q + 8, x + 8)
+               - (w.m0 * s0.y + w.m1 * s1.y);
+    }
+};
+typedef qk45<144, false> mq_q4_k;
+typedef qk45<176, true> mq_q5_k;
+
+// Q6_K: a unit is quarter k of half h of a 210-byte 256-block (32 elements, u & 7 = 4h + k): low 4 bits from the
+// 32 bytes of ql at 64h + 32(k & 1) (low nibbles for k < 2), 2 high bits at 2k of the 32 bytes of qh at 128 + 32h,
+// minus 32; int8 scales 8h + 2k (elements 0-15) and 8h + 2k + 1 (16-31), d at 208. Blocks are 2-byte aligned.
+struct mq_q6_k {
+    static constexpr int UNIT = 32;
+    struct W { float d0, d1; int q[8]; };
+    static __device__ __forceinline__ void load(const char* row, int u, W& w) {
+        const char* b = row + (i64)(u >> 3) * 210;
+        const int h = (u >> 2) & 1, k = u & 3;
+        const float d = half_at(b + 208);
+        w.d0 = d * (float)(signed char)b[192 + 8 * h + 2 * k];
+        w.d1 = d * (float)(signed char)b[192 + 8 * h + 2 * k + 1];
+        const char* ql = b + 64 * h + 32 * (k & 1);
+        const char* qh = b + 128 + 32 * h;
+        #pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int lo = (i32_at2(ql + 4 * i) >> (4 * (k >> 1))) & 0x0F0F0F0F;
+            const int hi = ((i32_at2(qh + 4 * i) >> (2 * k)) & 0x03030303) << 4;
+            w.q[i] = __vsubss4(lo | hi, 0x20202020);
+        }
+    }
+    static __device__ __forceinline__ float dot(const W& w, const signed char* xq, const float2* ds) {
+        int x[8];
+        x_ints(xq, x, 2);
+        return ds[0].x * (w.d0 * (float)dp4<4>(w.q, x) + w.d1 * (float)dp4<4>(w.q + 4, x + 4));
+    }
+};
+
+// dst F32 (M, N, B2, B3) = a (K, M, A2, A3) x the quantized columns of b (ne1 = b's ne; src1 the temp block): a warp
+// per row m, blockIdx.y the matrix (i2, i3) of b, a broadcast over it; GLU: src2 the up rows (a's layout), dst =
+// silu(a x) * (up x); else iop MMVQ_RESIDUAL: dst = a x + src2 (F32, dst's layout)
+template <typename Q, bool GLU> __device__ void mmvq_k(const Args& a) {
+    const int lane = threadIdx.x & 31;
+    const i64 m = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (m >= a.ne0[1]) return;
+    const i64 i2 = blockIdx.y % a.ne1[2], i3 = blockIdx.y / a.ne1[2];
+    const i64 off = m * a.nb0[1] + i2 / (a.ne1[2] / a.ne0[2]) * a.nb0[2] + i3 / (a.ne1[3] / a.ne0[3]) * a.nb0[3];
+    const char* row = a.src0 + off;
+    const int K = (int)a.ne0[0], N = (int)a.ne1[1], units = K / Q::UNIT;
+    const i64 c0 = (i64)N * blockIdx.y, C = a.ne1[1] * a.ne1[2] * a.ne1[3];
+    const signed char* xq = (const signed char*)a.src1 + c0 * K;
+    const float2* xds = (const float2*)(a.src1 + C * K) + c0 * (K >> 5);
+    float acc[MMV_MAX_N], up[GLU ? MMV_MAX_N : 1];
+    #pragma unroll
+    for (int n = 0; n < MMV_MAX_N; ++n) { acc[n] = 0.f; if (GLU) up[GLU ? n : 0] = 0.f; }
+    #pragma unroll 2
+    for (int u = lane; u < units; u += 32) {
+        typename Q::W w, wu;
+        Q::load(row, u, w);
+        if (GLU) Q::load(a.src2 + off, u, wu);
+        #pragma unroll
+        for (int n = 0; n < MMV_MAX_N; ++n) {
+            if (n < N) {
+                const signed char* x = xq + (i64)n * K + u * Q::UNIT;
+                const float2* s = xds + (i64)n * (K >> 5) + u * (Q::UNIT >> 5);
+                acc[n] += Q::dot(w, x, s);
+                if (GLU) up[GLU ? n : 0] += Q::dot(wu, x, s);
+            }
+        }
+    }
+    #pragma unroll
+    for (int n = 0; n < MMV_MAX_N; ++n) {
+        if (n >= N) break;
+        float v = acc[n], g = GLU ? up[GLU ? n : 0] : 0.f;
+        for (int o = 16; o > 0; o >>= 1) {
+            v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (GLU) g += __shfl_xor_sync(0xffffffffu, g, o);
+        }
+        if (lane == 0) {
+            const i64 o = m * a.nb[0] + n * a.nb[1] + i2 * a.nb[2] + i3 * a.nb[3];
+            if (GLU) v = v / (1.f + __expf(-v)) * g;
+            else if (a.iop & MMVQ_RESIDUAL) v += *(const float*)(a.src2 + o);
+            *(float*)(a.dst + o) = v;
+        }
+    }
+}

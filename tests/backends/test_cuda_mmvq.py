@@ -1,0 +1,99 @@
+"""CUDA mul_mat on integer dot products (mmvq: b quantized to q8_1, __dp4a) against the exact dot-product kernel
+(mmv, forced) and float64 (gguf's dequantization of a): every quantized type, and the fused gate/up + silu * up and
+product + residual kernels against the unfused float64 graph. Needs a GPU (cuda_backend skips without one)."""
+from __future__ import annotations
+
+import dataclasses
+
+import gguf
+import numpy as np
+import pytest
+
+import ggpy
+from ggpy.backends.cuda import CUDABackend
+from ggpy.test_backend_ops import run_case
+from ggpy.test_backend_ops.cases.matmul import QUANT_NMSE, Q8_NMSE, mmvq_cases, quant_cases
+from ggpy.test_backend_ops.cases.util import random_blocks
+from ggpy.types import QUANT_TYPES
+
+FEW = [c for c in quant_cases() if c.build(ggpy.Context()).src[1].ne[1] <= 8]
+
+
+@pytest.mark.parametrize("case", FEW, ids=lambda c: c.id)
+def test_forced_mmv_stays_exact(cuda_backend, case):
+    result = run_case(dataclasses.replace(case, max_nmse=QUANT_NMSE), CUDABackend("cuda", force={"mul_mat": "mmv"}))
+    assert result.ok, f"{case.id}: {result.message}"
+
+
+@pytest.mark.parametrize("case", mmvq_cases() + FEW, ids=lambda c: c.id)
+def test_mmvq_within_the_q8_tolerance(cuda_backend, case):
+    result = run_case(case, CUDABackend("cuda", force={"mul_mat": "mmvq"}))
+    assert result.ok, f"{case.id}: {result.message}"
+
+
+def _nmse(out, ref) -> float:
+    return float(np.sum((out - ref) ** 2) / np.sum(ref ** 2))
+
+
+def _weights(rng, t, k, m):
+    """(raw blocks, float64 values) of an m x k weight of type t."""
+    raw = random_blocks(rng, t, (k, m, 1, 1)).reshape(m, -1)
+    return raw, gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(t.ggml_id)).astype(np.float64)
+
+
+def _run(backend, build, values):
+    """Build (ctx -> (output, [inputs])), plan, set `values` (in input order), compute: (output values, step names)."""
+    ctx = ggpy.Context()
+    out, inputs = build(ctx)
+    graph = ggpy.Graph().build_forward_expand(out.set_output())
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    for t, v in zip(inputs, values):
+        t.set(v if t.type.quantized else v.reshape(tuple(reversed(t.ne))))
+    backend.compute(graph)
+    return out.numpy().astype(np.float64), [st.name for st in backend.program(graph)]
+
+
+@pytest.mark.parametrize("t", QUANT_TYPES, ids=lambda t: t.name)
+def test_mmvq_accuracy_on_a_decoder_shape(cuda_backend, t):
+    """A 1B decoder's down-like product (K 2048, 256 rows, one token) on normal activations: mmvq's nmse against
+    float64 is the activations' 8-bit rounding (~1e-5), mmv's float32 accumulation (~1e-12)."""
+    rng = np.random.default_rng(5)
+    raw, w = _weights(rng, t, 2048, 256)
+    x = rng.standard_normal((1, 2048)).astype(np.float32)
+
+    def build(ctx):
+        a, b = ctx.new_tensor(t, (2048, 256)).set_input(), ctx.new_tensor(ggpy.F32, (2048, 1)).set_input()
+        return ggpy.mul_mat(a, b), [a, b]
+    ref = x.astype(np.float64) @ w.T
+    errs = {}
+    for impl in ("mmv", "mmvq"):
+        out, names = _run(CUDABackend("cuda", force={"mul_mat": impl}), build, [raw, x])
+        assert names[-1].startswith(impl + "_"), names
+        errs[impl] = _nmse(out.reshape(ref.shape), ref)
+    print(f"\n{t.name}: nmse vs float64: mmv {errs['mmv']:.2e}, mmvq {errs['mmvq']:.2e}")
+    assert errs["mmv"] < QUANT_NMSE and 1e-8 < errs["mmvq"] < Q8_NMSE / 10
+
+
+@pytest.mark.parametrize("t", QUANT_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("n", [1, 3])
+def test_fused_glu_and_residual(cuda_backend, t, n):
+    """silu(Wg x) * (Wu x) as one mmvq_glu launch and Wd h + r as one mmvq launch with the residual, against the
+    unfused float64 graph; the unfused backend (fuse=False) gives the same within the q8 tolerance."""
+    rng = np.random.default_rng(11)
+    k, f = (256, 512) if t.block == 256 else (96, 160)
+    (rg, wg), (ru, wu), (rd, wd) = _weights(rng, t, k, f), _weights(rng, t, k, f), _weights(rng, t, f, k)
+    x, r = rng.standard_normal((n, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
+
+    def build(ctx):
+        g, u = ctx.new_tensor(t, (k, f)).set_input(), ctx.new_tensor(t, (k, f)).set_input()
+        d, xi = ctx.new_tensor(t, (f, k)).set_input(), ctx.new_tensor(ggpy.F32, (k, n)).set_input()
+        ri = ctx.new_tensor(ggpy.F32, (k, n)).set_input()
+        h = ggpy.mul(ggpy.silu(ggpy.mul_mat(g, xi)), ggpy.mul_mat(u, xi))
+        return ggpy.add(ri, ggpy.mul_mat(d, h)), [g, u, d, xi, ri]
+    gate, up = x.astype(np.float64) @ wg.T, x.astype(np.float64) @ wu.T
+    ref = r + (gate / (1 + np.exp(-gate)) * up) @ wd.T
+    fused, names = _run(CUDABackend("cuda"), build, [rg, ru, rd, x, r])
+    assert any(s.startswith(f"mmvq_{t.name}") and s.endswith("+glu_silu") for s in names), names
+    assert any(s.startswith(f"mmvq_{t.name}") and s.endswith("+add") for s in names), names
+    plain, _ = _run(CUDABackend("cuda", fuse=False), build, [rg, ru, rd, x, r])
+    assert _nmse(fused.reshape(ref.shape), ref) < Q8_NMSE and _nmse(plain.reshape(ref.shape), ref) < Q8_NMSE

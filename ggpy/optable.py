@@ -71,8 +71,10 @@ def _table() -> dict:
         add("elementwise", name, (name, "unary"), inplace=True, unary=True, activation=act, fuses=("chain",))
     for name in ("sin", "cos"):
         add("elementwise", name)
-    for name in ("sum", "sum_rows", "mean", "argmax"):
+    for name in ("sum", "sum_rows", "mean"):
         add("reduce", name)
+    for name in ("argmax", "top_k"):
+        add("topk", name)
     add("norm", "norm", inplace=True, fuses=("norm_affine",), bias="row")
     add("norm", "rms_norm", inplace=True, fuses=("add_rms_norm", "rms_norm_mul"))
     add("norm", "group_norm", inplace=True)

@@ -89,13 +89,14 @@ def _expected_kernels() -> set:
     names |= {f"mmv_{a}_{b}" for a, b in product(f, f)} | {f"copy_f32_{t.name}" for t in QUANTIZE_TO}
     names.add("quantize_q8_1_f32")
     names.add("add_rms_norm_f32")
+    names |= {"argmax_keys", "top_k_keys"}
     for c in ("", "c_"):
         names |= {f"{op}_{c}{a}_{b}" for op in generated.BINARY for a, b in product(f, f)}
         names |= {f"{op}_{c}{t}" for op in generated.UNARY for t in f}
     for t in f:
         names |= {f"{k}_{t}" for k in ("norm", "rms_norm", "norm_affine", "norm_affine_warp", "norm_affine_vec",
                                        "group_norm", "diag_mask_inf", "soft_max", "soft_max_warp", "sum_rows", "mean",
-                                       "sum", "argmax", "rope", "pool_2d_max", "pool_2d_avg", "win_part", "win_unpart",
+                                       "sum", "argmax", "top_k", "rope", "pool_2d_max", "pool_2d_avg", "win_part", "win_unpart",
                                        "win_part_v", "win_unpart_v", "get_rel_pos")}
         names |= {f"upscale_{mode}_{t}" for mode in pool.UPSCALE_MODES.values()}
         names |= {f"{k}_{t}_{m}" for k in ("soft_max", "soft_max_warp", "add_rel_pos") for m in f}

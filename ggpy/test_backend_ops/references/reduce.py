@@ -1,4 +1,4 @@
-"""Reduction references: sum, sum_rows, mean, argmax."""
+"""Reduction references: sum, sum_rows, mean."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +20,3 @@ def _sum_rows(node, s):
 def _mean(node, s):
     return np.mean(s[0], axis=-1, keepdims=True)
 
-
-@reference("argmax")
-def _argmax(node, s):
-    return np.argmax(s[0], axis=-1).reshape(1, 1, 1, -1)

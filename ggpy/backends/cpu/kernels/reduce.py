@@ -1,4 +1,4 @@
-"""Reductions: sum (all elements), sum_rows and mean (along ne[0]), argmax (of each row of a matrix).
+"""Reductions: sum (all elements), sum_rows and mean (along ne[0]).
 
 Arrays are numpy views of shape (ne3, ne2, ne1, ne0) with any strides; F16 arrives as uint16 bits and every
 element goes through `load`/`store`. Sums accumulate in float64.
@@ -8,7 +8,7 @@ from numba import prange
 
 from ..registry import BoundNode, register
 from .common import block, kernel, launch, parallel_kernel, row_index
-from .fp16 import load, store
+from .fp16 import store
 from .mathfn import row_sum
 
 
@@ -66,27 +66,3 @@ def bind_sum_rows(b: BoundNode):
     nth = b.threads_for(x.size)
     return launch(sum_rows_rows, args, nth)
 
-
-@kernel
-def argmax_rows(d, a, ith, nth):
-    """d (I32, ne = (rows,)) = index of the largest element of each row of a (ne = (n, rows)): the first of
-    equal maxima, or the first nan (as numpy)."""
-    rows, n = a.shape[2], a.shape[3]
-    r0, r1 = block(rows, ith, nth)
-    for r in range(r0, r1):
-        row = a[0, 0, r]
-        best = np.float32(-np.inf)
-        k = 0
-        for i0 in range(n):
-            v = load(row[i0])
-            if v > best or (v != v and best == best):
-                best = v
-                k = i0
-        d[0, 0, 0, r] = k
-
-
-@register("argmax")
-def bind_argmax(b: BoundNode):
-    d, x = b.dst, b.srcs[0]
-    nth = b.threads_for(x.size)
-    return launch(argmax_rows, (d, x), nth)

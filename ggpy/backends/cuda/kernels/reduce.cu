@@ -1,5 +1,5 @@
-// sum_rows, mean (one block per row), sum (one block) and argmax (one block per row, the first index of the largest
-// value); float sources with any strides, sums in double (kernels/reduce.py).
+// sum_rows, mean (one block per row) and sum (one block); float sources with any strides, sums in double
+// (kernels/reduce.py).
 #include "common.cuh"
 
 #define X(i) to_f(*(const T*)(x + (i) * a.nb0[0]))
@@ -23,37 +23,14 @@ template <typename T> __device__ void sum_all(const Args& a) {            // one
     if (threadIdx.x == 0) *(T*)a.dst = from_f<T>((float)s);
 }
 
-// the first index of the row's largest element, written as int to dst[i1]
-template <typename T> __device__ void argmax_row(const Args& a) {
-    i64 c[4]; row_coords(a, c);
-    const char* x = a.src0 + byte_offset(c, a.nb0);
-    float best = NEG_INF; int at = 0x7fffffff;
-    ROW_LOOP(i) { float v = X(i); if (v > best || at == 0x7fffffff) { best = v; at = (int)i; } }
-    for (int o = 16; o > 0; o >>= 1) {
-        float b2 = __shfl_xor_sync(0xffffffffu, best, o); int i2 = __shfl_xor_sync(0xffffffffu, at, o);
-        if (b2 > best || (b2 == best && i2 < at)) { best = b2; at = i2; }
-    }
-    __shared__ float sb[32]; __shared__ int si[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) { sb[warp] = best; si[warp] = at; }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)(blockDim.x >> 5); ++w)
-            if (sb[w] > best || (sb[w] == best && si[w] < at)) { best = sb[w]; at = si[w]; }
-        *(int*)(a.dst + c[1] * a.nb[0]) = at;
-    }
-}
 #undef X
 
 extern "C" __global__ void sum_rows_f32(const Args a) { sum_row<float, false>(a); }
 extern "C" __global__ void mean_f32(const Args a) { sum_row<float, true>(a); }
 extern "C" __global__ void sum_f32(const Args a) { sum_all<float>(a); }
-extern "C" __global__ void argmax_f32(const Args a) { argmax_row<float>(a); }
 extern "C" __global__ void sum_rows_f16(const Args a) { sum_row<half_t, false>(a); }
 extern "C" __global__ void mean_f16(const Args a) { sum_row<half_t, true>(a); }
 extern "C" __global__ void sum_f16(const Args a) { sum_all<half_t>(a); }
-extern "C" __global__ void argmax_f16(const Args a) { argmax_row<half_t>(a); }
 extern "C" __global__ void sum_rows_bf16(const Args a) { sum_row<bf16_t, false>(a); }
 extern "C" __global__ void mean_bf16(const Args a) { sum_row<bf16_t, true>(a); }
 extern "C" __global__ void sum_bf16(const Args a) { sum_all<bf16_t>(a); }
-extern "C" __global__ void argmax_bf16(const Args a) { argmax_row<bf16_t>(a); }

@@ -1,17 +1,15 @@
-"""sum_rows, mean (one block per row), sum (one block) and argmax (one block per row, the first index of the
-largest value); F32 and F16 sources with any strides, sums in double."""
+"""sum_rows, mean (one block per row) and sum (one block); F32, F16 and BF16 sources with any strides, sums in
+double."""
 from __future__ import annotations
 
-from ....types import I32
 from ..registry import register
 from .common import FLOATS, SUFFIX, row_launch, rows
 
 
 def refusal(node) -> str | None:
     x = node.src[0]
-    out = I32 if node.op == "argmax" else x.type
-    if x.type not in FLOATS or node.type != out:
-        return f"{node.op} on CUDA takes an F32/F16 source; got {x.type.name} -> {node.type.name}"
+    if x.type not in FLOATS or node.type != x.type:
+        return f"{node.op} on CUDA takes an F32/F16/BF16 source; got {x.type.name} -> {node.type.name}"
     if rows(node) >= 2 ** 31:
         return f"{node.op} on CUDA takes fewer than 2^31 rows"
     return None
@@ -28,5 +26,5 @@ def launch_config(node) -> tuple:
     return row_launch(node)
 
 
-register(ops=("sum", "sum_rows", "mean", "argmax"), refusal=refusal, name=kernel_name,
+register(ops=("sum", "sum_rows", "mean"), refusal=refusal, name=kernel_name,
          launch_config=launch_config)

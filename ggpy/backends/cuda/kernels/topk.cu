@@ -1,0 +1,84 @@
+// argmax and top_k (kernels/topk.py): the best k elements of each row in the order of ggpy/ops/topk.py, as 64-bit
+// keys (the value's bits made monotonic, high; 0xffffffff - index, low): larger values first, equal values by lower
+// index, nan above every number, -0.0 as 0.0; all keys of a row differ, and 0 lies below every key.
+//
+// A pass takes the rows' elements (floats, or the keys a previous pass kept) in chunks of TOPK_CHUNK: block
+// (row, chunk) keeps the best k of its chunk (k = 1: a block reduction; else a bitonic sort of the chunk in shared
+// memory, TOPK_CHUNK / 2 threads), and writes them as keys to dst[row][chunk][k], or, in the last pass (one chunk a
+// row, a.iop = 1), their indices to the I32 result dst[row][k]. a.ip[0] = k, a.ip[1] = the elements of a row.
+#include "common.cuh"
+
+#define TOPK_CHUNK 2048
+typedef unsigned long long u64;
+
+__device__ __forceinline__ u64 topk_key(float v, i64 i) {
+    const unsigned u = __float_as_uint(v);
+    const unsigned o = v != v ? 0xffffffffu : v == 0.0f ? 0x80000000u : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((u64)o << 32) | (u64)(0xffffffffu - (unsigned)i);
+}
+__device__ __forceinline__ int topk_index(u64 key) { return (int)(0xffffffffu - (unsigned)key); }
+
+// element i of this block's row: a float of src0 (any strides; row coordinates from blockIdx.x) or a kept key
+template <typename T> struct RowKeys {
+    const char* x; i64 nb;
+    __device__ RowKeys(const Args& a) {
+        i64 r = blockIdx.x, c1 = r % a.ne0[1]; r /= a.ne0[1];
+        x = a.src0 + c1 * a.nb0[1] + (r % a.ne0[2]) * a.nb0[2] + (r / a.ne0[2]) * a.nb0[3];
+        nb = a.nb0[0];
+    }
+    __device__ u64 operator()(i64 i) const { return topk_key(to_f(*(const T*)(x + i * nb)), i); }
+};
+template <> struct RowKeys<u64> {
+    const u64* x;
+    __device__ RowKeys(const Args& a) : x((const u64*)a.src0 + (i64)blockIdx.x * a.ip[1]) {}
+    __device__ u64 operator()(i64 i) const { return x[i]; }
+};
+
+struct MaxKey { __device__ u64 operator()(u64 a, u64 b) const { return a > b ? a : b; } };
+
+// the j-th best key of the chunk goes out (j < k)
+__device__ __forceinline__ void topk_store(const Args& a, int j, u64 key) {
+    const int k = a.ip[0];
+    if (a.iop) ((int*)a.dst)[(i64)blockIdx.x * k + j] = topk_index(key);
+    else ((u64*)a.dst)[((i64)blockIdx.x * gridDim.y + blockIdx.y) * k + j] = key;
+}
+
+// k = 1: the chunk's largest key
+template <typename T> __device__ void best_of_chunk(const Args& a) {
+    const RowKeys<T> row(a);
+    const i64 start = (i64)blockIdx.y * TOPK_CHUNK, end = min(start + TOPK_CHUNK, (i64)a.ip[1]);
+    u64 best = 0;
+    for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) { const u64 key = row(i); best = key > best ? key : best; }
+    best = block_reduce(best, MaxKey(), (u64)0);
+    if (threadIdx.x == 0) topk_store(a, 0, best);
+}
+
+// k > 1: the chunk sorted by descending key (bitonic; blockDim.x = TOPK_CHUNK / 2, one pair a thread), its first k out
+template <typename T> __device__ void sort_chunk(const Args& a) {
+    __shared__ u64 s[TOPK_CHUNK];
+    const RowKeys<T> row(a);
+    const i64 start = (i64)blockIdx.y * TOPK_CHUNK, n = (i64)a.ip[1];
+    for (int j = threadIdx.x; j < TOPK_CHUNK; j += blockDim.x) s[j] = start + j < n ? row(start + j) : 0;
+    __syncthreads();
+    for (int size = 2; size <= TOPK_CHUNK; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int t = threadIdx.x; t < TOPK_CHUNK / 2; t += blockDim.x) {
+                const int i = 2 * t - (t & (stride - 1)), j = i + stride;     // i has bit `stride` clear
+                const bool down = (i & size) == 0;         // this run's direction (the last run: all descending)
+                const u64 x = s[i], y = s[j];
+                if ((x < y) == down) { s[i] = y; s[j] = x; }
+            }
+            __syncthreads();
+        }
+    }
+    for (int j = threadIdx.x; j < a.ip[0]; j += blockDim.x) topk_store(a, j, s[j]);
+}
+
+extern "C" __global__ void argmax_f32(const Args a) { best_of_chunk<float>(a); }
+extern "C" __global__ void argmax_f16(const Args a) { best_of_chunk<half_t>(a); }
+extern "C" __global__ void argmax_bf16(const Args a) { best_of_chunk<bf16_t>(a); }
+extern "C" __global__ void argmax_keys(const Args a) { best_of_chunk<u64>(a); }
+extern "C" __global__ void top_k_f32(const Args a) { sort_chunk<float>(a); }
+extern "C" __global__ void top_k_f16(const Args a) { sort_chunk<half_t>(a); }
+extern "C" __global__ void top_k_bf16(const Args a) { sort_chunk<bf16_t>(a); }
+extern "C" __global__ void top_k_keys(const Args a) { sort_chunk<u64>(a); }

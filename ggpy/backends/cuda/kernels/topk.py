@@ -1,0 +1,78 @@
+"""argmax and top_k (k <= MAX_K) on CUDA, in passes over chunks of CHUNK elements of each row (topk.cu): a pass
+keeps the best k keys of every chunk of its rows in the temp block, the next pass takes those as its rows, until
+one chunk a row remains, whose pass writes the indices. Rows of up to 256k elements take three passes for k = 256,
+two for argmax; every pass has a block per (row, chunk), so a long row spreads over the GPU."""
+from __future__ import annotations
+
+from ....types import I32
+from ..registry import register
+from .common import FLOATS, SUFFIX, rows, tensor_ptr
+
+CHUNK = 2048            # TOPK_CHUNK of topk.cu: a block's elements (top_k: sorted in 16 KiB of shared memory)
+MAX_K = 256
+KEY_BYTES = 8
+ALIGN = 256
+
+
+def k_of(node) -> int:
+    return node.op_params["k"] if node.op == "top_k" else 1
+
+
+def counts(node) -> list[int]:
+    """The elements of a row each pass takes: the row, then the keys kept from its chunks, down to one chunk."""
+    out = [node.src[0].ne[0]]
+    while out[-1] > CHUNK:
+        out.append(-(-out[-1] // CHUNK) * k_of(node))
+    return out
+
+
+def _kept(node, count: int) -> int:
+    """Bytes of the keys a pass over rows of `count` elements keeps."""
+    return rows(node) * -(-count // CHUNK) * k_of(node) * KEY_BYTES
+
+
+def _halves(node) -> tuple[int, int]:
+    """Bytes of the two halves of the temp block the passes but the last write alternately."""
+    kept = [_kept(node, c) for c in counts(node)[:-1]]
+    return max(kept[0::2], default=0), max(kept[1::2], default=0)
+
+
+def refusal(node) -> str | None:
+    x = node.src[0]
+    if x.type not in FLOATS or node.type != I32:
+        return f"{node.op} on CUDA takes an F32/F16/BF16 source; got {x.type.name} -> {node.type.name}"
+    if k_of(node) > MAX_K:
+        return f"top_k on CUDA takes k <= {MAX_K}; got k = {k_of(node)}"
+    if x.ne[0] >= 2 ** 31 or rows(node) >= 2 ** 31 or -(-x.ne[0] // CHUNK) >= 2 ** 16:
+        return f"{node.op} on CUDA takes rows of fewer than {CHUNK * 2 ** 16} elements, fewer than 2^31 rows"
+    return None
+
+
+def temp_size(node, impl, backend) -> int:
+    first, second = _halves(node)
+    return -(-first // ALIGN) * ALIGN + second
+
+
+def kernel_name(node, impl=None) -> str:
+    return f"{node.op}_{SUFFIX[node.src[0].type]}"
+
+
+def steps(backend, node, impl=None) -> list:
+    """One launch a pass: grid (rows, chunks), CHUNK / 2 threads; the first reads the source, the others the keys
+    the previous pass kept, in the temp block's halves by turns."""
+    x, k = node.src[0], k_of(node)
+    passes = counts(node)
+    temp = backend.temp_ptr(node) if len(passes) > 1 else 0
+    halves = (temp, temp + -(-_halves(node)[0] // ALIGN) * ALIGN)
+    out = []
+    for p, count in enumerate(passes):
+        last = p == len(passes) - 1
+        name = kernel_name(node) if p == 0 else f"{node.op}_keys"
+        src = [(tensor_ptr(x), x)] if p == 0 else [(halves[(p - 1) % 2], x)]
+        dst = tensor_ptr(node) if last else halves[p % 2]
+        out.append(backend.launch(node, name, dst, node, src, (), ((rows(node), -(-count // CHUNK)), CHUNK // 2),
+                                  int(last), (k, count)))
+    return out
+
+
+register(ops=("argmax", "top_k"), refusal=refusal, name=kernel_name, temp_size=temp_size, steps=steps)

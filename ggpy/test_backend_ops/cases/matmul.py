@@ -3,7 +3,7 @@ weights."""
 from __future__ import annotations
 
 from ... import ops
-from ...types import BF16, F16, F32, QUANT_TYPES
+from ...types import BF16, F16, F32, Q4_0, Q4_K, Q6_K, Q8_0, QUANT_TYPES
 from ..harness import OpCase
 from ..references import evaluate
 from .util import layout, leaf
@@ -47,6 +47,7 @@ def cases():
                                       layout(ctx, F32, ne_a, ha), layout(ctx, F32, ne_b, hb)),
                                   flops=_flops, max_nmse=5e-7))
     out += epilogue_cases() + cast_epilogue_cases() + quant_cases() + mmvq_cases() + gqa_cases()
+    out += decode_fusion_cases()
     out.append(OpCase("mul_mat", "f32,perf,K=1024,M=1024,N=1024",
                       lambda ctx: ops.mul_mat(layout(ctx, F32, (1024, 1024)), layout(ctx, F32, (1024, 1024))),
                       flops=_flops, max_nmse=5e-7, tags=("perf",)))
@@ -121,7 +122,7 @@ place, its rows strided)."""
         for k, m, n, ad, bd, how in ((k0, 33, 1, (1, 1), (1, 1), "cont"), (k1, 40, 7, (1, 1), (1, 1), "cont"),
                                      (k2, 70, 64, (1, 1), (1, 1), "cont"), (k0, 16, 3, (2, 1), (4, 3), "cont"),
                                      (k1, 24, 9, (1, 2), (2, 2), "cont"), (k0, 20, 2, (1, 1), (1, 1), "permuted")):
-            impl = "dot" if n * (bd[0] * bd[1] if ad == (1, 1) else 1) <= 8 else "(gemm|blas)"
+            impl = "(q8|dot)" if n * (bd[0] * bd[1] if ad == (1, 1) else 1) <= 8 else "(gemm|blas)"
             out.append(OpCase("mul_mat", f"{t.name},f32,K={k},M={m},N={n},a23={ad},b23={bd},b={how}",
                               lambda ctx, t=t, k=k, m=m, n=n, ad=ad, bd=bd, how=how: ops.mul_mat(
                                   leaf(ctx, t, (k, m) + ad), layout(ctx, F32, (k, n) + bd, how)),
@@ -167,4 +168,46 @@ def gqa_cases():
                 out.append(OpCase("mul_mat", f"gqa,{product},cache={t.name},HD={hd},n_kv={n_kv},n={n},heads={heads}/"
                                   f"{kv_heads}", lambda ctx, t=t, hd=hd, nk=n_kv, n=n, h=heads, kh=kv_heads, p=product:
                                   _gqa(ctx, t, hd, nk, n, h, kh, p), flops=_flops, max_nmse=5e-7))
+    return out
+
+
+DECODE_Q8_NMSE = 1e-3
+"""A fused decode product of a quantized a may multiply with b's columns rounded to 8 bits per block (integer dot
+products: nmse ~1e-5, up to ~2e-4 on a small case); a format or fusion error gives > 1e-2."""
+
+
+def _glu(ctx, t, k, m, n, act, up_first):
+    """mul(act(gate), up) of gate = mul_mat(Wg, x), up = mul_mat(Wu, x) (the glu pattern; with up_first, up comes first
+    in graph order and is mul's first operand)."""
+    x = leaf(ctx, F32, (k, n))
+    wg, wu = leaf(ctx, t, (k, m)), leaf(ctx, t, (k, m))
+    if up_first:
+        up = ops.mul_mat(wu, x)
+        return ops.mul(up, getattr(ops, act)(ops.mul_mat(wg, x)))
+    return ops.mul(getattr(ops, act)(ops.mul_mat(wg, x)), ops.mul_mat(wu, x))
+
+
+def _mul_mat_add(ctx, t, k, m, n, residual_first):
+    """add(r, mul_mat(W, x)) (a residual add, llama's order) or add(mul_mat(W, x), r): the mul_mat_add pattern."""
+    y = ops.mul_mat(leaf(ctx, t, (k, m)), leaf(ctx, F32, (k, n)))
+    r = leaf(ctx, F32, (m, n))
+    return ops.add(r, y) if residual_first else ops.add(y, r)
+
+
+def decode_fusion_cases():
+    """The gate / up products with their gated unit and a product with its residual add, one token (mat-vec) to a few
+    and a prompt's worth, float and quantized weights; each against every node's reference in turn."""
+    out = []
+    for t in (F32, F16, Q4_0, Q8_0, Q4_K, Q6_K):
+        nmse = DECODE_Q8_NMSE if t.quantized else 5e-7
+        k0 = 256 if t.block == 256 else 64
+        for k, m, n in ((k0, 96, 1), (2 * k0, 33, 3), (k0, 40, 9)):
+            for act, up_first in (("silu", False), ("silu", True), ("gelu", False)):
+                out.append(OpCase("mul", f"fused,glu,{act},{t.name},K={k},M={m},N={n},up_first={up_first}",
+                                  lambda ctx, t=t, k=k, m=m, n=n, a=act, u=up_first: _glu(ctx, t, k, m, n, a, u),
+                                  reference=evaluate, max_nmse=nmse))
+            for residual_first in (True, False):
+                out.append(OpCase("add", f"fused,mul_mat+add,{t.name},K={k},M={m},N={n},r_first={residual_first}",
+                                  lambda ctx, t=t, k=k, m=m, n=n, r=residual_first: _mul_mat_add(ctx, t, k, m, n, r),
+                                  reference=evaluate, max_nmse=nmse))
     return out

@@ -12,10 +12,13 @@ blas  single-threaded BLAS sgemm, reading both operands in place.
 An operand that cannot be read in place (F16, or no unit stride in either of its two inner dimensions) is
 first converted to contiguous F32 in a temp block from the allocator's heap.
 
-A block-quantized a (quants.py) runs as `dot` for products of few rows of x (generation): each worker dequantizes
-its rows of a one at a time into a float32 row in L1 and takes its dot products with x's rows; or as `gemm` /
-`blas`: each worker dequantizes panels of PANEL_FLOATS of a's rows into its temp and multiplies every matrix of x
-that uses them with the own GEMM (packed) or BLAS. Both accumulate in float32 (x is not quantized).
+A block-quantized a (quants.py) runs as `q8` for products of few rows of x (generation) on x86 hosts with AVX2:
+each worker quantizes x's rows into 8-bit blocks in its temp and takes integer dot products of its rows of a with
+them (q8dot.py: ggml's CPU mat-vec; x's rounding to 8 bits costs ~0.5% relative error); as `dot`, exact: each worker
+takes float32 dot products of its rows of a, dequantized in registers (or one at a time into a float32 row in L1),
+with x's rows; or as `gemm` / `blas`: each worker dequantizes panels of PANEL_FLOATS of a's rows into its temp and
+multiplies every matrix of x that uses them with the own GEMM (packed) or BLAS. All but q8 accumulate in float32
+with x as it is.
 """
 import numpy as np
 from numba import int64, njit, typeof, types
@@ -35,6 +38,7 @@ from .common import (
 )
 from .activations import EPILOGUE_FUNCS, epilogue_code
 from .convert import to_f32_rows
+from .q8dot import AVAILABLE as Q8_AVAILABLE, DOT_Q8, QK, quantize_row_q8
 from .quants import CODES, DEQUANTIZE, DOT
 
 EPILOGUE_ROWS = 256
@@ -43,7 +47,8 @@ GEMM_MIN_M, GEMM_MIN_K, GEMM_MIN_ROWS = 32, 16, 256
 """The own GEMM needs a full micro-tile of output columns, some depth, and at least this many rows of x per
 matrix a, which each worker packs once."""
 DOT_MAX_ROWS = 8
-"""A quantized a multiplies at most this many rows of x per matrix by dot products, more by dequantized panels."""
+"""A quantized a multiplies at most this many rows of x per matrix by dot products (q8, else dot), more by
+dequantized panels."""
 PANEL_FLOATS = 256 << 10
 """Dequantized floats of a per panel (1 MiB: few enough panels that repacking x for each costs little)."""
 
@@ -187,17 +192,22 @@ def _x_rows(node) -> int:
 
 def mul_mat_choose(node, backend) -> str:
     """gemm on hosts with its vector width for products that amortise its packing, else blas; for a quantized a,
-    dot for few rows of x, else gemm (blas without the own GEMM's vector width)."""
+    q8 (dot without AVX2) for few rows of x, else gemm (blas without the own GEMM's vector width)."""
     if node.src[0].type.quantized:
-        return "dot" if _x_rows(node) <= DOT_MAX_ROWS else "gemm" if own_gemm.available() else "blas"
+        if _x_rows(node) <= DOT_MAX_ROWS:
+            return "q8" if Q8_AVAILABLE else "dot"
+        return "gemm" if own_gemm.available() else "blas"
     return "gemm" if _gemm_panels_bytes(node, backend) else "blas"
 
 
 def _check_impl(node, impl, backend):
     a = node.src[0]
-    if (impl == "dot" and not a.type.quantized) or (impl == "gemm" and a.type.quantized and not own_gemm.available()):
+    if ((impl in ("dot", "q8") and not a.type.quantized) or (impl == "gemm" and a.type.quantized and not
+                                                              own_gemm.available())
+            or (impl == "q8" and not Q8_AVAILABLE)):
         raise UnsupportedOpError(f"cpu: mul_mat '{node.name}' (a {a.type.name} ne={a.ne}) cannot run as {impl}: dot "
-                                 "takes a quantized a only, and gemm needs a host with AVX2 or AVX-512")
+                                 "and q8 take a quantized a only, and gemm and q8 need a host with AVX2 (or "
+                                 "AVX-512)")
     if impl == "gemm" and not a.type.quantized and not _gemm_panels_bytes(node, backend):
         raise UnsupportedOpError(f"cpu: mul_mat '{node.name}' (a ne={node.src[0].ne}, b ne={node.src[1].ne}) "
                                  f"cannot run as gemm: it needs M >= {GEMM_MIN_M}, K >= {GEMM_MIN_K}, at least "
@@ -209,6 +219,8 @@ def mul_mat_temp_size(node, impl, backend) -> int:
     """Bytes for contiguous F32 copies of the operands that cannot be read in place, and (gemm) the workers'
     panels."""
     _check_impl(node, impl, backend)
+    if impl == "q8":
+        return _copies_bytes(node) + backend.n_threads * _q8_scratch_bytes(node)
     if node.src[0].type.quantized:
         return _copies_bytes(node) + backend.n_threads * _quant_scratch_floats(node, impl, backend.n_threads) * 4
     return _copies_bytes(node) + (backend.n_threads * _gemm_panels_bytes(node, backend) if impl == "gemm" else 0)
@@ -231,7 +243,7 @@ def _run_epilogue(b: BoundNode, fused):
     return bind_mul_mat_epilogue(b, vector(fused.bias), fused.act)
 
 
-@register("mul_mat", temp_size=mul_mat_temp_size, name=_kernel_name, blas=True, impls=("gemm", "blas", "dot"),
+@register("mul_mat", temp_size=mul_mat_temp_size, name=_kernel_name, blas=True, impls=("gemm", "blas", "dot", "q8"),
           choose=mul_mat_choose, fuses={"epilogue": Fused(_run_epilogue, act=True, takes=lambda node, impl:
                                                           node.type.size == 4 and not node.src[0].type.quantized)})
 def bind_mul_mat(b: BoundNode):
@@ -390,6 +402,10 @@ def _bind_quantized(b: BoundNode, d, a, x, temp, prepare: list):
     if d.size == 0:
         return None
     nth = max(1, min(b.n_threads, 2 * d.size * x.shape[3] // (1 << 18)))
+    if b.impl == "q8":
+        nth = min(nth, d.shape[3])
+        return _after(prepare, launch(mul_mat_q8_rows, (code, d, a, x) + _q8_scratch(temp, nth, x), nth,
+                                      constants=(0,)))
     per = _quant_scratch_floats(node, b.impl, b.n_threads)
     scratch = temp[:nth * per].reshape(nth, per)
     if b.impl == "dot":
@@ -399,3 +415,50 @@ def _bind_quantized(b: BoundNode, d, a, x, temp, prepare: list):
     fn = SGEMM_ADDRESS if b.impl == "blas" else 0
     args = (fn, code, d, a, x, trans_x, ldx, _panel_rows(node, b.n_threads), scratch)
     return _after(prepare, launch(mul_mat_panel_rows, args, nth, constants=(1,)))
+
+
+# -- a block-quantized a on integer dot products ---------------------------------------------------------------
+
+@kernel
+def mul_mat_q8_rows(code, d, a, x, xf, xq, xd, xs, ith, nth):
+    """d[i3, i2, n, r] = dot(row r of a[a3, a2], x[i3, i2, n]) for worker ith's block of the M rows of every matrix, on
+    integer dot products: the worker first quantizes the matrix's rows of x into its activation blocks xq[ith],
+    xd[ith], xs[ith] (q8dot.py; a row of x with no unit stride is gathered into xf[ith] first)."""
+    g = DOT_Q8[code]
+    b3, b2, n, m = d.shape
+    q, qd, qs, row = xq[ith], xd[ith], xs[ith], xf[ith]
+    m0, m1 = block(m, ith, nth)
+    for i3 in range(b3):
+        for i2 in range(b2):
+            for j in range(n):
+                if x.strides[3] == 4:
+                    quantize_row_q8(q[j], qd[j], qs[j], x[i3, i2, j])
+                else:
+                    row[:] = x[i3, i2, j]
+                    quantize_row_q8(q[j], qd[j], qs[j], row)
+            aa = a[i3 // (b3 // a.shape[0]), i2 // (b2 // a.shape[1])]
+            for r in range(m0, m1):
+                for j in range(n):
+                    d[i3, i2, j, r] = g(aa[r], q[j], qd[j], qs[j])
+
+
+def _q8_scratch_bytes(node) -> int:
+    """One worker's temp for q8: x's rows per matrix as activation blocks (K int8, and two float32 per 32) and a
+    float32 row of x."""
+    k = node.src[0].ne[0]
+    return _aligned(_x_rows(node) * k) + 2 * _aligned(_x_rows(node) * k // QK * 4) + _aligned(k * 4)
+
+
+def _q8_scratch(temp: np.ndarray, nth: int, x: np.ndarray) -> tuple:
+    """The workers' (xf, xq, xd, xs) in temp (float32), laid out as _q8_scratch_bytes says."""
+    n, k = x.shape[2], x.shape[3]
+    raw = temp.view(np.uint8)
+    sizes = (_aligned(k * 4), _aligned(n * k), _aligned(n * k // QK * 4), _aligned(n * k // QK * 4))
+    per, out, at = sum(sizes), [], 0
+    workers = raw[:nth * per].reshape(nth, per)
+    for size, dtype, shape in zip(sizes, (np.float32, np.int8, np.float32, np.float32), ((k,), (n, k), (n, k // QK),
+                                                                                          (n, k // QK))):
+        count = int(np.prod(shape))
+        out.append(workers[:, at:at + count * np.dtype(dtype).itemsize].view(dtype).reshape((nth,) + shape))
+        at += size
+    return tuple(out)

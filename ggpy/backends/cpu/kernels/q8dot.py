@@ -1,0 +1,301 @@
+"""Quantized rows times activations on integer dot products, as ggml's CPU mat-vec: the activations are quantized once
+into 8-bit blocks of 32 and each weight block's quants multiply them as int8 x int8 -> int32, the scales applied per
+block in float32.
+
+Activations (quantize_q8): ggml's q8_1 with float32 scales, stored apart: per 32 values x, d = max|x| / 127, the int8
+quants q = round(x / d) (ties to even) and s = d * sum(q). Every weight type uses these blocks (the K-quants too, one
+activation scale per 32 instead of q8_K's per 256), so a block whose values are d_w * q_w + m_w gives
+d_w * d * sum(q_w q) + m_w * s. The int8 products are x86 instructions named in LLVM IR: vpmaddubsw + vpmaddwd on
+AVX2, vpdpbusd with AVX512-VNNI (+VL) or AVX-VNNI; both multiply unsigned by signed bytes, so signed weights (Q8_0,
+Q6_K's q - 32) go in as |q_w| with the activation's sign flipped where q_w < 0, as ggml does.
+"""
+import llvmlite.binding as llvm
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils, config
+from numba.extending import intrinsic
+
+from ....types import Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q8_0, Q4_K, Q5_K, QUANT_TYPES
+from .common import scalar
+from .quants import INT8, NIBBLE, NIBBLE_2BITS, NIBBLE_BIT, NIBBLE_WORD_BIT
+
+
+def _features() -> set:
+    """The CPU features numba compiles for (its configured ones, else the host's)."""
+    flags = config.CPU_FEATURES or llvm.get_host_cpu_features().flatten()
+    return {f[1:] for f in flags.split(",") if f.startswith("+")}
+
+
+FEATURES = _features()
+AVAILABLE = "avx2" in FEATURES
+"""The integer kernels need x86 AVX2 (the mul_mat impl "q8" is refused elsewhere)."""
+VNNI = {"avx512vnni", "avx512vl"} <= FEATURES or "avxvnni" in FEATURES
+"""vpdpbusd instead of vpmaddubsw + vpmaddwd."""
+QK = 32
+"""Activation values per block."""
+
+
+class _Ints:
+    """LLVM IR for a block's 32 quants as <32 x i8> and their products."""
+
+    def __init__(self, builder, vnni=None):
+        self.b = builder
+        self.vnni = VNNI if vnni is None else vnni
+        self.i8, self.i16, self.i32, self.f32 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType()
+        self.v8, self.v16, self.vi, self.vf = (ir.VectorType(self.i8, 32), ir.VectorType(self.i16, 16),
+                                               ir.VectorType(self.i32, 8), ir.VectorType(self.f32, 8))
+
+    def fn(self, name, ret, args):
+        return cgutils.get_or_insert_function(self.b.module, ir.FunctionType(ret, args), name)
+
+    def ptr(self, addr, ty):
+        return self.b.inttoptr(addr, ty.as_pointer())
+
+    def bytes32(self, addr):
+        return self.b.load(self.ptr(addr, self.v8), align=1)
+
+    def scalar(self, addr, ty):
+        return self.b.load(self.ptr(addr, ty), align=1)
+
+    def half(self, addr):
+        return self.b.fpext(self.scalar(addr, ir.HalfType()), self.f32)
+
+    def splat8(self, n):
+        return ir.Constant(self.v8, [n] * 32)
+
+    def low(self, v, shift, mask):
+        """(v >> shift) & mask per byte (shift, mask Python ints)."""
+        return self.b.and_(self.b.lshr(v, self.splat8(shift)) if shift else v, self.splat8(mask))
+
+    def nibbles16(self, addr, shift):
+        """32 quants from the 16 bytes at addr: their low nibbles, then their high ones (shift 0); shift 4 gives
+        the high nibbles of 32 bytes."""
+        if shift:
+            return self.low(self.bytes32(addr), 4, 15)
+        half = self.b.load(self.ptr(addr, ir.VectorType(self.i8, 16)), align=1)
+        lo = self.b.and_(half, ir.Constant(half.type, [15] * 16))
+        hi = self.b.lshr(half, ir.Constant(half.type, [4] * 16))
+        return self.b.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(self.i32, 32), list(range(32))))
+
+    def word_bits(self, addr):
+        """Bit j of the uint32 at addr, as 16 in byte j (Q5_0 / Q5_1's fifth bits)."""
+        bits = self.b.bitcast(self.scalar(addr, self.i32), ir.VectorType(ir.IntType(1), 32))
+        return self.b.shl(self.b.zext(bits, self.v8), self.splat8(4))
+
+    def signed(self, w, y):
+        """(|w|, y with its sign flipped where w < 0): the unsigned-by-signed operands of signed w times y."""
+        neg = self.b.icmp_signed("<", w, self.splat8(0))
+        zero = self.splat8(0)
+        return self.b.select(neg, self.b.sub(zero, w), w), self.b.select(neg, self.b.sub(zero, y), y)
+
+    def madd(self, u, y):
+        """<8 x i32>: lane i = sum of u[4i + t] * y[4i + t], t < 4 (u unsigned bytes, y signed; no saturation for
+        the quants here: |u| <= 128, |y| <= 127)."""
+        zero = ir.Constant(self.vi, [0] * 8)
+        if self.vnni:
+            return self.b.call(self.fn("llvm.x86.avx512.vpdpbusd.256", self.vi, [self.vi, self.v8, self.v8]),
+                               [zero, u, y])
+        pairs = self.b.call(self.fn("llvm.x86.avx2.pmadd.ub.sw", self.v16, [self.v8, self.v8]), [u, y])
+        return self.b.call(self.fn("llvm.x86.avx2.pmadd.wd", self.vi, [self.v16, self.v16]),
+                           [pairs, ir.Constant(self.v16, [1] * 16)])
+
+    def splat(self, x, vt):
+        one = self.b.insert_element(ir.Constant(vt, ir.Undefined), x, ir.Constant(self.i32, 0))
+        return self.b.shuffle_vector(one, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(self.i32, vt.count),
+                                                                                       [0] * vt.count))
+
+    def fma(self, x, y, z):
+        return self.b.call(self.fn("llvm.fma.v8f32", self.vf, [self.vf] * 3), [x, y, z])
+
+    def scaled(self, acc, scale, sums):
+        """acc + scale * float(sums) (sums <8 x i32>, scale a float)."""
+        return self.fma(self.splat(scale, self.vf), self.b.sitofp(sums, self.vf), acc)
+
+    def total(self, acc, extra):
+        reduce = self.fn("llvm.vector.reduce.fadd.v8f32", self.f32, [self.f32, self.vf])
+        return self.b.fadd(self.b.call(reduce, [ir.Constant(self.f32, 0.0), acc]), extra)
+
+    def activation(self, xq, xd, xs, t):
+        """Activation block t (an integer value): its quants, d and s."""
+        n = self.b.mul(t, ir.Constant(t.type, 4))
+        return (self.bytes32(self.b.add(xq, self.b.mul(t, ir.Constant(t.type, QK)))),
+                self.scalar(self.b.add(xd, n), self.f32), self.scalar(self.b.add(xs, n), self.f32))
+
+
+@intrinsic
+def quantize_q8(typingctx, x, xq, xd, xs, nblocks):
+    """The activation blocks (module doc) of the nblocks * 32 float32 at address x: quants at xq, d at xd, s at
+    xs (addresses)."""
+    def codegen(context, builder, sig, args):
+        x, xq, xd, xs, nblocks = args
+        v = _Ints(builder)
+        b = builder
+        vf32 = ir.VectorType(v.f32, 32)
+        with cgutils.for_range(b, nblocks) as loop:
+            i = loop.index
+            vals = b.load(v.ptr(b.add(x, b.mul(i, ir.Constant(i.type, 4 * QK))), vf32), align=1)
+            mag = b.call(v.fn("llvm.fabs.v32f32", vf32, [vf32]), [vals])
+            amax = b.call(v.fn("llvm.vector.reduce.fmax.v32f32", v.f32, [vf32]), [mag])
+            d = b.fdiv(amax, ir.Constant(v.f32, 127.0))
+            inv = b.select(b.fcmp_ordered("!=", d, ir.Constant(v.f32, 0.0)), b.fdiv(ir.Constant(v.f32, 1.0), d),
+                           ir.Constant(v.f32, 0.0))
+            scaled = b.fmul(vals, v.splat(inv, vf32))
+            rounded = b.call(v.fn("llvm.roundeven.v32f32", vf32, [vf32]), [scaled])
+            q32 = b.fptosi(rounded, ir.VectorType(v.i32, 32))
+            q = b.trunc(q32, v.v8)
+            b.store(q, v.ptr(b.add(xq, b.mul(i, ir.Constant(i.type, QK))), v.v8), align=1)
+            total = b.call(v.fn("llvm.vector.reduce.add.v32i32", v.i32, [q32.type]), [q32])
+            at = b.mul(i, ir.Constant(i.type, 4))
+            b.store(d, v.ptr(b.add(xd, at), v.f32), align=1)
+            b.store(b.fmul(d, b.sitofp(total, v.f32)), v.ptr(b.add(xs, at), v.f32), align=1)
+        return context.get_dummy_value()
+    i = types.intp
+    return types.void(i, i, i, i, i), codegen
+
+
+@intrinsic(prefer_literal=True)
+def dot_q8_blocks32(typingctx, mode, row, xq, xd, xs, nblocks, size, m_at, qh_at, qs_at, center):
+    """sum over the nblocks 32-blocks of a row (bytes at address row, `size` each) of the block's values . the
+    activation blocks at xq, xd, xs: a block with f16 d at byte 0 holds d * (q - center), or, when m_at > 0, d * q + m
+    with f16 m at byte m_at; its quants are nibbles at qs_at (NIBBLE; NIBBLE_WORD_BIT: fifth bits in the uint32 at
+    qh_at) or int8 at qs_at (INT8, center 0)."""
+    if not isinstance(mode, types.IntegerLiteral):
+        return None
+    kind = mode.literal_value
+
+    def codegen(context, builder, sig, args):
+        _, row, xq, xd, xs, nblocks, size, m_at, qh_at, qs_at, center = args
+        b, v = builder, _Ints(builder)
+        acc = cgutils.alloca_once_value(b, ir.Constant(v.vf, [0.0] * 8))
+        low = cgutils.alloca_once_value(b, ir.Constant(v.f32, 0.0))
+        with cgutils.for_range(b, nblocks) as loop:
+            blk = b.add(row, b.mul(loop.index, size))
+            d = v.half(blk)
+            m = b.select(b.icmp_signed(">", m_at, ir.Constant(m_at.type, 0)), v.half(b.add(blk, m_at)),
+                         b.fmul(d, b.fneg(center)))
+            y, dy, sy = v.activation(xq, xd, xs, loop.index)
+            if kind == INT8:
+                w, y = v.signed(v.bytes32(b.add(blk, qs_at)), y)
+            else:
+                w = v.nibbles16(b.add(blk, qs_at), 0)
+                if kind == NIBBLE_WORD_BIT:
+                    w = b.or_(w, v.word_bits(b.add(blk, qh_at)))
+            b.store(v.scaled(b.load(acc), b.fmul(d, dy), v.madd(w, y)), acc)
+            b.store(b.fadd(b.load(low), b.fmul(m, sy)), low)
+        return v.total(b.load(acc), b.load(low))
+    i = types.intp
+    return types.float32(mode, i, i, i, i, i, i, i, i, i, types.float32), codegen
+
+
+@intrinsic(prefer_literal=True)
+def dot_q8_blocks256(typingctx, mode, row, xq, xd, xs, nblocks):
+    """sum over the nblocks 256-blocks of a K-quant row (bytes at address row; mode NIBBLE: Q4_K, NIBBLE_BIT: Q5_K,
+    NIBBLE_2BITS: Q6_K) of the block's values . the activation blocks at xq, xd, xs (quants.py's dequantize_* say
+    where the quants, scales and mins lie)."""
+    if not isinstance(mode, types.IntegerLiteral):
+        return None
+    kind = mode.literal_value
+
+    def codegen(context, builder, sig, args):
+        _, row, xq, xd, xs, nblocks = args
+        b, v = builder, _Ints(builder)
+        c = lambda n: ir.Constant(row.type, n)        # noqa: E731
+        byte = lambda blk, at: b.zext(v.scalar(b.add(blk, c(at)), v.i8), v.i32)        # noqa: E731
+        bits = lambda x, shift, mask: b.and_(b.lshr(x, ir.Constant(v.i32, shift)), ir.Constant(v.i32, mask))  # noqa: E731
+        acc = cgutils.alloca_once_value(b, ir.Constant(v.vf, [0.0] * 8))
+        low = cgutils.alloca_once_value(b, ir.Constant(v.f32, 0.0))
+        with cgutils.for_range(b, nblocks) as loop:
+            blk = b.add(row, b.mul(loop.index, c({NIBBLE: 144, NIBBLE_BIT: 176}.get(kind, 210))))
+            first = b.mul(loop.index, c(8))
+            total, mins = b.load(acc), b.load(low)
+            for j in range(8):                            # the 8 sub-blocks of 32 values, one activation block each
+                y, dy, sy = v.activation(xq, xd, xs, b.add(first, c(j)))
+                if kind == NIBBLE_2BITS:                  # n, k: half and quarter; scales per 16 values
+                    n, k = j // 4, j % 4
+                    w = v.low(v.bytes32(b.add(blk, c(64 * n + 32 * (k % 2)))), 4 * (k // 2), 15)
+                    w = b.or_(w, b.shl(v.low(v.bytes32(b.add(blk, c(128 + 32 * n))), 2 * k, 3), v.splat8(4)))
+                    u, y = v.signed(b.sub(w, v.splat8(32)), y)
+                    sc = [b.sext(v.scalar(b.add(blk, c(192 + 8 * n + 2 * k + g)), v.i8), v.i32) for g in range(2)]
+                    scales = b.shuffle_vector(v.splat(sc[0], v.vi), v.splat(sc[1], v.vi),
+                                              ir.Constant(v.vi, [0, 0, 0, 0, 8, 8, 8, 8]))
+                    total = v.scaled(total, b.fmul(v.half(b.add(blk, c(208))), dy), b.mul(v.madd(u, y), scales))
+                    continue
+                if j < 4:
+                    sc, m = bits(byte(blk, 4 + j), 0, 63), bits(byte(blk, 8 + j), 0, 63)
+                else:
+                    four = ir.Constant(v.i32, 4)
+                    sc = b.or_(bits(byte(blk, 8 + j), 0, 15), b.shl(bits(byte(blk, j), 6, 3), four))
+                    m = b.or_(bits(byte(blk, 8 + j), 4, 15), b.shl(bits(byte(blk, 4 + j), 6, 3), four))
+                qs = (48 if kind == NIBBLE_BIT else 16) + 32 * (j // 2)
+                w = v.low(v.bytes32(b.add(blk, c(qs))), 4 * (j % 2), 15)
+                if kind == NIBBLE_BIT:
+                    w = b.or_(w, b.shl(v.low(v.bytes32(b.add(blk, c(16))), j, 1), v.splat8(4)))
+                scale = b.fmul(b.fmul(v.half(blk), b.uitofp(sc, v.f32)), dy)
+                total = v.scaled(total, scale, v.madd(w, y))
+                mins = b.fadd(mins, b.fmul(b.fmul(v.half(b.add(blk, c(2))), b.uitofp(m, v.f32)), sy))
+            b.store(total, acc)
+            b.store(mins, low)
+        return v.total(b.load(acc), b.fneg(b.load(low)))
+    i = types.intp
+    return types.float32(mode, i, i, i, i, i), codegen
+
+
+# -- dot_q8_<type>(row, xq, xd, xs): row's values . the activation blocks (xq int8, xd, xs float32 arrays) --------
+
+@scalar
+def dot_q8_q4_0(row, xq, xd, xs):
+    return dot_q8_blocks32(NIBBLE, row.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data, xd.size, 18, 0,
+                           0, 2, np.float32(8.0))
+
+
+@scalar
+def dot_q8_q4_1(row, xq, xd, xs):
+    return dot_q8_blocks32(NIBBLE, row.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data, xd.size, 20, 2,
+                           0, 4, np.float32(0.0))
+
+
+@scalar
+def dot_q8_q5_0(row, xq, xd, xs):
+    return dot_q8_blocks32(NIBBLE_WORD_BIT, row.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data,
+                           xd.size, 22, 0, 2, 6, np.float32(16.0))
+
+
+@scalar
+def dot_q8_q5_1(row, xq, xd, xs):
+    return dot_q8_blocks32(NIBBLE_WORD_BIT, row.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data,
+                           xd.size, 24, 2, 4, 8, np.float32(0.0))
+
+
+@scalar
+def dot_q8_q8_0(row, xq, xd, xs):
+    return dot_q8_blocks32(INT8, row.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data, xd.size, 34, 0, 0,
+                           2, np.float32(0.0))
+
+
+@scalar
+def dot_q8_q4_k(row, xq, xd, xs):
+    return dot_q8_blocks256(NIBBLE, row.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data, xd.size // 8)
+
+
+@scalar
+def dot_q8_q5_k(row, xq, xd, xs):
+    return dot_q8_blocks256(NIBBLE_BIT, row.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data,
+                            xd.size // 8)
+
+
+@scalar
+def dot_q8_q6_k(row, xq, xd, xs):
+    return dot_q8_blocks256(NIBBLE_2BITS, row.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data,
+                            xd.size // 8)
+
+
+DOT_Q8 = tuple({Q4_0: dot_q8_q4_0, Q4_1: dot_q8_q4_1, Q5_0: dot_q8_q5_0, Q5_1: dot_q8_q5_1, Q8_0: dot_q8_q8_0,
+                Q4_K: dot_q8_q4_k, Q5_K: dot_q8_q5_k, Q6_K: dot_q8_q6_k}[t] for t in QUANT_TYPES)
+"""By quants.CODES."""
+
+
+@scalar
+def quantize_row_q8(xq, xd, xs, x):
+    """x (float32, contiguous, a multiple of 32 values) into the activation blocks xq (int8), xd, xs (float32)."""
+    quantize_q8(x.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data, xd.size)

@@ -55,7 +55,7 @@ def _table() -> dict:
     add("layout", "pad", ("pad", "pad_ext"))
     add("layout", "repeat")
     add("layout", "get_rows", quantized=(0,))
-    add("layout", "set_rows")      # a view of its destination (view_src, source 2) whose rows the kernel writes
+    add("layout", "set_rows", quantized=(2,))    # a view of its destination (view_src, source 2) whose rows it writes
     for name in ("win_part", "win_unpart", "get_rel_pos"):
         add("sam", name)
     add("sam", "add_rel_pos", inplace=True)
@@ -81,7 +81,7 @@ def _table() -> dict:
     add("softmax", "soft_max", ("soft_max", "soft_max_ext"), inplace=True)
     add("softmax", "diag_mask_inf", inplace=True)
     add("rope", "rope", ("rope", "rope_ext"), inplace=True, fuses=("rope_set_rows",))  # each pair is read before it is written
-    add("attention", "flash_attn_ext")
+    add("attention", "flash_attn_ext", quantized=(1, 2))     # K and V of a Q8_0 cache
     add("matmul", "mul_mat", quantized=(0,), fuses=("epilogue", "attention", "glu", "mul_mat_add"), bias="row")
     for name in ("im2col", "conv_1d", "conv_transpose_2d"):
         add("conv", name)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import ShapeError, TypeMismatchError
-from ..types import F32
+from ..types import F32, Q8_0
 from ._common import check_float, check_tensor, new_node
 
 
@@ -10,12 +10,19 @@ def flash_attn_ext(q, k, v, mask=None, scale: float = 1.0, max_bias: float = 0.0
     """ggml_flash_attn_ext: softmax(s + slope * mask) v for every query row, s = scale * k.q (with logit_softcap >
     0: softcap * tanh(s / softcap)), slope 1 or ggml's ALiBi slope of the head (max_bias > 0, with a mask).
 
-    q.ne = (D, N, H, S) F32; k.ne = (D, n_kv, Hk, Sk), v.ne = (Dv, n_kv, Hk, Sk) float, their heads broadcast over
-    q's (H % Hk == 0: query head h reads head h / (H / Hk), as mul_mat); mask None or float with ne = (n_kv, >= N, M2,
-    M3), M2 | H, M3 | S; the rows of q, k and v contiguous (nb[0] = type size). Result F32, ne = (Dv, H, N, S): heads
+    q.ne = (D, N, H, S) F32; k.ne = (D, n_kv, Hk, Sk), v.ne = (Dv, n_kv, Hk, Sk) float or Q8_0 (a KV cache), their
+    heads broadcast over q's (H % Hk == 0: query head h reads head h / (H / Hk), as mul_mat); mask None or float with
+    ne = (n_kv, >= N, M2, M3), M2 | H, M3 | S; the rows of q, k and v contiguous (nb[0] = type size). Result F32, ne = (Dv, H, N, S): heads
     before tokens (ggml's permute(0, 2, 1, 3) of the attention output). A row whose mask is all -inf gives zeros.
     """
-    check_float("flash_attn_ext", q, k, v, names="qkv")
+    check_float("flash_attn_ext", q, names="q")
+    for t, name in ((k, "k"), (v, "v")):
+        check_tensor("flash_attn_ext", t, name)
+        if t.type != Q8_0:
+            check_float("flash_attn_ext", t, names=name)
+        elif t.ne[0] % Q8_0.block:
+            raise ShapeError(f"flash_attn_ext: {name} of type q8_0 has rows of {t.ne[0]} elements (ne={t.ne}); "
+                             f"expected a multiple of {Q8_0.block}")
     if q.type != F32:
         raise TypeMismatchError(f"flash_attn_ext: q has type {q.type.name} (ne={q.ne}); expected f32")
     if k.ne[0] != q.ne[0] or v.ne[1:] != k.ne[1:] or q.ne[2] % k.ne[2] or q.ne[3] % k.ne[3]:

@@ -144,11 +144,16 @@ def set_rows(a, b, c):
     """ggml_set_rows: b's rows written into a at the rows c names; the result is a view of a (all of it) that the
     node writes when it runs, so nodes reading a view of the result run after the write (a KV cache's update).
 
-    a.ne = (K, R, A2, A3), b.ne = (K, n, A2, A3) (float types), c I32 ne = (n, C1, C2) with A2 % C1 == 0 and
-    A3 % C2 == 0: a[i3, i2, c[i3 % C2, i2 % C1, i1]] = b[i3, i2, i1]. An index outside [0, R) is an error on the CPU
-    (the row is skipped on CUDA).
+    a.ne = (K, R, A2, A3) (a float type, or Q8_0: each row quantized as cpy does), b.ne = (K, n, A2, A3) (float
+    types; F32 into Q8_0), c I32 ne = (n, C1, C2) with A2 % C1 == 0 and A3 % C2 == 0: a[i3, i2, c[i3 % C2, i2 % C1,
+    i1]] = b[i3, i2, i1]. An index outside [0, R) is an error on the CPU (the row is skipped on CUDA).
     """
-    check_float("set_rows", a, b, names="ab")
+    check_tensor("set_rows", a, "a")
+    if a.type == Q8_0:
+        _check_quantize("set_rows", b, Q8_0, a.ne)
+    else:
+        check_float("set_rows", a, names="a")
+    check_float("set_rows", b, names="b")
     check_tensor("set_rows", c, "c")
     check_type("set_rows", c, (I32,), "c")
     if (a.ne[0] != b.ne[0] or a.ne[2:] != b.ne[2:] or c.ne[0] != b.ne[1] or c.ne[3] != 1 or b.ne[2] % c.ne[1]

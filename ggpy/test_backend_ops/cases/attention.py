@@ -1,12 +1,13 @@
 """Cases for flash_attn_ext: a generated token and a prompt, grouped-query heads, F32/F16 K and V read through
 views of a cache (as a llama graph does), causal masks with a fully masked row, F16/F32 masks broadcast over heads,
-logit softcap, ALiBi, Dv != D, several sequences."""
+logit softcap, ALiBi, Dv != D, several sequences; decode shapes (1-4 query rows over up to 4096 cache rows whose tail
+is masked, as a padded KV cache) with F32, F16 and Q8_0 K and V, where the CPU splits the KV length."""
 from __future__ import annotations
 
 import numpy as np
 
 from ... import ops
-from ...types import F16, F32
+from ...types import F16, F32, Q8_0
 from ..harness import OpCase
 from .util import leaf
 
@@ -28,10 +29,25 @@ CASES = [  # (D, Dv, N, n_kv, H, Hk, S, mask type, scale, max_bias, softcap)
 TC_NMSE = 5e-5      # F16 K and V for 16+ query rows may run on tensor cores (q and P rounded to F16)
 
 
+DECODE = [  # (D, N, n_kv, H, Hk, K type, V type): a generated token or a few over a cache
+    (64, 1, 256, 9, 3, F16, F16),
+    (64, 1, 1000, 9, 3, F16, F16),
+    (64, 1, 1000, 9, 3, Q8_0, Q8_0),
+    (64, 1, 1000, 9, 3, F32, F32),
+    (64, 2, 1024, 9, 3, Q8_0, F16),
+    (128, 3, 4096, 32, 8, F16, F16),
+    (128, 1, 4096, 32, 8, Q8_0, Q8_0),
+    (64, 4, 2048, 8, 2, F16, Q8_0),
+    (32, 1, 700, 4, 1, F32, Q8_0),
+]
+
+
 def _causal(rng, t):
     """For the leaf named 'mask': 0 where key j <= the query's position (n_kv - N + i), else -inf, the second row
-    -inf throughout (its output is zeros); other float leafs uniform in [-1, 1)."""
+    -inf throughout (its output is zeros); other float leafs uniform in [-1, 1) (quantized: random blocks)."""
     shape = tuple(reversed(t.ne))
+    if t.type.quantized:
+        return None
     if t.name != "mask":
         return rng.uniform(-1.0, 1.0, size=shape)
     n_kv, rows = t.ne[0], t.ne[1]
@@ -40,16 +56,27 @@ def _causal(rng, t):
     return np.broadcast_to(m, shape)
 
 
-def _flash(ctx, d, dv, n, n_kv, h, hk, s, mtype, scale, max_bias, softcap, kv_type=F16, cached=True):
-    """q (D, N, H, S); k, v permuted views of caches (D, Hk, n_kv + 2, S) when `cached`, else contiguous leafs."""
+def _padded(rng, t):
+    """For the leaf named 'mask': a padded cache's causal mask (query i at position n_past + i sees keys j <= n_past
+    + i; keys past the last position, a quarter of the cache, -inf for every query); other leafs as _causal."""
+    if t.name != "mask":
+        return _causal(rng, t)
+    n_kv, rows = t.ne[0], t.ne[1]
+    i, j = np.indices((rows, n_kv))
+    return np.broadcast_to(np.where(j <= n_kv * 3 // 4 - rows + i, 0.0, -np.inf), tuple(reversed(t.ne)))
+
+
+def _flash(ctx, d, dv, n, n_kv, h, hk, s, mtype, scale, max_bias, softcap, kv_type=F16, cached=True, v_type=None):
+    """q (D, N, H, S); k, v permuted views of caches (D, Hk, n_kv + 2, S) when `cached`, else contiguous leafs; V of
+    type v_type (default kv_type)."""
     if cached:
         views = []
-        for width in (d, dv):
-            c = leaf(ctx, kv_type, (width, hk, n_kv + 2, s))
+        for width, t in ((d, kv_type), (dv, v_type or kv_type)):
+            c = leaf(ctx, t, (width, hk, n_kv + 2, s))
             views.append(ops.permute(ops.view_4d(c, width, hk, n_kv, s, c.nb[1], c.nb[2], c.nb[3], 0), 0, 2, 1, 3))
         k, v = views
     else:
-        k, v = leaf(ctx, kv_type, (d, n_kv, hk, s)), leaf(ctx, kv_type, (dv, n_kv, hk, s))
+        k, v = leaf(ctx, kv_type, (d, n_kv, hk, s)), leaf(ctx, v_type or kv_type, (dv, n_kv, hk, s))
     mask = leaf(ctx, mtype, (n_kv, n + 1)).set_name("mask") if mtype is not None else None
     return ops.flash_attn_ext(leaf(ctx, F32, (d, n, h, s)), k, v, mask, scale, max_bias, softcap)
 
@@ -64,8 +91,13 @@ def cases():
                                   f"scale={c[8]},max_bias={c[9]},softcap={c[10]}", lambda ctx, c=c, t=kv_type,
                                   cached=cached: _flash(ctx, *c, kv_type=t, cached=cached), fill=_causal,
                                   max_nmse=TC_NMSE if kv_type == F16 and c[2] >= 16 else 1e-7))
-    out.append(OpCase("flash_attn_ext", "perf,token,n_kv=512", lambda ctx: _flash(
-        ctx, 64, 64, 1, 512, 9, 3, 1, F16, 0.125, 0.0, 0.0), fill=_causal, tags=("perf",)))
+    for d, n, n_kv, h, hk, kt, vt in DECODE:
+        out.append(OpCase("flash_attn_ext", f"decode,k={kt.name},v={vt.name},D={d},N={n},n_kv={n_kv},H={h}/{hk}",
+                          lambda ctx, c=(d, d, n, n_kv, h, hk, 1, F16, d ** -0.5, 0.0, 0.0), kt=kt, vt=vt: _flash(
+                              ctx, *c, kv_type=kt, v_type=vt), fill=_padded))
+    for t in (F16, Q8_0):
+        out.append(OpCase("flash_attn_ext", f"perf,token,kv={t.name},n_kv=4096", lambda ctx, t=t: _flash(
+            ctx, 64, 64, 1, 4096, 9, 3, 1, F16, 0.125, 0.0, 0.0, kv_type=t), fill=_padded, tags=("perf",)))
     out.append(OpCase("flash_attn_ext", "perf,token,n_kv=4096,H=32/8", lambda ctx: _flash(
         ctx, 64, 64, 1, 4096, 32, 8, 1, F16, 0.125, 0.0, 0.0), fill=_causal, tags=("perf",)))
     return out

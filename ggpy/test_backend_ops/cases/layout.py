@@ -6,7 +6,7 @@ import numpy as np
 
 from ... import ops
 from ...ops.layout import QUANTIZE_TO
-from ...types import BF16, F16, F32, I32, QUANT_TYPES
+from ...types import BF16, F16, F32, I32, Q8_0, QUANT_TYPES
 from ..harness import OpCase
 from .util import LAYOUTS, layout, leaf
 
@@ -159,6 +159,11 @@ SET_ROWS = [  # (a.ne, n, c dims 1-2)
     ((576, 64, 1, 1), 9, (1, 1)),         # a KV cache: (head_dim * n_head_kv, n_ctx), one token's row each
     ((256, 600, 1, 1), 300, (1, 1)),      # two CPU workers
 ]
+SET_ROWS_Q8_0 = [  # (a.ne, n, c dims 1-2, b's layout)
+    ((576, 64, 1, 1), 9, (1, 1), "cont"),
+    ((64, 12, 3, 2), 5, (3, 2), "permuted3"),
+    ((256, 600, 1, 1), 300, (1, 1), "cont"),
+]
 
 
 def _distinct_rows(n_rows: int):
@@ -185,6 +190,9 @@ def _set_rows_cases():
     for how_a, how_b in (("padded", "cont"), ("cont", "permuted"), ("cont", "permuted3"), ("permuted3", "padded")):
         out.append(OpCase("set_rows", f"f32,a={how_a},b={how_b}", lambda ctx, ha=how_a, hb=how_b: _set_rows(
             ctx, F32, F32, (9, 8, 3, 2), 4, (3, 1), ha, hb), fill=_distinct_rows(8)))
+    for ne_a, n, cd, how_b in SET_ROWS_Q8_0:     # a quantized KV cache: each row quantized into its place
+        out.append(OpCase("set_rows", f"a=q8_0{ne_a},b=f32 {how_b},n={n},c23={cd}", lambda ctx, na=ne_a, n=n, cd=cd,
+                          hb=how_b: _set_rows(ctx, Q8_0, F32, na, n, cd, how_b=hb), fill=_distinct_rows(ne_a[1])))
     return out
 
 

@@ -41,8 +41,11 @@ def _get_rows(node, s):
 
 @reference("set_rows")
 def _set_rows(node, s):
-    """a with row c[i3 % C2, i2 % C1, i1] of each (i3, i2) replaced by b's row i1."""
+    """a with row c[i3 % C2, i2 % C1, i1] of each (i3, i2) replaced by b's row i1 (into a quantized a: quantized and
+    dequantized by gguf)."""
     b, c, out = s[0], s[1].astype(np.int64)[0], s[2].copy()      # b (A3, A2, n, K), c (C2, C1, n), a (A3, A2, R, K)
+    if node.type.quantized:
+        b = quantized_roundtrip(b, node.type)
     for i3 in range(b.shape[0]):
         for i2 in range(b.shape[1]):
             out[i3, i2, c[i3 % c.shape[0], i2 % c.shape[1]]] = b[i3, i2]

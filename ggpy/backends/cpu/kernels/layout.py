@@ -1,4 +1,4 @@
-"""Layout kernels: copies (dup, cont, cpy), concat, pad, repeat, get_rows, set_rows.
+"""Layout kernels: copies (dup, cont, cpy), concat, pad, repeat, get_rows, set_rows (into float or Q8_0 rows).
 
 Arrays are numpy views of shape (ne3, ne2, ne1, ne0) with any strides; F16 arrives as uint16 bits, a quantized
 tensor as the bytes of its rows (ne0 / block * size). Elements go through `convert`, which keeps them bit for bit
@@ -299,13 +299,34 @@ def set_rows_rows(d, b, idx, bad, ith, nth):
     bad[ith] = n_bad
 
 
+@kernel
+def set_rows_quantize(code, d, b, idx, bad, ith, nth):
+    """set_rows_rows into a quantized d (rows of block bytes): each row of b (float32) quantized into its place."""
+    f = QUANTIZE[code]
+    ne3, ne2, ne1 = b.shape[:3]
+    nrows = d.shape[2]
+    n_bad = 0
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i3, i2, i1 = row_index(r, ne2, ne1)
+        j = idx[0, i3 % idx.shape[1], i2 % idx.shape[2], i1]
+        if j < 0 or j >= nrows:
+            n_bad += 1
+            continue
+        f(d[i3, i2, j], b[i3, i2, i1])
+    bad[ith] = n_bad
+
+
 @register("set_rows")
 def bind_set_rows(b: BoundNode):
     d, rows, idx = b.dst, b.srcs[0], b.srcs[1]
     nth = b.threads_for(rows.size)
     name, ne = b.node.name or "set_rows", b.node.ne
     bad = np.zeros(nth, np.int64)           # rows with an index out of range, per worker
-    scatter = launch(set_rows_rows, (d, rows, idx, bad), nth)
+    if b.node.type.quantized:
+        scatter = launch(set_rows_quantize, (QUANTIZE_CODES[b.node.type], d, rows, idx, bad), nth, constants=(0,))
+    else:
+        scatter = launch(set_rows_rows, (d, rows, idx, bad), nth)
 
     def run():
         scatter()

@@ -1,0 +1,116 @@
+"""The CPU mul_mat implementation q8 (quantized weights times activations rounded to 8-bit blocks, integer dot
+products): its values against float64 products of gguf's dequantized weights with the activations rounded as ggml's
+q8_1 rounds them, its error against the exact product, its choice and forcing beside the exact `dot`, and the
+vpdpbusd form of its products for AVX512-VNNI hosts."""
+import dataclasses
+
+import gguf
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+from llvmlite import ir
+
+import ggpy
+from ggpy.backends.cpu import kernels  # noqa: F401 - registers the kernels
+from ggpy.backends.cpu.kernels import q8dot
+from ggpy.backends.cpu.registry import KERNELS
+from ggpy.test_backend_ops import run_case
+from ggpy.test_backend_ops.cases.matmul import QUANT_NMSE, quant_cases
+from ggpy.types import Q6_K, QUANT_TYPES
+
+pytestmark = pytest.mark.skipif(not q8dot.AVAILABLE, reason="q8 needs an x86 host with AVX2")
+
+
+def _random_rows(rng, t, k, m) -> np.ndarray:
+    """m rows of K values of type t as random bytes (every quant and sign pattern, Q8_0's -128 included) whose f16
+    scale fields hold small finite values."""
+    raw = rng.integers(0, 256, (m, t.row_bytes(k)), dtype=np.uint8)
+    blocks = raw.reshape(-1, t.size)
+    at = slice(t.size - 2, t.size) if t == Q6_K else slice(0, 4)
+    blocks[:, at] = rng.uniform(2 ** -8, 2 ** -7, (len(blocks), (at.stop - at.start) // 2)).astype(np.float16).view(np.uint8)
+    return raw
+
+
+def _q8_rounded(x: np.ndarray) -> np.ndarray:
+    """x's rows as the activation blocks hold them: per 32 values d = max|x| / 127, d * round(x / d) (float64)."""
+    blocks = x.astype(np.float32).reshape(x.shape[0], -1, 32)
+    d = np.abs(blocks).max(axis=2, keepdims=True) / np.float32(127)
+    inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d > 0)
+    q = np.rint(blocks * inv)
+    return (q.astype(np.float64) * d.astype(np.float64)).reshape(x.shape)
+
+
+def _product(t, raw, x, backend):
+    k, m, n = x.shape[1], raw.shape[0], x.shape[0]
+    ctx = ggpy.Context()
+    a, b = ctx.new_tensor(t, (k, m)).set_name("a"), ctx.new_tensor(ggpy.F32, (k, n)).set_name("x")
+    out = ggpy.mul_mat(a, b).set_output()
+    graph = ggpy.Graph().build_forward_expand(out)
+    plan = ggpy.GraphAllocator(backend).alloc_graph(graph)
+    a.set(raw)
+    b.set(x.reshape(b.shape))
+    backend.compute(graph)
+    return out.numpy().reshape(n, m), [r.kernel for r in plan.timeline if r.op == "mul_mat"][0]
+
+
+@pytest.mark.parametrize("threads, n", [(1, 1), (2, 1), (2, 3), (3, 8)])
+@pytest.mark.parametrize("t", QUANT_TYPES, ids=lambda t: t.name)
+def test_q8_equals_the_product_with_rounded_activations(t, threads, n):
+    rng = np.random.default_rng(7)
+    k, m = 3 * 256, 67
+    raw = _random_rows(rng, t, k, m)
+    x = rng.standard_normal((n, k)).astype(np.float32)
+    x[0, :32] = 0.0                                          # an all-zero block: d = 0
+    got, kernel = _product(t, raw, x, ggpy.CPUBackend(n_threads=threads, force={"mul_mat": "q8"}))
+    w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(t.ggml_id)).astype(np.float64)
+    ref = _q8_rounded(x) @ w.T
+    exact = x.astype(np.float64) @ w.T
+    assert kernel == f"q8_{t.name}"
+    assert np.sum((got - ref) ** 2) / np.sum(ref ** 2) < 1e-11
+    assert 1e-7 < np.sum((got - exact) ** 2) / np.sum(exact ** 2) < 1e-4     # the activations' rounding, no more
+
+
+def test_q8_is_chosen_for_few_columns_and_dot_stays_forcible():
+    ctx = ggpy.Context()
+    nodes = [ggpy.mul_mat(ctx.new_tensor(ggpy.Q4_1, (256, 64)), ctx.new_tensor(ggpy.F32, (256, n))) for n in (1, 8, 9)]
+    expected = {None: ["q8_q4_1", "q8_q4_1", "gemm_q4_1"], "dot": ["dot_q4_1"] * 3, "q8": ["q8_q4_1"] * 3,
+                "blas": ["blas_q4_1"] * 3}
+    for impl, names in expected.items():
+        backend = ggpy.CPUBackend(n_threads=2, force={} if impl is None else {"mul_mat": impl})
+        graph = ggpy.Graph()
+        for node in nodes:
+            graph.build_forward_expand(node)
+        plan = ggpy.GraphAllocator(backend).alloc_graph(graph)
+        assert [r.kernel for r in plan.timeline if r.op == "mul_mat"] == names
+    assert {"dot", "q8"} <= set(KERNELS["mul_mat"].candidates(nodes[0], ggpy.CPUBackend(n_threads=2)))
+
+
+def test_q8_is_for_quantized_weights_only():
+    ctx = ggpy.Context()
+    y = ggpy.mul_mat(ctx.new_tensor(ggpy.F32, (64, 8)), ctx.new_tensor(ggpy.F32, (64, 2)))
+    with pytest.raises(ggpy.UnsupportedOpError, match="cannot run as q8"):
+        ggpy.GraphAllocator(ggpy.CPUBackend(n_threads=1, force={"mul_mat": "q8"})).alloc_graph(
+            ggpy.Graph().build_forward_expand(y))
+
+
+@pytest.mark.parametrize("case", [c for c in quant_cases() if "(q8|dot)" in c.kernel], ids=lambda c: c.id)
+def test_dot_is_exact(case):
+    """The exact path, forced, on the few-column cases that run as q8 by default."""
+    case = dataclasses.replace(case, kernel=case.kernel.replace("(q8|dot)", "dot"), max_nmse=QUANT_NMSE)
+    result = run_case(case, ggpy.CPUBackend(n_threads=2, force={"mul_mat": "dot"}))
+    assert result.ok, f"{case.id}: {result.message}"
+
+
+@pytest.mark.parametrize("vnni, expected", [(False, ("vpmaddubsw", "vpmaddwd")), (True, ("vpdpbusd",))])
+def test_products_compile_to_the_integer_instructions(vnni, expected):
+    """The int8 products as LLVM compiles them for an AVX512-VNNI CPU (no such CPU needed)."""
+    module = ir.Module()
+    v8 = ir.VectorType(ir.IntType(8), 32)
+    fn = ir.Function(module, ir.FunctionType(ir.VectorType(ir.IntType(32), 8), [v8, v8]), "madd")
+    builder = ir.IRBuilder(fn.append_basic_block())
+    builder.ret(q8dot._Ints(builder, vnni=vnni).madd(*fn.args))
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    machine = llvm.Target.from_triple("x86_64-unknown-linux-gnu").create_target_machine(cpu="icelake-server")
+    asm = machine.emit_assembly(llvm.parse_assembly(str(module)))
+    assert all(f"\t{name}\t" in asm for name in expected), asm

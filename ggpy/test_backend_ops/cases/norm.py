@@ -49,7 +49,7 @@ def cases():
             layout(ctx, F32, (4, 3, 6, 2)), 2, eps), fill=uniform(-0.2, 0.3)))
     out.append(OpCase("norm", "f32,perf,ne=(160,65536)", lambda ctx: ops.norm(layout(ctx, F32, (160, 65536))),
                       tags=("perf",)))
-    out += layer_norm_cases()
+    out += layer_norm_cases() + rms_norm_mul_cases()
     return out
 
 
@@ -71,4 +71,26 @@ def layer_norm_cases():
         for ne in ((160, 37), (150, 9), (508, 3)):
             out.append(OpCase("add", f"fused,layer_norm,{t.name},ne={ne}", lambda ctx, t=t, ne=ne: _layer_norm(
                 ctx, ne, None, t), reference=evaluate, max_nmse={F16: 1e-5, BF16: 2e-4}[t]))
+    return out
+
+
+def _rms_norm_mul(ctx, t, ne, add: bool):
+    """[add(x, r) ->] rms_norm -> mul(weight over ne[0]): RMSNorm with its weight, after the residual add feeding it
+    (the rms_norm_mul and add_rms_norm patterns)."""
+    x = leaf(ctx, t, ne)
+    if add:
+        x = ops.add(x, leaf(ctx, t, ne))
+    return ops.mul(ops.rms_norm(x, 1e-6), leaf(ctx, t, ne[:1]))
+
+
+def rms_norm_mul_cases():
+    """Rows of decode widths (one token) and of a prompt, odd ones; the CPU runs each as one fused kernel (the add's
+    variant in F32)."""
+    out = []
+    for ne in ((576, 1), (64, 7), (33, 2, 3), (2048, 1), (4096, 3)):
+        for t in (F32, F16):
+            out.append(OpCase("mul", f"fused,rms_norm+mul,{t.name},ne={ne}", lambda ctx, t=t, ne=ne: _rms_norm_mul(
+                ctx, t, ne, False), reference=evaluate, kernel="rms_norm\\+mul"))
+        out.append(OpCase("mul", f"fused,add+rms_norm+mul,ne={ne}", lambda ctx, ne=ne: _rms_norm_mul(ctx, F32, ne, True),
+                          reference=evaluate, kernel="add\\+rms_norm\\+mul"))
     return out

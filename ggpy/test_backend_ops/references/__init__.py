@@ -30,7 +30,10 @@ def evaluate(out_node, leaf_values: dict) -> np.ndarray:
         _strided(t, memory[id(t)])[...] = value
 
     for leaf in graph.leafs:
-        store(leaf, leaf_values[id(leaf)])
+        if leaf.type.quantized:         # blocks: no element strides; read whole (dequantized) by the nodes
+            values[id(leaf)] = leaf_values[id(leaf)]
+        else:
+            store(leaf, leaf_values[id(leaf)])
     for node in graph.nodes:
         if is_view(node):
             values[id(node)] = _strided(node, memory[id(node.view_src)], node.view_offs).copy()

@@ -249,3 +249,158 @@ def test_cross_attention_pattern(v_batch, found):
     if found:
         f = fusions[id(head)]
         assert (f.q, f.k, f.v, f.cont) == (q, k, v_t, out) and f.nodes[-1] is out
+
+
+def _leafs(ctx, *shapes, t=ggpy.F32):
+    return [ctx.new_tensor(t, ne).set_input() for ne in shapes]
+
+
+def _found(out, *patterns, **variant):
+    graph = ggpy.Graph().build_forward_expand(out)
+    return list(find_fusions(graph, runs(*patterns, **variant)).values())
+
+
+@pytest.mark.parametrize("weight", ["row", "full", "later"])
+def test_rms_norm_mul_pattern(weight):
+    """rms_norm -> mul by a row vector ready at the norm's turn is one RmsNormMul (the mul takes the norm's block); a
+    full-shape operand or a weight computed after the norm is not the pattern."""
+    ctx = ggpy.Context()
+    x, w, full = _leafs(ctx, (32, 3), (32,), (32, 3))
+    norm = ggpy.rms_norm(x, 1e-6)
+    operand = {"row": w, "full": full, "later": ggpy.scale(w, 2.0)}[weight]
+    out = ggpy.mul(norm, operand)
+    found = _found(out, "rms_norm_mul")
+    if weight != "row":
+        assert found == []
+        return
+    (f,) = found
+    assert (f.pattern, f.head, f.weight, f.last, f.nodes) == ("rms_norm_mul", norm, w, out, [norm, out])
+    assert f.name("rms_norm") == "rms_norm+mul"
+
+
+@pytest.mark.parametrize("scale", [True, False])
+def test_add_rms_norm_takes_the_weight_with_scale(scale):
+    """add -> rms_norm -> mul(weight): with Fused.scale the mul rides along (written at the add's turn, the sum kept for
+    its other reader); without, the pair only, and the mul stays a node of its own."""
+    ctx = ggpy.Context()
+    a, b, w = _leafs(ctx, (16, 2), (16, 2), (16,))
+    total = ggpy.add(a, b)
+    y = ggpy.mul(ggpy.rms_norm(total, 1e-5), w)
+    out = ggpy.add(total, y)                 # the residual stream reads the sum again
+    (f,) = _found(out, "add_rms_norm", scale=scale)
+    assert f.head is total and f.nodes == [total]
+    assert [n.op for n in f.computed] == ["add", "rms_norm"] + (["mul"] if scale else [])
+    assert f.last is (y if scale else f.norm) and f.weight is (w if scale else None)
+
+
+def test_add_rms_norm_mul_not_taken_across_a_node():
+    """The mul must come right after the norm (views aside): a node between would run after the fused write."""
+    ctx = ggpy.Context()
+    a, b, w = _leafs(ctx, (16, 2), (16, 2), (16,))
+    norm = ggpy.rms_norm(ggpy.add(a, b), 1e-5)
+    graph = ggpy.Graph().build_forward_expand(norm)
+    graph.build_forward_expand(ggpy.sqr(b))
+    graph.build_forward_expand(ggpy.mul(norm, w))
+    assert [n.op for n in graph.nodes] == ["add", "rms_norm", "sqr", "mul"]
+    (f,) = find_fusions(graph, runs("add_rms_norm", scale=True)).values()
+    assert f.mul is None and f.last is norm
+
+
+@pytest.mark.parametrize("order", ["gate_first", "up_first"])
+def test_glu_pattern(order):
+    """gate and up products of one x, silu(gate) * up: one Glu headed by whichever product comes first, whose four
+    nodes get one block."""
+    ctx = ggpy.Context()
+    x, wg, wu = _leafs(ctx, (24, 1), (24, 40), (24, 40))
+    if order == "gate_first":
+        gate = ggpy.mul_mat(wg, x)
+        out = ggpy.mul(ggpy.silu(gate), ggpy.mul_mat(wu, x))
+    else:
+        up = ggpy.mul_mat(wu, x)
+        gate = ggpy.mul_mat(wg, x)
+        out = ggpy.mul(up, ggpy.silu(gate))
+    (f,) = _found(out, "glu")
+    graph_order = list(ggpy.Graph().build_forward_expand(out).nodes)
+    assert f.pattern == "glu" and f.head is graph_order[0] and f.gate is gate and f.last is out
+    assert (f.x, f.w_gate, f.w_up, f.act) == (x, wg, wu, "silu")
+    assert f.nodes == graph_order and f.skipped == graph_order[1:]
+
+
+@pytest.mark.parametrize("case", ["two_inputs", "gate_read_twice", "shape"])
+def test_glu_pattern_refused(case):
+    """Not a Glu: products of different inputs, a gate read by another node, a mul that broadcasts."""
+    ctx = ggpy.Context()
+    x, x2, wg, wu, wv = _leafs(ctx, (24, 3), (24, 3), (24, 40), (24, 40), (24, 1))
+    gate = ggpy.mul_mat(wg, x)
+    up = ggpy.mul_mat(wu, x2 if case == "two_inputs" else x)
+    if case == "shape":
+        up = ggpy.mul_mat(wv, x)              # ne = (1, 3): broadcast over the gate's rows
+    out = ggpy.mul(ggpy.silu(gate), up)
+    if case == "gate_read_twice":
+        out = ggpy.add(out, gate)
+    assert _found(out, "glu") == []
+
+
+@pytest.mark.parametrize("order", ["residual_first", "product_first", "reshaped"])
+def test_mul_mat_add_pattern(order):
+    """mul_mat -> add of a residual of its shape (either operand order, through a same-order reshape): one MatMulAdd
+    whose add takes the product's block."""
+    ctx = ggpy.Context()
+    w, x, r = _leafs(ctx, (32, 48), (32, 2), (48, 2))
+    y = ggpy.mul_mat(w, x)
+    if order == "reshaped":
+        r3 = ggpy.reshape_3d(r, 16, 3, 2)
+        out = ggpy.add(ggpy.reshape_3d(y, 16, 3, 2), r3)
+    else:
+        out = ggpy.add(r, y) if order == "residual_first" else ggpy.add(y, r)
+    (f,) = _found(out, "mul_mat_add")
+    assert f.pattern == "mul_mat_add" and f.head is y and f.last is out and f.nodes == [y, out]
+    assert f.residual is (r3 if order == "reshaped" else r)
+    assert f.name("q8_q4_0") == "q8_q4_0+add"
+
+
+@pytest.mark.parametrize("case", ["bias", "later", "read_twice"])
+def test_mul_mat_add_pattern_refused(case):
+    """Not a MatMulAdd: a broadcast bias (the epilogue's), a residual computed after the product, a product read
+    again."""
+    ctx = ggpy.Context()
+    w, x, r, b = _leafs(ctx, (32, 48), (32, 2), (48, 2), (48,))
+    y = ggpy.mul_mat(w, x)
+    out = {"bias": lambda: ggpy.add(y, b), "later": lambda: ggpy.add(y, ggpy.sqr(r)),
+           "read_twice": lambda: ggpy.mul(ggpy.add(r, y), y)}[case]()
+    assert _found(out, "mul_mat_add") == []
+
+
+def _kv_write(ctx, n=1, between=False, read_again=False):
+    """A llama k path: rope(k) -> reshape_2d -> set_rows into a cache at the positions (and the attention reading the
+    cache through a view after the write)."""
+    k, pos, cache = ctx.new_tensor(ggpy.F32, (8, 2, n)), ctx.new_tensor(ggpy.I32, (n,)), ctx.new_tensor(ggpy.F16, (16, 10))
+    for t in (k, pos, cache):
+        t.set_input()
+    r = ggpy.rope_ext(k, pos, None, 8, 0, 0, 10000.0, 1.0, 0.0, 1.0, 32.0, 1.0)
+    rows = ggpy.reshape_2d(r, 16, n)
+    if between:
+        rows = ggpy.reshape_2d(ggpy.scale(r, 1.0), 16, n)      # a node between the rope and the write
+    written = ggpy.set_rows(cache, rows, pos)
+    out = ggpy.sum(ggpy.view_2d(written, 16, 4, written.nb[1], 0))
+    if read_again:
+        out = ggpy.add(out, ggpy.sum(r))
+    return r, rows, written, out, pos, cache
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_rope_set_rows_pattern(n):
+    ctx = ggpy.Context()
+    r, rows, written, out, pos, cache = _kv_write(ctx, n)
+    (f,) = _found(out, "rope_set_rows")
+    assert f.pattern == "rope_set_rows" and f.head is r and f.last is written and f.views == (rows,)
+    assert (f.rows, f.idx, f.dst) == (rows, pos, cache)
+    assert f.nodes == [r] and f.computed == [r, written] and f.skipped == [rows, written]
+
+
+@pytest.mark.parametrize("case", ["between", "read_again"])
+def test_rope_set_rows_refused(case):
+    """A node between the rope and the write, or the rotated rows read by another node: not the pattern."""
+    ctx = ggpy.Context()
+    out = _kv_write(ctx, 2, between=case == "between", read_again=case == "read_again")[3]
+    assert _found(out, "rope_set_rows") == []

@@ -26,12 +26,12 @@ def test_a_token_splits_the_keys_and_a_prompt_runs_on_tensor_cores():
     assert (rb, z) == (4, 1) and chunks > 8 and chunk % attention_flash.TILE == 0 and chunk * (chunks - 1) < 4096
     assert attention_flash.choose(token, None) == "vec"
     assert attention_flash.temp_size(token, "vec", None) == 32 * chunks * (64 + 2) * 4
-    assert attention_flash.kernel_name(token, "vec") == "fa_vec_d64_r4_f16"
+    assert attention_flash.kernel_name(token, "vec") == "fa_vec_d64_r4_f16_f16"
     prompt = _node(100, 300)
     assert attention_flash.choose(prompt, None) == "tc" and attention_flash.temp_size(prompt, "tc", None) == 0
     assert attention_flash.choose(_node(100, 300, kv_type=F32), None) == "vec"
     assert "head dims" in attention.flash_attn_refusal(_node(1, 64, hd=80))
-    assert attention_flash.kernel_names() >= {"fa_vec_d128_r8_q8_0", "fa_combine_d64", "fa_tc_d128_f16"}
+    assert attention_flash.kernel_names() >= {"fa_vec_d128_r8_q8_0_f16", "fa_combine_d64", "fa_tc_d128_q8_0_q8_0"}
 
 
 def _run(backend, n, n_kv, flash: bool, cache_type, mask_type, seed: int):

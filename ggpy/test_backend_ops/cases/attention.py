@@ -42,6 +42,14 @@ DECODE = [  # (D, N, n_kv, H, Hk, K type, V type): a generated token or a few ov
 ]
 
 
+PROMPT = [  # (D, N, n_kv, H, Hk, K type, V type): prompt chunks over a quantized or mixed cache (CUDA: tensor cores
+    # for F16 / Q8_0 K and V, Q8_0 values rounded to F16)
+    (64, 33, 200, 8, 2, Q8_0, Q8_0),
+    (128, 70, 150, 4, 1, F16, Q8_0),
+    (64, 20, 100, 4, 4, Q8_0, F32),
+]
+
+
 def _causal(rng, t):
     """For the leaf named 'mask': 0 where key j <= the query's position (n_kv - N + i), else -inf, the second row
     -inf throughout (its output is zeros); other float leafs uniform in [-1, 1) (quantized: random blocks)."""
@@ -95,6 +103,10 @@ def cases():
         out.append(OpCase("flash_attn_ext", f"decode,k={kt.name},v={vt.name},D={d},N={n},n_kv={n_kv},H={h}/{hk}",
                           lambda ctx, c=(d, d, n, n_kv, h, hk, 1, F16, d ** -0.5, 0.0, 0.0), kt=kt, vt=vt: _flash(
                               ctx, *c, kv_type=kt, v_type=vt), fill=_padded))
+    for d, n, n_kv, h, hk, kt, vt in PROMPT:
+        out.append(OpCase("flash_attn_ext", f"prompt,k={kt.name},v={vt.name},D={d},N={n},n_kv={n_kv},H={h}/{hk}",
+                          lambda ctx, c=(d, d, n, n_kv, h, hk, 1, F16, d ** -0.5, 0.0, 0.0), kt=kt, vt=vt: _flash(
+                              ctx, *c, kv_type=kt, v_type=vt), fill=_causal, max_nmse=TC_NMSE))
     for t in (F16, Q8_0):
         out.append(OpCase("flash_attn_ext", f"perf,token,kv={t.name},n_kv=4096", lambda ctx, t=t: _flash(
             ctx, 64, 64, 1, 4096, 9, 3, 1, F16, 0.125, 0.0, 0.0, kv_type=t), fill=_padded, tags=("perf",)))

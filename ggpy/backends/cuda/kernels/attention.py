@@ -134,15 +134,14 @@ def flash_attn_refusal(node) -> str | None:
     d, dv = q.ne[0], v.ne[0]
     if d != dv or d not in flash.HEAD_DIMS:
         return f"flash_attn_ext on CUDA takes head dims {flash.HEAD_DIMS} with D == Dv, not D={d}, Dv={dv}"
-    if k.type != v.type or k.type not in flash.KV_TYPES:
-        return (f"flash_attn_ext on CUDA takes K and V of one type of {[t.name for t in flash.KV_TYPES]}, not "
-                f"{k.type.name} and {v.type.name}")
+    if k.type not in flash.KV_TYPES or v.type not in flash.KV_TYPES:
+        return (f"flash_attn_ext on CUDA takes K and V of {[t.name for t in flash.KV_TYPES]}, not {k.type.name} and "
+                f"{v.type.name}")
     if mask is not None and (mask.type not in (F32, F16) or mask.nb[0] != mask.type.size):
         return f"flash_attn_ext on CUDA takes an F32 or F16 mask with contiguous rows, not {mask.type.name} nb={mask.nb}"
-    align = flash.ALIGN[k.type]
-    if any(s % align for t in (k, v) for s in t.nb[1:]) or any(s % 4 for s in q.nb[1:]):
-        return (f"flash_attn_ext on CUDA reads K and V rows {align}-byte aligned: k nb={k.nb}, v nb={v.nb}, "
-                f"q nb={q.nb}")
+    if any(s % flash.ALIGN[t.type] for t in (k, v) for s in t.nb[1:]) or any(s % 4 for s in q.nb[1:]):
+        return (f"flash_attn_ext on CUDA reads K's and V's rows aligned to {flash.ALIGN[k.type]} and "
+                f"{flash.ALIGN[v.type]} bytes: k nb={k.nb}, v nb={v.nb}, q nb={q.nb}")
     pair_blocks = -(-q.ne[2] // k.ne[2] * q.ne[1] // flash.ROWS[-1])
     if k.ne[1] == 0 or k.ne[1] >= 1 << 31 or k.ne[2] * q.ne[3] > 65535 or q.ne[2] > 65535 or pair_blocks > 65535:
         return f"flash_attn_ext on CUDA: q ne={q.ne}, k ne={k.ne} exceed its grid"

@@ -4,8 +4,9 @@
 //   each warp takes 32 keys at a time, a lane a key for the scores (q in shared memory), then the lanes split Dv for
 //   P.V; an online softmax per warp, the warps merged at the end; one chunk writes dst, several write their partial
 //   (max, sum, accumulator) in the temp block for fa_combine_k. F32 math on F32, F16 or Q8_0 K and V.
-// fa_tc_k: prompt chunks with F16 K and V on tensor cores (mma.sync m16n8k16, F32 accumulation): one warp per 16
-//   query rows of one head, keys in chunks of 64 in shared memory (win_attn_tc_k's layout; q rounded to F16).
+// fa_tc_k: prompt chunks with F16 or Q8_0 K and V on tensor cores (mma.sync m16n8k16, F32 accumulation): one warp
+//   per 16 query rows of one head, keys in chunks of 64 in shared memory as F16 (win_attn_tc_k's layout; q and
+//   Q8_0 values rounded to F16).
 // A row whose scores are all -inf gives zeros (as the CPU kernel).
 #pragma once
 #include "attention.cuh"
@@ -196,7 +197,17 @@ template <int DV> __device__ void fa_combine_k(const FaArgs& a) {
     }
 }
 
-template <int HD> __device__ void fa_tc_k(const FaArgs& a) {
+// elements d, d + 1 of a K / V row as two F16 (fa_tc_k's shared memory): F16 as stored, Q8_0 dequantized and rounded
+template <typename T> __device__ __forceinline__ unsigned fa_pair(const char* r, int d);
+template <> __device__ __forceinline__ unsigned fa_pair<half_t>(const char* r, int d) { return *(const unsigned*)(r + d * 2); }
+template <> __device__ __forceinline__ unsigned fa_pair<q8_0_t>(const char* r, int d) {
+    const char* b = r + (d >> 5) * 34;
+    const float s = to_f(*(const half_t*)b);
+    const signed char* x = (const signed char*)b + 2 + (d & 31);
+    return pack2<half_t>(s * x[0], s * x[1]);
+}
+
+template <int HD, typename TK, typename TV> __device__ void fa_tc_k(const FaArgs& a) {
     constexpr int KC = 64, KP = HD + 8, VP = KC + 8;         // row paddings (halves) against bank conflicts
     __shared__ __align__(16) unsigned short Ks[KC][KP];
     __shared__ __align__(16) unsigned short Vt[HD][VP];
@@ -234,8 +245,8 @@ template <int HD> __device__ void fa_tc_k(const FaArgs& a) {
             const int j = i / (HD / 2), d = (i % (HD / 2)) * 2;
             unsigned kv = 0u, vv = 0u;
             if (j < kc) {
-                kv = *(const unsigned*)(kb + (i64)(j0 + j) * a.ks[0] + d * 2);
-                vv = *(const unsigned*)(vb + (i64)(j0 + j) * a.vs[0] + d * 2);
+                kv = fa_pair<TK>(kb + (i64)(j0 + j) * a.ks[0], d);
+                vv = fa_pair<TV>(vb + (i64)(j0 + j) * a.vs[0], d);
             }
             *(unsigned*)&Ks[j][d] = kv;
             Vt[d][j] = (unsigned short)(vv & 0xffffu);

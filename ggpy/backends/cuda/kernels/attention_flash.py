@@ -1,13 +1,14 @@
 """flash_attn_ext on CUDA (attention_flash.cuh; the entry, with its refusal, is kernels/attention.py's), two
 implementations:
 
-`vec` (fa_vec_d{D}_r{RB}_{K/V type}): the keys split in chunks of a multiple of TILE over blockIdx.x, enough chunks
+`vec` (fa_vec_d{D}_r{RB}_{K type}_{V type}): the keys split in chunks of a multiple of TILE over blockIdx.x, enough chunks
 that about TARGET_BLOCKS blocks run; a block takes RB (query head, query row) pairs of one KV head's group, so the
 group's query heads read each key once; with several chunks every block writes its partial (max, sum, Dv
-accumulator) into the temp block and fa_combine_d{D} merges them. F32 math on F32, F16 or Q8_0 K and V.
-`tc` (fa_tc_d{D}_f16): F16 K and V on tensor cores, a warp per 16 query rows of one head (prompt chunks); q is
-rounded to F16 after scaling, P to F16 for P.V, accumulation in F32.
-choose: tc for F16 K/V and at least TC_MIN_N query rows, else vec. Head dims HEAD_DIMS with D == Dv; others refused.
+accumulator) into the temp block and fa_combine_d{D} merges them. F32 math on F32, F16 or Q8_0 K and V (any pair).
+`tc` (fa_tc_d{D}_{K type}_{V type}): F16 or Q8_0 K and V on tensor cores, a warp per 16 query rows of one head
+(prompt chunks); q is rounded to F16 after scaling, Q8_0 values and P to F16, accumulation in F32.
+choose: tc for TC_TYPES K and V and at least TC_MIN_N query rows, else vec. Head dims HEAD_DIMS with D == Dv; others
+refused.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from ....types import F16, F32, Q8_0
 from .common import SUFFIX, tensor_ptr
 
 HEAD_DIMS = (64, 128)
-KV_TYPES = (F32, F16, Q8_0)     # K and V of one type
+KV_TYPES = (F32, F16, Q8_0)     # K's and V's types (any pair)
+TC_TYPES = (F16, Q8_0)          # K's and V's types of the tensor-core kernel (F32 stays exact on vec)
 ROWS = (1, 2, 4, 8)             # (query head, row) pairs per block of fa_vec_k (RB)
 WARPS = 4                       # warps per block (FA_WARPS, TC_WARPS in the .cuh)
 TILE = 32 * WARPS               # keys a block walks per pass: a chunk is a multiple of it
@@ -42,8 +44,8 @@ class FaArgs(ctypes.Structure):
 
 
 def _tc_fits(node) -> bool:
-    q, k = node.src[:2]
-    return k.type == F16 and all(s % 8 == 0 for s in q.nb[1:])
+    q, k, v = node.src[:3]
+    return k.type in TC_TYPES and v.type in TC_TYPES and all(s % 8 == 0 for s in q.nb[1:])
 
 
 def choose(node, backend) -> str:
@@ -74,7 +76,8 @@ def _cdiv(a: int, b: int) -> int:
 def temp_size(node, impl: str, backend) -> int:
     """fa_vec_k's partials when the keys are split: (Dv + 2) floats per output row and chunk."""
     if not accepts(node, impl, backend):
-        raise UnsupportedOpError(f"cuda: flash_attn_ext '{node.name}' cannot run as {impl}: tc takes F16 K and V and q strides of 8 bytes")
+        raise UnsupportedOpError(f"cuda: flash_attn_ext '{node.name}' cannot run as {impl}: tc takes F16 or Q8_0 K "
+                                 "and V and q strides of 8 bytes")
     if impl == "tc":
         return 0
     chunks = split(node)[3]
@@ -83,14 +86,17 @@ def temp_size(node, impl: str, backend) -> int:
 
 
 def kernel_name(node, impl) -> str:
-    d, t = node.src[0].ne[0], node.src[1].type
-    return f"fa_tc_d{d}_f16" if impl == "tc" else f"fa_vec_d{d}_r{split(node)[0]}_{SUFFIX[t]}"
+    q, k, v = node.src[:3]
+    types = f"{SUFFIX[k.type]}_{SUFFIX[v.type]}"
+    return f"fa_tc_d{q.ne[0]}_{types}" if impl == "tc" else f"fa_vec_d{q.ne[0]}_r{split(node)[0]}_{types}"
 
 
 def kernel_names() -> set:
     """Every kernel this module launches (for the sources test)."""
-    names = {f"fa_vec_d{d}_r{r}_{SUFFIX[t]}" for d in HEAD_DIMS for r in ROWS for t in KV_TYPES}
-    return names | {f"fa_combine_d{d}" for d in HEAD_DIMS} | {f"fa_tc_d{d}_f16" for d in HEAD_DIMS}
+    names = {f"fa_vec_d{d}_r{r}_{SUFFIX[k]}_{SUFFIX[v]}" for d in HEAD_DIMS for r in ROWS for k in KV_TYPES
+             for v in KV_TYPES}
+    names |= {f"fa_tc_d{d}_{SUFFIX[k]}_{SUFFIX[v]}" for d in HEAD_DIMS for k in TC_TYPES for v in TC_TYPES}
+    return names | {f"fa_combine_d{d}" for d in HEAD_DIMS}
 
 
 def _args(node) -> FaArgs:
@@ -112,9 +118,9 @@ def _args(node) -> FaArgs:
 
 def steps(backend, node, impl: str) -> list:
     q, k, v = node.src[:3]
-    align = ALIGN[k.type]
-    if any(tensor_ptr(t) % align for t in (k, v)) or tensor_ptr(q) % (8 if impl == "tc" else 4):
-        raise UnsupportedOpError(f"cuda: flash_attn_ext '{node.name}': K / V not {align}-byte aligned in memory")
+    if any(tensor_ptr(t) % ALIGN[t.type] for t in (k, v)) or tensor_ptr(q) % (8 if impl == "tc" else 4):
+        raise UnsupportedOpError(f"cuda: flash_attn_ext '{node.name}': q, K or V not aligned in memory (K and V rows "
+                                 f"to {ALIGN[k.type]} and {ALIGN[v.type]} bytes)")
     a = _args(node)
     n, h, s = q.ne[1:]
     block = (32 * WARPS, 1, 1)

@@ -1,15 +1,44 @@
 """argmax and top_k over the rows of a (rows split over the workers), in the order of ggpy/ops/topk.py: larger
-values first, equal values by lower index, nan above every number.
+values first, equal values by lower index, nan above every number, -0.0 as 0.0.
 
 Arrays are numpy views of shape (ne3, ne2, ne1, ne0) with any strides; F16/BF16 arrive as their bits and every
-element goes through `load`. top_k keeps the best k of a row in a heap whose root is the worst kept (a new element
-replaces it only when it is better), then empties the heap from the worst into the result's end.
+element goes through `load`. Values are compared as integer keys of their float32 bits (`key`), so a block of BLOCK
+elements gets its largest key in a loop that vectorises: argmax scans only the first block holding the row's largest
+key; top_k keeps the best k in a heap whose root is the worst kept and scans only the blocks whose largest key beats
+the root, then empties the heap from the worst into the result's end.
 """
 import numpy as np
 
 from ..registry import BoundNode, register
 from .common import block, kernel, launch, row_index, scalar
-from .fp16 import load
+from .fp16 import f32_to_bits, load
+
+BLOCK = 64
+I32 = np.int32
+LOWEST = I32(-2 ** 31)      # below every key
+
+
+@scalar
+def key(v):
+    """An int32 ordered as float32 v in the order above: its bits, the lower 31 flipped for negative values (integer
+    order is then float order), -0.0 (which that makes -1) as 0.0, every nan the largest. int32 arithmetic throughout,
+    so that a block's maximum vectorises."""
+    u = I32(f32_to_bits(v))
+    k = I32(u ^ ((u >> I32(31)) & I32(0x7FFFFFFF)))
+    if k == I32(-1):
+        k = I32(0)
+    if (u & I32(0x7FFFFFFF)) > I32(0x7F800000):
+        k = I32(0x7FFFFFFF)
+    return k
+
+
+@scalar
+def block_max(row, start, end):
+    """The largest key of row[start:end]."""
+    m = LOWEST
+    for i0 in range(start, end):
+        m = max(m, key(load(row[i0])))
+    return m
 
 
 @kernel
@@ -20,14 +49,15 @@ def argmax_rows(d, a, ith, nth):
     r0, r1 = block(rows, ith, nth)
     for r in range(r0, r1):
         row = a[0, 0, r]
-        best = np.float32(-np.inf)
-        k = 0
-        for i0 in range(n):
-            v = load(row[i0])
-            if v > best or (v != v and best == best):
-                best = v
-                k = i0
-        d[0, 0, 0, r] = k
+        best, at = LOWEST, 0
+        for b0 in range(0, n, BLOCK):
+            m = block_max(row, b0, min(b0 + BLOCK, n))
+            if m > best:
+                best, at = m, b0
+        for i0 in range(at, n):
+            if key(load(row[i0])) == best:
+                d[0, 0, 0, r] = i0
+                break
 
 
 @register("argmax")
@@ -38,26 +68,17 @@ def bind_argmax(b: BoundNode):
 
 
 @scalar
-def better(v, i, w, j):
-    """Whether value v at index i comes before value w at index j (i != j)."""
-    if v != v:
-        return w == w or i < j
-    if w != w:
-        return False
-    return v > w or (v == w and i < j)
-
-
-@scalar
-def sift_down(hv, hi, m, at):
-    """Restore the heap hv/hi[:m] (the worst at the root) below position `at`."""
+def sift_down(hk, hi, m, at):
+    """Restore the heap hk/hi[:m] (the worst at the root: the smaller key, of equal keys the larger index) below
+    position `at`."""
     while True:
         worst = at
         for c in (2 * at + 1, 2 * at + 2):
-            if c < m and better(hv[worst], hi[worst], hv[c], hi[c]):
+            if c < m and (hk[c] < hk[worst] or (hk[c] == hk[worst] and hi[c] > hi[worst])):
                 worst = c
         if worst == at:
             return
-        hv[at], hv[worst] = hv[worst], hv[at]
+        hk[at], hk[worst] = hk[worst], hk[at]
         hi[at], hi[worst] = hi[worst], hi[at]
         at = worst
 
@@ -67,28 +88,32 @@ def top_k_rows(d, a, ith, nth):
     """d (I32, ne = (k, ne1, ne2, ne3)) = indices of the k largest elements of each row of a, largest first."""
     ne3, ne2, ne1, n = a.shape
     k = d.shape[3]
-    hv = np.empty(k, np.float32)
+    hk = np.empty(k, np.int32)
     hi = np.empty(k, np.int64)
     r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
     for r in range(r0, r1):
         i3, i2, i1 = row_index(r, ne2, ne1)
         row = a[i3, i2, i1]
         for m in range(k):                                  # the first k, heap ordered
-            hv[m] = load(row[m])
+            hk[m] = key(load(row[m]))
             hi[m] = m
         for m in range(k // 2 - 1, -1, -1):
-            sift_down(hv, hi, k, m)
-        for i0 in range(k, n):
-            v = load(row[i0])
-            if better(v, i0, hv[0], hi[0]):
-                hv[0] = v
-                hi[0] = i0
-                sift_down(hv, hi, k, 0)
+            sift_down(hk, hi, k, m)
+        for b0 in range(k, n, BLOCK):                       # a later element replaces the root only with a larger key
+            end = min(b0 + BLOCK, n)
+            if block_max(row, b0, end) <= hk[0]:
+                continue
+            for i0 in range(b0, end):
+                v = key(load(row[i0]))
+                if v > hk[0]:
+                    hk[0] = v
+                    hi[0] = i0
+                    sift_down(hk, hi, k, 0)
         out = d[i3, i2, i1]
         for m in range(k - 1, -1, -1):                      # the worst kept goes last
             out[m] = hi[0]
-            hv[0], hi[0] = hv[m], hi[m]
-            sift_down(hv, hi, m, 0)
+            hk[0], hi[0] = hk[m], hi[m]
+            sift_down(hk, hi, m, 0)
 
 
 @register("top_k")

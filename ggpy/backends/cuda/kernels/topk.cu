@@ -4,8 +4,9 @@
 //
 // A pass takes the rows' elements (floats, or the keys a previous pass kept) in chunks of TOPK_CHUNK: block
 // (row, chunk) keeps the best k of its chunk (k = 1: a block reduction; else a bitonic sort of the chunk in shared
-// memory, TOPK_CHUNK / 2 threads), and writes them as keys to dst[row][chunk][k], or, in the last pass (one chunk a
-// row, a.iop = 1), their indices to the I32 result dst[row][k]. a.ip[0] = k, a.ip[1] = the elements of a row.
+// memory), and writes them as keys to dst[row][chunk][k], or, in the last pass (one chunk a row, a.iop = 1), their
+// indices to the I32 result dst[row][k]. a.ip[0] = k, a.ip[1] = the elements of a row, a.ip[2] = the size of the sort:
+// a power of two, TOPK_CHUNK or (one chunk a row) the first at least a.ip[1].
 #include "common.cuh"
 
 #define TOPK_CHUNK 2048
@@ -53,18 +54,20 @@ template <typename T> __device__ void best_of_chunk(const Args& a) {
     if (threadIdx.x == 0) topk_store(a, 0, best);
 }
 
-// k > 1: the chunk sorted by descending key (bitonic; blockDim.x = TOPK_CHUNK / 2, one pair a thread), its first k out
+// k > 1: the chunk (padded with 0 to N = a.ip[2] keys) sorted by descending key (bitonic, a pair a thread at a time),
+// its first k out
 template <typename T> __device__ void sort_chunk(const Args& a) {
     __shared__ u64 s[TOPK_CHUNK];
     const RowKeys<T> row(a);
     const i64 start = (i64)blockIdx.y * TOPK_CHUNK, n = (i64)a.ip[1];
-    for (int j = threadIdx.x; j < TOPK_CHUNK; j += blockDim.x) s[j] = start + j < n ? row(start + j) : 0;
+    const int N = a.ip[2];
+    for (int j = threadIdx.x; j < N; j += blockDim.x) s[j] = start + j < n ? row(start + j) : 0;
     __syncthreads();
-    for (int size = 2; size <= TOPK_CHUNK; size <<= 1) {
+    for (int size = 2; size <= N; size <<= 1) {
         for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            for (int t = threadIdx.x; t < TOPK_CHUNK / 2; t += blockDim.x) {
+            for (int t = threadIdx.x; t < N / 2; t += blockDim.x) {
                 const int i = 2 * t - (t & (stride - 1)), j = i + stride;     // i has bit `stride` clear
-                const bool down = (i & size) == 0;         // this run's direction (the last run: all descending)
+                const bool down = (i & size) == 0;         // this run's direction (the last, i < N = size: down)
                 const u64 x = s[i], y = s[j];
                 if ((x < y) == down) { s[i] = y; s[j] = x; }
             }

@@ -57,9 +57,15 @@ def kernel_name(node, impl=None) -> str:
     return f"{node.op}_{SUFFIX[node.src[0].type]}"
 
 
+def sort_size(count: int) -> int:
+    """The keys a block of a pass over rows of `count` elements sorts: a chunk, or the power of two that holds the
+    row when it is shorter."""
+    return CHUNK if count >= CHUNK else 1 << (count - 1).bit_length()
+
+
 def steps(backend, node, impl=None) -> list:
-    """One launch a pass: grid (rows, chunks), CHUNK / 2 threads; the first reads the source, the others the keys
-    the previous pass kept, in the temp block's halves by turns."""
+    """One launch a pass: grid (rows, chunks), a thread per pair of the sort (at least a warp); the first reads the
+    source, the others the keys the previous pass kept, in the temp block's halves by turns."""
     x, k = node.src[0], k_of(node)
     passes = counts(node)
     temp = backend.temp_ptr(node) if len(passes) > 1 else 0
@@ -70,8 +76,9 @@ def steps(backend, node, impl=None) -> list:
         name = kernel_name(node) if p == 0 else f"{node.op}_keys"
         src = [(tensor_ptr(x), x)] if p == 0 else [(halves[(p - 1) % 2], x)]
         dst = tensor_ptr(node) if last else halves[p % 2]
-        out.append(backend.launch(node, name, dst, node, src, (), ((rows(node), -(-count // CHUNK)), CHUNK // 2),
-                                  int(last), (k, count)))
+        size = sort_size(count)
+        out.append(backend.launch(node, name, dst, node, src, (), ((rows(node), -(-count // CHUNK)), max(32, size // 2)),
+                                  int(last), (k, count, size)))
     return out
 
 

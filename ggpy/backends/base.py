@@ -84,7 +84,7 @@ class Backend:
     name = "abstract"
     kind = "abstract"           # in messages: CPU, CUDA
     kernels: dict = {}
-    force: dict = {}            # {op: implementation} every node of op runs with
+    force: dict = {}            # {op: implementation (or a tuple: the first that can run a node)} nodes of op run with
     autotune = False            # measure the implementations of a node (winners.tuned_impl)
     fuse = False                # run the fusion pass's patterns its entries declare (Kernel.fuses) as one kernel
     measure_errors: tuple = ()  # exceptions of measure_impls that mean "nothing measured now"
@@ -93,12 +93,14 @@ class Backend:
         self.buffer_type = buffer_type
 
     def checked_force(self, force: dict | None) -> dict:
-        """`force` ({op: implementation}) checked against the backend's kernel table."""
-        for op, impl in (force or {}).items():
+        """`force` ({op: implementation, or a tuple of them in order of preference}) checked against the backend's
+        kernel table."""
+        for op, wanted in (force or {}).items():
             impls = getattr(self.kernels.get(op), "impls", ())
-            if impl not in impls:
-                raise UnsupportedOpError(f"{type(self).__name__}: cannot force {op!r} to run as {impl!r}; its "
-                                         f"implementations: {', '.join(impls) or 'none'}")
+            for impl in wanted if isinstance(wanted, tuple) else (wanted,):
+                if impl not in impls:
+                    raise UnsupportedOpError(f"{type(self).__name__}: cannot force {op!r} to run as {impl!r}; its "
+                                             f"implementations: {', '.join(impls) or 'none'}")
         return dict(force or {})
 
     # -- what runs where: lookups in the kernel table --------------------------------------------------------------
@@ -124,7 +126,10 @@ class Backend:
         if entry is None or not entry.impls:
             return None
         if node.op in self.force:
-            return self.force[node.op]
+            wanted = self.force[node.op]
+            if isinstance(wanted, str):
+                return wanted
+            return next((impl for impl in wanted if entry.can_run(node, impl, self)), wanted[-1])
         return (tuned_impl(self, entry, node) if self.autotune else None) or entry.choose(node, self)
 
     def is_tuned(self, node) -> bool:

@@ -50,3 +50,30 @@ def test_no_epilogue_after_the_dot_product_kernel():
     y = ggpy.mul_mat(w, x)
     assert TableOnly().impl_for(y) == "mmvq"
     assert _fusions(ggpy.silu(ggpy.add(y, b))) == [("chain", ("add", "silu"))]
+
+
+def test_decode_patterns_of_a_llama_block():
+    """One token through a llama block with Q4_K weights: rms_norm + weight, the K rows roped into an F16 cache, the
+    output projection + residual and the down projection + residual in the integer dot-product kernel, gate / up +
+    silu * up in one launch, and the second residual add with the next norm and its weight."""
+    ctx = ggpy.Context()
+    d, f, hd = 256, 512, 64
+    w = {k: ctx.new_tensor(ggpy.Q4_K, ne) for k, ne in (("k", (d, d)), ("o", (d, d)), ("g", (d, f)), ("u", (d, f)),
+                                                        ("d", (f, d)))}
+    n1, n2, n3 = (ctx.new_tensor(ggpy.F32, (d,)) for _ in range(3))
+    x, pos = ctx.new_tensor(ggpy.F32, (d, 1)), ctx.new_tensor(ggpy.I32, (1,))
+    cache = ctx.new_tensor(ggpy.F16, (d, 32))
+    h = ggpy.mul(ggpy.rms_norm(x, 1e-5), n1)
+    k = ggpy.rope_ext(ggpy.reshape_3d(ggpy.mul_mat(w["k"], h), hd, d // hd, 1), pos, None, hd, 0, 4096, 10000.0, 1.0,
+                      0.0, 1.0, 32.0, 1.0)
+    kv = ggpy.set_rows(cache, ggpy.reshape_2d(k, d, 1), pos)
+    s = ggpy.add(x, ggpy.mul_mat(w["o"], h))
+    m = ggpy.mul(ggpy.rms_norm(s, 1e-5), n2)
+    s2 = ggpy.add(s, ggpy.mul_mat(w["d"], ggpy.mul(ggpy.silu(ggpy.mul_mat(w["g"], m)), ggpy.mul_mat(w["u"], m))))
+    out = ggpy.mul(ggpy.rms_norm(ggpy.add(s2, x), 1e-5), n3)
+    graph = ggpy.Graph().build_forward_expand(kv).build_forward_expand(out)
+    found = sorted((f.pattern, tuple(n.op for n in f.computed)) for f in TableOnly().fusions(graph).values())
+    assert found == sorted([("rms_norm_mul", ("rms_norm", "mul")), ("rope_set_rows", ("rope", "set_rows")),
+                            ("mul_mat_add", ("mul_mat", "add")), ("rms_norm_mul", ("rms_norm", "mul")),
+                            ("glu", ("mul_mat", "silu", "mul_mat", "mul")), ("mul_mat_add", ("mul_mat", "add")),
+                            ("add_rms_norm", ("add", "rms_norm", "mul"))]), found

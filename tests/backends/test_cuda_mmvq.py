@@ -1,6 +1,8 @@
 """CUDA mul_mat on integer dot products (mmvq: b quantized to q8_1, __dp4a) against the exact dot-product kernel
-(mmv, forced) and float64 (gguf's dequantization of a): every quantized type, and the fused gate/up + silu * up and
-product + residual kernels against the unfused float64 graph. Needs a GPU (cuda_backend skips without one)."""
+(mmv, forced) and float64 (gguf's dequantization of a): every quantized type, both variants (b quantized into the
+temp block by a launch of its own, or by each block into its shared memory), and the fused gate/up + silu * up and
+product + residual kernels against the unfused float64 graph. Needs a GPU (cuda_backend skips without one), but for
+the first test."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +12,11 @@ import numpy as np
 import pytest
 
 import ggpy
-from ggpy.backends.cuda import CUDABackend
+from ggpy.backends.base import Backend
+from ggpy.backends.cuda import CUDABackend, kernels  # noqa: F401 - kernels registers the CUDA entries
+from ggpy.backends.cuda.cublas import MISSING
+from ggpy.backends.cuda.kernels import quant
+from ggpy.backends.cuda.registry import KERNELS
 from ggpy.test_backend_ops import run_case
 from ggpy.test_backend_ops.cases.matmul import QUANT_NMSE, Q8_NMSE, mmvq_cases, quant_cases
 from ggpy.test_backend_ops.cases.util import random_blocks
@@ -19,14 +25,44 @@ from ggpy.types import QUANT_TYPES
 FEW = [c for c in quant_cases() if c.build(ggpy.Context()).src[1].ne[1] <= 8]
 
 
+class Table(Backend):
+    """The CUDA kernel table without a device, with `force`."""
+    kind, kernels = "CUDA", KERNELS
+
+    def __init__(self, force):
+        super().__init__(None)
+        self.force = self.checked_force(force)
+
+
+def test_forcing_a_preference_takes_the_first_that_runs():
+    """No GPU needed: force={"mul_mat": ("mmv", "cublaslt")} keeps a model's mat-vec products exact and its GEMMs on
+    cuBLASLt; an unknown implementation is refused."""
+    ctx = ggpy.Context()
+    w = ctx.new_tensor(ggpy.Q4_K, (256, 32))
+    few, many = (ggpy.mul_mat(w, ctx.new_tensor(ggpy.F32, (256, n))) for n in (2, 16))
+    table = Table({"mul_mat": ("mmv", "cublaslt")})
+    assert Table({}).impl_for(few) == "mmvq" and table.impl_for(few) == "mmv"
+    assert table.impl_for(many) == ("cublaslt" if MISSING is None else None)      # None: refused without cuBLASLt
+    with pytest.raises(ggpy.UnsupportedOpError, match="cannot force 'mul_mat' to run as 'dp4a'"):
+        Table({"mul_mat": ("mmv", "dp4a")})
+
+
 @pytest.mark.parametrize("case", FEW, ids=lambda c: c.id)
 def test_forced_mmv_stays_exact(cuda_backend, case):
     result = run_case(dataclasses.replace(case, max_nmse=QUANT_NMSE), CUDABackend("cuda", force={"mul_mat": "mmv"}))
     assert result.ok, f"{case.id}: {result.message}"
 
 
+@pytest.fixture(params=["shared", "temp"])
+def variant(request, monkeypatch):
+    """mmvq's variant: b quantized by each block into its shared memory (small products), or into the temp block."""
+    if request.param == "temp":
+        monkeypatch.setattr(quant, "MMVQ_SHARED_WEIGHTS", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("case", mmvq_cases() + FEW, ids=lambda c: c.id)
-def test_mmvq_within_the_q8_tolerance(cuda_backend, case):
+def test_mmvq_within_the_q8_tolerance(cuda_backend, variant, case):
     result = run_case(case, CUDABackend("cuda", force={"mul_mat": "mmvq"}))
     assert result.ok, f"{case.id}: {result.message}"
 
@@ -54,7 +90,7 @@ def _run(backend, build, values):
 
 
 @pytest.mark.parametrize("t", QUANT_TYPES, ids=lambda t: t.name)
-def test_mmvq_accuracy_on_a_decoder_shape(cuda_backend, t):
+def test_mmvq_accuracy_on_a_decoder_shape(cuda_backend, variant, t):
     """A 1B decoder's down-like product (K 2048, 256 rows, one token) on normal activations: mmvq's nmse against
     float64 is the activations' 8-bit rounding (~1e-5), mmv's float32 accumulation (~1e-12)."""
     rng = np.random.default_rng(5)
@@ -68,15 +104,15 @@ def test_mmvq_accuracy_on_a_decoder_shape(cuda_backend, t):
     errs = {}
     for impl in ("mmv", "mmvq"):
         out, names = _run(CUDABackend("cuda", force={"mul_mat": impl}), build, [raw, x])
-        assert names[-1].startswith(impl + "_"), names
+        assert names[-1].startswith({"mmv": "mmv_", "mmvq": {"shared": "mmvq_s_", "temp": "mmvq_"}[variant]}[impl])
         errs[impl] = _nmse(out.reshape(ref.shape), ref)
-    print(f"\n{t.name}: nmse vs float64: mmv {errs['mmv']:.2e}, mmvq {errs['mmvq']:.2e}")
+    print(f"\n{t.name} ({variant}): nmse vs float64: mmv {errs['mmv']:.2e}, mmvq {errs['mmvq']:.2e}")
     assert errs["mmv"] < QUANT_NMSE and 1e-8 < errs["mmvq"] < Q8_NMSE / 10
 
 
 @pytest.mark.parametrize("t", QUANT_TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("n", [1, 3])
-def test_fused_glu_and_residual(cuda_backend, t, n):
+def test_fused_glu_and_residual(cuda_backend, variant, t, n):
     """silu(Wg x) * (Wu x) as one mmvq_glu launch and Wd h + r as one mmvq launch with the residual, against the
     unfused float64 graph; the unfused backend (fuse=False) gives the same within the q8 tolerance."""
     rng = np.random.default_rng(11)
@@ -94,6 +130,7 @@ def test_fused_glu_and_residual(cuda_backend, t, n):
     ref = r + (gate / (1 + np.exp(-gate)) * up) @ wd.T
     fused, names = _run(CUDABackend("cuda"), build, [rg, ru, rd, x, r])
     assert any(s.startswith(f"mmvq_{t.name}") and s.endswith("+glu_silu") for s in names), names
+    assert ("quantize_q8_1_f32" in names) == (variant == "temp"), names
     assert any(s.startswith(f"mmvq_{t.name}") and s.endswith("+add") for s in names), names
     plain, _ = _run(CUDABackend("cuda", fuse=False), build, [rg, ru, rd, x, r])
     assert _nmse(fused.reshape(ref.shape), ref) < Q8_NMSE and _nmse(plain.reshape(ref.shape), ref) < Q8_NMSE

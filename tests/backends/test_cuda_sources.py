@@ -85,10 +85,12 @@ def _expected_kernels() -> set:
     names |= {f"{op}_{SUFFIX[t]}" for op in ("concat", "repeat", "get_rows") for t in layout.TYPES}
     names |= {f"pad_{t}" for t in f} | {f"set_rows_{s}_{SUFFIX[d]}" for s, d in product(f, layout.SET_ROWS_TO)}
     for q in (t.name for t in QUANT_TYPES):
-        names |= {f"get_rows_{q}", f"mmvq_{q}", f"mmvq_glu_{q}"} | {f"{k}_{q}_{t}" for k in ("copy", "mmv") for t in f}
+        names |= {f"get_rows_{q}"} | {f"{k}_{q}" for k in ("mmvq", "mmvq_glu", "mmvq_s", "mmvq_s_glu")}
+        names |= {f"{k}_{q}_{t}" for k in ("copy", "mmv") for t in f}
     names |= {f"mmv_{a}_{b}" for a, b in product(f, f)} | {f"copy_f32_{t.name}" for t in QUANTIZE_TO}
     names.add("quantize_q8_1_f32")
-    names.add("add_rms_norm_f32")
+    names |= {"add_rms_norm_f32", "add_rms_norm_mul_f32"} | {f"rms_norm_mul_{t}" for t in f}
+    names |= {f"rope_set_rows_{a}_{b}" for a, b in product(f, f)}
     names |= {"argmax_keys", "top_k_keys"}
     for c in ("", "c_"):
         names |= {f"{op}_{c}{a}_{b}" for op in generated.BINARY for a, b in product(f, f)}

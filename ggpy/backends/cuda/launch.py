@@ -28,9 +28,10 @@ class Launch:
     args: object
     params: object
     resolve: object = None
+    shared: int = 0         # bytes of dynamic shared memory (at most 48 KiB: no opt-in attribute is set)
 
     def __call__(self, stream: Stream):
         if self.function is None:
             self.function = self.resolve()
-        check(driver.cuLaunchKernel(self.function, *self.grid, *self.block, 0, stream.handle,
+        check(driver.cuLaunchKernel(self.function, *self.grid, *self.block, self.shared, stream.handle,
                                     ctypes.addressof(self.params), 0), f"cuLaunchKernel({self.name})")

@@ -184,6 +184,12 @@ def _mmvq(node, impl) -> bool:
     return impl == "mmvq"
 
 
+def _temp_range(backend, node) -> list:
+    """[the node's temp block as an address range], or [] when its kernel needs none."""
+    size = backend.temp_size(node)
+    return [(backend.temp_ptr(node), backend.temp_ptr(node) + size)] if size else []
+
+
 def glu_accepts(f) -> bool:
     """silu(gate) * up of two products the glu kernel takes: weights of one type and layout, F32 results."""
     g, u = f.w_gate, f.w_up
@@ -192,11 +198,10 @@ def glu_accepts(f) -> bool:
 
 
 def glu_run(backend, f) -> list | None:
-    """mmvq_glu writing the mul's memory, where everything is on this GPU and the mul clear of the weights and the
+    """mmvq[_s]_glu writing the mul's memory, where everything is on this GPU and the mul clear of the weights and the
     head's temp (the q8_1 columns of x, which both products read)."""
-    tp = backend.temp_ptr(f.head)
     if not backend.on_device(f.mul, f.x, f.w_gate, f.w_up) or not apart(
-            f.mul, [extent(f.w_gate), extent(f.w_up), (tp, tp + backend.temp_size(f.head))]):
+            f.mul, [extent(f.w_gate), extent(f.w_up)] + _temp_range(backend, f.head)):
         return None
     steps = quant.mmvq_steps(backend, f.head, dst=f.mul, gate=f.w_gate, up=f.w_up)
     if steps is not None:
@@ -218,8 +223,7 @@ def mul_mat_add_run(backend, f) -> list | None:
     m, r, out = f.head, f.residual, f.add
     if not backend.on_device(m, r, out, *m.src[:2]):
         return None
-    tp = backend.temp_ptr(m)
-    others = [extent(m.src[0]), (tp, tp + backend.temp_size(m))] + ([] if extent(r) == extent(out) else [extent(r)])
+    others = [extent(m.src[0])] + _temp_range(backend, m) + ([] if extent(r) == extent(out) else [extent(r)])
     if not apart(out, others):
         return None
     steps = quant.mmvq_steps(backend, m, dst=m, dst_ptr=tensor_ptr(out), residual=r)

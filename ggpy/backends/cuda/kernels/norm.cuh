@@ -158,9 +158,10 @@ template <typename T> __device__ void group_norm_k(const Args& a) {
 
 // add + rms_norm as one row kernel (the fusion pass's add_rms_norm, kernels/norm.py): s = src0 + src1 (F32, one shape)
 // written to src2 by dst's strides (the add's memory, still read by others: the residual stream), then dst = s /
-// sqrt(mean(s^2) + eps) as norm_row<float, true> computes it, one block per row; each element of a row is read before
-// the row is written (dst and src2 may lie exactly over src0 or src1, dst over src2). p0: eps
-__device__ void add_rms_norm_row(const Args& a) {
+// sqrt(mean(s^2) + eps) as norm_row<float, true> computes it [times w (F32, ne0[0] contiguous): the norm's weight],
+// one block per row; each element of a row is read before the row is written (dst and src2 may lie exactly over src0
+// or src1, dst over src2). p0: eps
+template <bool SCALE> __device__ void add_rms_norm_row(const Args& a, const float* w) {
     i64 c[4]; row_coords(a, c);
     const char* x0 = a.src0 + byte_offset(c, a.nb0); const char* x1 = a.src1 + byte_offset(c, a.nb1);
     char* s = (char*)a.src2 + byte_offset(c, a.nb); char* y = a.dst + byte_offset(c, a.nb);
@@ -171,5 +172,22 @@ __device__ void add_rms_norm_row(const Args& a) {
         v += (double)t * t;
     }
     const float inv = (float)(1.0 / sqrt(block_reduce(v, Sum(), 0.0) / (double)a.ne0[0] + (double)a.p0));
-    ROW_LOOP(i) *(float*)(y + i * a.nb[0]) = *(const float*)(s + i * a.nb[0]) * inv;
+    ROW_LOOP(i) {
+        const float r = *(const float*)(s + i * a.nb[0]) * inv;
+        *(float*)(y + i * a.nb[0]) = SCALE ? r * w[i] : r;
+    }
+}
+// an Args and the address of a weight row (the fused scale of add_rms_norm_mul_f32, rms_norm_mul_f32)
+struct WeightArgs { Args a; const char* w; };
+
+// rms_norm -> mul(w) as one row kernel (the rms_norm_mul pattern): dst (the mul's memory, by its strides; may lie
+// exactly over src0) = src0 / sqrt(mean(src0^2) + eps) * w (T, ne0[0] contiguous), one block per row, each element
+// read before it is written; p0: eps
+template <typename T> __device__ void rms_norm_mul_row(const Args& a, const T* w) {
+    i64 c[4]; row_coords(a, c);
+    const char* x = a.src0 + byte_offset(c, a.nb0); char* y = a.dst + byte_offset(c, a.nb);
+    double v = 0.0;
+    ROW_LOOP(i) { const float t = to_f(*(const T*)(x + i * a.nb0[0])); v += (double)t * t; }
+    const float inv = (float)(1.0 / sqrt(block_reduce(v, Sum(), 0.0) / (double)a.ne0[0] + (double)a.p0));
+    ROW_LOOP(i) *(T*)(y + i * a.nb[0]) = from_f<T>(to_f(*(const T*)(x + i * a.nb0[0])) * inv * to_f(w[i]));
 }

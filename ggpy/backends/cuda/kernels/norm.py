@@ -1,19 +1,28 @@
 """norm, rms_norm (one block per row; short LayerNorm rows with their affine one warp per row) and group_norm
 (one block per (group, batch), sums in double, two passes as the CPU and the reference); F32 and F16, sources
 with any strides. A norm followed by mul(weight) and add(bias) runs fused as norm_affine (the norm_affine pattern of
-ggpy/graph/fusion.py), an add followed by the rms_norm of its sum as add_rms_norm (its add_rms_norm pattern)."""
+ggpy/graph/fusion.py), an add followed by the rms_norm of its sum [and the mul by the norm's weight] as add_rms_norm
+[_mul] (its add_rms_norm pattern), an rms_norm and that mul as rms_norm_mul (its rms_norm_mul pattern)."""
 from __future__ import annotations
+
+import ctypes
 
 from ....types import F32
 from ...kernel import Fused
 from ..registry import register
-from .common import FLOATS, SUFFIX, apart, extent, row_launch, rows, tensor_ptr, vector_rows
+from .common import FLOATS, SUFFIX, Args, apart, extent, pack_args, row_launch, rows, tensor_ptr, vector_rows
 from .epilogue import act_id
 
 NORM_WARP_MAX = 32 * 16             # LayerNorm rows up to this long: one warp per row (norm_affine_warp)
 NORM_WARP_BLOCK = 128
 NORM_VEC_MAX = 128 * 4              # rows up to this long, contiguous, a multiple of 4: norm_affine_vec
 GROUP_BLOCK = 256
+
+
+class WeightArgs(ctypes.Structure):
+    """norm.cuh's WeightArgs: the Args and the address of the weight row a fused kernel scales by."""
+
+    _fields_ = [("a", Args), ("w", ctypes.c_void_p)]
 
 
 def refusal(node) -> str | None:
@@ -82,9 +91,12 @@ def norm_affine_run(backend, f) -> list | None:
 
 
 def add_rms_norm_accepts(f) -> bool:
-    """F32 operands, sum and norm of one shape, the sum laid out as the norm (both planned contiguous)."""
+    """F32 operands, sum and norm of one shape, the sum laid out as the norm (both planned contiguous); the mul by the
+    weight (when found) F32 in the norm's layout, the weight contiguous."""
     s, n = f.head, f.norm
-    return all(t.type == F32 for t in (s, n, *s.src[:2])) and s.nb == n.nb and s.nelements > 0
+    ok = all(t.type == F32 for t in (s, n, *s.src[:2])) and s.nb == n.nb and s.nelements > 0
+    return ok and (f.mul is None or (f.mul.type == f.weight.type == F32 and f.mul.nb == n.nb
+                                     and f.weight.is_contiguous()))
 
 
 def _clear_or_over(out, tensors) -> bool:
@@ -94,18 +106,49 @@ def _clear_or_over(out, tensors) -> bool:
                for t in tensors for a, b in [extent(t)])
 
 
+def _weighted(backend, node, name, out, srcs, norm, w):
+    """A launch (a step of `node`) of a WeightArgs kernel on the norm's rows: Args for `out`, srcs and the norm's eps,
+    and the weight's address."""
+    args = WeightArgs(pack_args(tensor_ptr(out), out, srcs, params(norm)), tensor_ptr(w))
+    config = row_launch(norm)
+    return backend.launch_struct(node, name, *config, args)
+
+
 def add_rms_norm_run(backend, f) -> list | None:
-    """add_rms_norm_f32 (one block per row, as rms_norm's) writing the sum and the norm, where everything is on this
-    GPU and each of the two results lies clear of, or exactly over, what it is computed from."""
-    s, n = f.head, f.norm
+    """add_rms_norm_f32 [_mul_f32] (one block per row, as rms_norm's) writing the sum and the (scaled) norm, where
+    everything is on this GPU, each of the two results lies clear of, or exactly over, what it is computed from, and
+    the result clear of the weight."""
+    s, n, out = f.head, f.norm, f.last
     a, b = s.src[:2]
-    if not backend.on_device(s, n, a, b) or not (_clear_or_over(n, (a, b, s)) and _clear_or_over(s, (a, b))):
+    w = [] if f.mul is None else [f.weight]
+    if not backend.on_device(s, out, a, b, *w) or not (_clear_or_over(out, (a, b, s)) and _clear_or_over(s, (a, b))):
         return None
     srcs = [(tensor_ptr(a), a), (tensor_ptr(b), b), (tensor_ptr(s), s)]
-    return [backend.launch(s, "add_rms_norm_f32", tensor_ptr(n), n, srcs, params(n), row_launch(n))]
+    if f.mul is None:
+        return [backend.launch(s, "add_rms_norm_f32", tensor_ptr(n), n, srcs, params(n), row_launch(n))]
+    if not apart(out, [extent(f.weight)]):
+        return None
+    return [_weighted(backend, s, "add_rms_norm_mul_f32", out, srcs, n, f.weight)]
+
+
+def rms_norm_mul_accepts(f) -> bool:
+    """The norm, its source, the mul and the weight of one type, the weight contiguous."""
+    x = f.norm.src[0]
+    return (x.type == f.norm.type == f.mul.type == f.weight.type and f.mul.ne == f.norm.ne
+            and f.weight.is_contiguous() and f.norm.nelements > 0)
+
+
+def rms_norm_mul_run(backend, f) -> list | None:
+    """rms_norm_mul (one block per row) writing the mul's memory, where everything is on this GPU and the result lies
+    clear of the weight and clear of, or exactly over, the norm's source."""
+    x, out = f.norm.src[0], f.mul
+    if not backend.on_device(x, out, f.weight) or not (_clear_or_over(out, (x,)) and apart(out, [extent(f.weight)])):
+        return None
+    return [_weighted(backend, f.norm, f"rms_norm_mul_{SUFFIX[x.type]}", out, [(tensor_ptr(x), x)], f.norm, f.weight)]
 
 
 register(ops=("norm", "rms_norm", "group_norm"), refusal=refusal, name=kernel_name,
          params=params, launch_config=launch_config,
          fuses={"norm_affine": Fused(norm_affine_run, accepts=norm_affine_accepts, act=True),
-                "add_rms_norm": Fused(add_rms_norm_run, accepts=add_rms_norm_accepts)})
+                "add_rms_norm": Fused(add_rms_norm_run, accepts=add_rms_norm_accepts, scale=True),
+                "rms_norm_mul": Fused(rms_norm_mul_run, accepts=rms_norm_mul_accepts)})

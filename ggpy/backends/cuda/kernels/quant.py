@@ -14,7 +14,9 @@ formulas, in float32; dq_float<T> reads a float row of element stride nb0). On i
 - `quantize_q8_1_f32` + `mmvq_<a>` (quant_mmvq.cuh): the same products on integer dot products (ggml's mmvq): b's
   columns quantized to q8_1 blocks in the node's temp block, then __dp4a with a's quants, a warp per row of a:
   mul_mat's implementation `mmvq`, the default for a quantized a (its error is the activations' 8-bit rounding,
-  nmse ~1e-5; mmv is exact); `mmvq_glu_<a>` the gate and up products with silu(gate) * up in one launch.
+  nmse ~1e-5; mmv is exact); `mmvq_glu_<a>` the gate and up products with silu(gate) * up in one launch. A small
+  product (a's matrix at most MMVQ_SHARED_WEIGHTS bytes, b's columns in shared memory) runs as one launch,
+  `mmvq_s[_glu]_<a>`, each block quantizing b itself: a launch less where launches, not bytes, take the time.
 """
 from __future__ import annotations
 
@@ -31,6 +33,9 @@ MAX_GRID_Y = 65535      # CUDA's limit on gridDim.y: the matrices of b
 MMVQ_RESIDUAL = 1       # quant_mmvq.cuh's iop flag: add src2 (F32, dst's layout) to the product
 MMVQ_ALIGN = {Q4_K: 16, Q5_K: 16, Q4_1: 4, Q5_1: 4}     # bytes of a's row starts the kernel's loads need (else 2)
 QUANTIZE_BLOCK = 256
+MMVQ_SHARED_WEIGHTS = 4 << 20   # a's matrices up to this size: one launch, b quantized by every block (mmvq_s)
+MMVQ_SHARED_MAX = 48 << 10      # bytes of b's q8_1 columns in a block's shared memory (no opt-in beyond 48 KiB)
+MMVQ_SHARED_WARPS = 8           # rows of a per block of mmvq_s (b quantized once per block)
 
 
 def copy_refusal(node) -> str | None:
@@ -80,11 +85,19 @@ def mmvq_fits(node) -> bool:
     return a.type.quantized and b.type == F32 and b.ne[1] <= MMV_MAX_N and b.ne[2] * b.ne[3] <= MAX_GRID_Y
 
 
+def mmvq_shared(node) -> int:
+    """Bytes of shared memory of the one-launch kernel (b's N columns of a matrix as q8_1: K int8 per column, then a
+    (d, d * sum q) float pair per 32 elements) where it runs the node, else 0."""
+    a, b = node.src[:2]
+    smem = b.ne[1] * b.ne[0] * 5 // 4
+    return smem if a.type.row_bytes(a.ne[0]) * a.ne[1] <= MMVQ_SHARED_WEIGHTS and smem <= MMVQ_SHARED_MAX else 0
+
+
 def mmvq_temp_size(node) -> int:
-    """Bytes of b's columns as q8_1: K int8 per column, then a (d, d * sum q) float pair per 32 elements."""
+    """Bytes of b's columns as q8_1 for the two-launch kernel (none for the one-launch one)."""
     b = node.src[1]
     cols = b.nelements // b.ne[0]
-    return align_temp(cols * b.ne[0] + cols * b.ne[0] // 32 * 8)
+    return 0 if mmvq_shared(node) else align_temp(cols * b.ne[0] * 5 // 4)
 
 
 def mmvq_aligned(a) -> bool:
@@ -94,25 +107,32 @@ def mmvq_aligned(a) -> bool:
 
 
 def mmvq_steps(backend, node, dst=None, dst_ptr=None, residual=None, gate=None, up=None) -> list:
-    """quantize_q8_1 of b into the node's temp block, then mmvq writing `dst` (default the node; its layout, at
-    dst_ptr) plus `residual` (F32, dst's layout); or, with `gate` and `up` (weights of one type and layout, the node
-    one of their products), the glu kernel writing silu(gate x) * (up x). Rows the kernel cannot load: mmv (the
-    exact kernel) when nothing is fused, else None."""
+    """quantize_q8_1 of b into the node's temp block, then mmvq (or mmvq_s alone, mmvq_shared) writing `dst` (default
+    the node; its layout, at dst_ptr) plus `residual` (F32, dst's layout); or, with `gate` and `up` (weights of one
+    type and layout, the node one of their products), the glu kernel writing silu(gate x) * (up x). Rows the kernel
+    cannot load: mmv (the exact kernel) when nothing is fused, else None."""
     a, b = node.src[:2]
     a = a if gate is None else gate
     if not (mmvq_aligned(a) and (up is None or mmvq_aligned(up))):
         return mmv_steps(backend, node) if dst is None and up is None else None
     dst = node if dst is None else dst
+    src2 = up if up is not None else residual
+    extra = [] if src2 is None else [(tensor_ptr(src2), src2)]
+    glu, iop = "glu_" if up is not None else "", MMVQ_RESIDUAL if residual is not None else 0
+    dst_ptr = tensor_ptr(dst) if dst_ptr is None else dst_ptr
+    smem = mmvq_shared(node)
+    if smem:
+        grid = (-(-a.ne[1] // MMVQ_SHARED_WARPS), b.ne[2] * b.ne[3])
+        product = backend.launch(node, f"mmvq_s_{glu}{SUFFIX[a.type]}", dst_ptr, dst, [(tensor_ptr(a), a),
+                                 (tensor_ptr(b), b)] + extra, config=(grid, 32 * MMVQ_SHARED_WARPS), iop=iop)
+        product.shared = smem
+        return [product]
     temp, cols = backend.temp_ptr(node), b.nelements // b.ne[0]
     q8 = SimpleNamespace(ne=b.ne, nb=b.nb, nelements=cols * b.ne[0])
     warps = cols * b.ne[0] // 32
     quantize = backend.launch(node, "quantize_q8_1_f32", temp, q8, [(tensor_ptr(b), b)],
                               config=(min(-(-warps // (QUANTIZE_BLOCK // 32)), 1 << 16), QUANTIZE_BLOCK))
-    src2 = up if up is not None else residual
-    extra = [] if src2 is None else [(tensor_ptr(src2), src2)]
-    name = f"mmvq_{'glu_' if up is not None else ''}{SUFFIX[a.type]}"
     grid = (-(-a.ne[1] // MMV_WARPS), b.ne[2] * b.ne[3])
-    product = backend.launch(node, name, tensor_ptr(dst) if dst_ptr is None else dst_ptr, dst,
-                             [(tensor_ptr(a), a), (temp, b)] + extra, config=(grid, 32 * MMV_WARPS),
-                             iop=MMVQ_RESIDUAL if residual is not None else 0)
+    product = backend.launch(node, f"mmvq_{glu}{SUFFIX[a.type]}", dst_ptr, dst, [(tensor_ptr(a), a), (temp, b)] + extra,
+                             config=(grid, 32 * MMV_WARPS), iop=iop)
     return [quantize, product]

@@ -1,6 +1,6 @@
 // mul_mat's integer dot-product kernel (mmvq, kernels/quant.py): b's columns quantized once per product to q8_1
-// blocks of 32 (quantize_q8_1_k: int8 q, float d = max|x| / 127, d * sum q) in the node's temp block, then a warp
-// per row of the quantized a, its lanes taking a "unit" (32 or 64 elements, whole sub-blocks) of the row at a time:
+// blocks of 32 (int8 q, float d = max|x| / 127, d * sum q) in the node's temp block (quantize_q8_1_k), or for small
+// products by each block into its shared memory (mmvq_s*: no second launch), then a warp per row of the quantized a, its lanes taking a "unit" (32 or 64 elements, whole sub-blocks) of the row at a time:
 // the unit's quants unpacked to bytes and multiplied with __dp4a, the scales applied per sub-block. Every column
 // n < N <= MMV_MAX_N at once; blockDim.x / 32 rows per block. Fused epilogues (iop): MMVQ_RESIDUAL adds src2 (F32,
 // dst's layout); the glu kernels read a second weight matrix at src2 (the up rows, a's layout) and write
@@ -9,6 +9,18 @@
 #include "quant.cuh"
 
 #define MMVQ_RESIDUAL 1
+
+// one 32-block of b as q8_1: lane j holds element x_j; q_j = round(x_j / d) to qs[j], (d, d * sum q) to *ds
+__device__ __forceinline__ void quantize_32(float x, int lane, signed char* qs, float2* ds) {
+    float amax = fabsf(x);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.f;
+    const int q = amax == 0.f ? 0 : (int)rintf(x / d);
+    int s = q;
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    qs[lane] = (signed char)q;
+    if (lane == 0) *ds = make_float2(d, d * (float)s);
+}
 
 // the temp block: column c = n + N * (i2 + B2 * i3) of b as K int8 at c * K, then C * K / 32 float2 (d, d * sum q)
 __device__ void quantize_q8_1_k(const Args& a) {        // dst: the temp; src0: b F32 (K, N, B2, B3), any strides
@@ -19,14 +31,7 @@ __device__ void quantize_q8_1_k(const Args& a) {        // dst: the temp; src0: 
         const i64 c = w / kb, k = (w % kb) * 32 + lane;
         const i64 n = c % a.ne0[1], i2 = (c / a.ne0[1]) % a.ne0[2], i3 = c / (a.ne0[1] * a.ne0[2]);
         const float x = *(const float*)(a.src0 + k * a.nb0[0] + n * a.nb0[1] + i2 * a.nb0[2] + i3 * a.nb0[3]);
-        float amax = fabsf(x);
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float d = amax / 127.f;
-        const int q = amax == 0.f ? 0 : (int)rintf(x / d);
-        int s = q;
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        a.dst[c * a.ne0[0] + k] = (char)q;
-        if (lane == 0) ((float2*)(a.dst + C * a.ne0[0]))[w] = make_float2(d, d * (float)s);
+        quantize_32(x, lane, (signed char*)a.dst + c * a.ne0[0] + k - lane, (float2*)(a.dst + C * a.ne0[0]) + w);
     }
 }
 
@@ -149,24 +154,43 @@ struct mq_q6_k {
     }
 };
 
-// dst F32 (M, N, B2, B3) = a (K, M, A2, A3) x the quantized columns of b (ne1 = b's ne; src1 the temp block): a warp
-// per row m, blockIdx.y the matrix (i2, i3) of b, a broadcast over it; GLU: src2 the up rows (a's layout), dst =
+extern __shared__ int4 mmvq_shared[];           // SHARED: this matrix's columns of b as q8_1 (N K int8, N K / 32 float2)
+
+// dst F32 (M, N, B2, B3) = a (K, M, A2, A3) x the quantized columns of b (ne1 = b's ne): src1 the temp block, or with
+// SHARED b itself (F32, nb1), its N columns of matrix (i2, i3) quantized by the block into shared memory first. A
+// warp per row m, blockIdx.y the matrix (i2, i3) of b, a broadcast over it; GLU: src2 the up rows (a's layout), dst =
 // silu(a x) * (up x); else iop MMVQ_RESIDUAL: dst = a x + src2 (F32, dst's layout)
-template <typename Q, bool GLU> __device__ void mmvq_k(const Args& a) {
-    const int lane = threadIdx.x & 31;
-    const i64 m = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (m >= a.ne0[1]) return;
+template <typename Q, bool GLU, bool SHARED> __device__ void mmvq_k(const Args& a) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const i64 i2 = blockIdx.y % a.ne1[2], i3 = blockIdx.y / a.ne1[2];
+    const int K = (int)a.ne0[0], N = (int)a.ne1[1], units = K / Q::UNIT;
+    const signed char* xq;
+    const float2* xds;
+    if (SHARED) {
+        signed char* sq = (signed char*)mmvq_shared;
+        float2* sds = (float2*)(sq + N * K);
+        const int kb = K >> 5;
+        for (int w = warp; w < N * kb; w += warps) {
+            const int n = w / kb, k = (w % kb) * 32 + lane;
+            const float x = *(const float*)(a.src1 + k * a.nb1[0] + n * a.nb1[1] + i2 * a.nb1[2] + i3 * a.nb1[3]);
+            quantize_32(x, lane, sq + n * K + k - lane, sds + w);
+        }
+        __syncthreads();
+        xq = sq;
+        xds = sds;
+    } else {
+        const i64 c0 = (i64)N * blockIdx.y, C = a.ne1[1] * a.ne1[2] * a.ne1[3];
+        xq = (const signed char*)a.src1 + c0 * K;
+        xds = (const float2*)(a.src1 + C * K) + c0 * (K >> 5);
+    }
+    const i64 m = (i64)blockIdx.x * warps + warp;
+    if (m >= a.ne0[1]) return;
     const i64 off = m * a.nb0[1] + i2 / (a.ne1[2] / a.ne0[2]) * a.nb0[2] + i3 / (a.ne1[3] / a.ne0[3]) * a.nb0[3];
     const char* row = a.src0 + off;
-    const int K = (int)a.ne0[0], N = (int)a.ne1[1], units = K / Q::UNIT;
-    const i64 c0 = (i64)N * blockIdx.y, C = a.ne1[1] * a.ne1[2] * a.ne1[3];
-    const signed char* xq = (const signed char*)a.src1 + c0 * K;
-    const float2* xds = (const float2*)(a.src1 + C * K) + c0 * (K >> 5);
     float acc[MMV_MAX_N], up[GLU ? MMV_MAX_N : 1];
     #pragma unroll
     for (int n = 0; n < MMV_MAX_N; ++n) { acc[n] = 0.f; if (GLU) up[GLU ? n : 0] = 0.f; }
-    #pragma unroll 2
+    #pragma unroll (GLU ? 2 : 4)                 // the loads of several units in flight at once
     for (int u = lane; u < units; u += 32) {
         typename Q::W w, wu;
         Q::load(row, u, w);

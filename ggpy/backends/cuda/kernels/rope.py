@@ -1,14 +1,25 @@
 """rope (ggml_rope_ext): one thread per pair of a row (normal (2j, 2j+1), NEOX (j, j + n_dims/2)), threads past the
 rotated pairs copy two values; the angle and its cos/sin in double as the CPU's; F32, F16, BF16, any strides. It
-may run in place: a thread reads its pair before writing it, and no two threads share a value."""
+may run in place: a thread reads its pair before writing it, and no two threads share a value. A rope whose rows go
+on to set_rows (the rope_set_rows pattern of ggpy/graph/fusion.py: the KV cache write) writes them straight into the
+cache's rows (rope_set_rows_<a>_<cache>)."""
 from __future__ import annotations
 
+import ctypes
 import struct
+from types import SimpleNamespace
 
 from ....ops.rope import yarn_corr_dims, yarn_mscale
 from ....types import F32, I32
+from ...kernel import Fused
 from ..registry import register
-from .common import BLOCK, FLOATS, MAX_BLOCKS, SUFFIX, tensor_ptr
+from .common import BLOCK, FLOATS, MAX_BLOCKS, SUFFIX, Args, apart, extent, pack_args, tensor_ptr
+
+
+class RowsArgs(ctypes.Structure):
+    """rope.cu's RowsArgs: the Args, then the row indices (address, byte stride) and the cache's row count."""
+
+    _fields_ = [("a", Args), ("idx", ctypes.c_void_p), ("idx_nb", ctypes.c_int64), ("rows", ctypes.c_int64)]
 
 
 def _bits(v: float) -> int:
@@ -24,17 +35,44 @@ def refusal(node) -> str | None:
     return None
 
 
-def rope_steps(backend, node, impl=None) -> list:
-    """One grid-stride launch over the pairs, the frequency factors' address as Args.src2."""
+def _rope_args(node, dst_ptr, dst) -> tuple:
+    """(Args of the rope writing `dst` (a layout of the rope's ne) at dst_ptr, (grid, block)): a thread per pair, the
+    frequency factors' address as Args.src2."""
     p = node.op_params
     low, high = yarn_corr_dims(p)
     srcs = [(tensor_ptr(s), s) for s in node.src]
     units = (node.ne[0] + 1) // 2 * node.ne[1] * node.ne[2] * node.ne[3]
     ints = (p["n_dims"], _bits(p["ext_factor"]), _bits(yarn_mscale(p)), _bits(low), _bits(high))
-    return [backend.launch(node, f"rope_{SUFFIX[node.type]}", tensor_ptr(node), node, srcs,
-                           (p["freq_base"], p["freq_scale"]), (min(MAX_BLOCKS, -(-units // BLOCK)), BLOCK),
-                           int(p["mode"] == 2), ints)]
+    args = pack_args(dst_ptr, dst, srcs, (p["freq_base"], p["freq_scale"]), int(p["mode"] == 2), ints)
+    return args, (min(MAX_BLOCKS, -(-units // BLOCK)), BLOCK)
+
+
+def rope_steps(backend, node, impl=None) -> list:
+    args, (grid, block) = _rope_args(node, tensor_ptr(node), node)
+    return [backend.launch_struct(node, f"rope_{SUFFIX[node.type]}", grid, block, args)]
+
+
+def rope_set_rows_accepts(f) -> bool:
+    """Float rows into a float cache of one matrix (ne (hd * heads, rows))."""
+    c = f.last
+    return f.head.type in FLOATS and c.type in FLOATS and c.ne[2] == c.ne[3] == 1 and f.head.nelements > 0
+
+
+def rope_set_rows_run(backend, f) -> list | None:
+    """rope_set_rows writing token t's rotated rows into row idx[t] of the cache (set_rows' memory), where everything
+    is on this GPU and the cache lies clear of the rope's sources and the indices."""
+    rope, cache = f.head, f.last
+    srcs = [s for s in rope.src if s is not None] + [f.idx]
+    if not backend.on_device(cache, *srcs) or not apart(cache, [extent(s) for s in srcs]):
+        return None
+    hd = rope.ne[0]
+    rows = SimpleNamespace(ne=rope.ne, nb=(cache.nb[0], hd * cache.nb[0], cache.nb[1], 0), nelements=rope.nelements)
+    args, (grid, block) = _rope_args(rope, tensor_ptr(cache), rows)
+    launch = backend.launch_struct(rope, f"rope_set_rows_{SUFFIX[rope.type]}_{SUFFIX[cache.type]}", grid, block,
+                                   RowsArgs(args, tensor_ptr(f.idx), f.idx.nb[0], cache.ne[1]))
+    launch.name = f.name(f"rope_{SUFFIX[rope.type]}")
+    return [launch]
 
 
 register(ops=("rope",), refusal=refusal, name=lambda node, impl: f"rope_{SUFFIX[node.type]}",
-         steps=rope_steps)
+         steps=rope_steps, fuses={"rope_set_rows": Fused(rope_set_rows_run, accepts=rope_set_rows_accepts)})

@@ -167,14 +167,14 @@ def dot_q8_blocks32(typingctx, mode, row, xq, xd, xs, nblocks, size, m_at, qh_at
     def codegen(context, builder, sig, args):
         _, row, xq, xd, xs, nblocks, size, m_at, qh_at, qs_at, center = args
         b, v = builder, _Ints(builder)
-        acc = cgutils.alloca_once_value(b, ir.Constant(v.vf, [0.0] * 8))
-        low = cgutils.alloca_once_value(b, ir.Constant(v.f32, 0.0))
-        with cgutils.for_range(b, nblocks) as loop:
-            blk = b.add(row, b.mul(loop.index, size))
+        sums = [cgutils.alloca_once_value(b, ir.Constant(t, z)) for t, z in ((v.vf, [0.0] * 8), (v.f32, 0.0)) * 2]
+
+        def step(index, acc, low):
+            blk = b.add(row, b.mul(index, size))
             d = v.half(blk)
             m = b.select(b.icmp_signed(">", m_at, ir.Constant(m_at.type, 0)), v.half(b.add(blk, m_at)),
                          b.fmul(d, b.fneg(center)))
-            y, dy, sy = v.activation(xq, xd, xs, loop.index)
+            y, dy, sy = v.activation(xq, xd, xs, index)
             if kind == INT8:
                 w, y = v.signed(v.bytes32(b.add(blk, qs_at)), y)
             else:
@@ -183,7 +183,14 @@ def dot_q8_blocks32(typingctx, mode, row, xq, xd, xs, nblocks, size, m_at, qh_at
                     w = b.or_(w, v.word_bits(b.add(blk, qh_at)))
             b.store(v.scaled(b.load(acc), b.fmul(d, dy), v.madd(w, y)), acc)
             b.store(b.fadd(b.load(low), b.fmul(m, sy)), low)
-        return v.total(b.load(acc), b.load(low))
+        two = ir.Constant(nblocks.type, 2)
+        with cgutils.for_range(b, b.sdiv(nblocks, two)) as loop:        # two chains of sums: blocks 2i and 2i + 1
+            step(b.mul(loop.index, two), *sums[:2])
+            step(b.add(b.mul(loop.index, two), ir.Constant(nblocks.type, 1)), *sums[2:])
+        with b.if_then(b.icmp_signed("!=", b.srem(nblocks, two), ir.Constant(nblocks.type, 0))):
+            step(b.sub(nblocks, ir.Constant(nblocks.type, 1)), *sums[:2])
+        acc = b.fadd(b.load(sums[0]), b.load(sums[2]))
+        return v.total(acc, b.fadd(b.load(sums[1]), b.load(sums[3])))
     i = types.intp
     return types.float32(mode, i, i, i, i, i, i, i, i, i, types.float32), codegen
 
@@ -203,12 +210,12 @@ def dot_q8_blocks256(typingctx, mode, row, xq, xd, xs, nblocks):
         c = lambda n: ir.Constant(row.type, n)        # noqa: E731
         byte = lambda blk, at: b.zext(v.scalar(b.add(blk, c(at)), v.i8), v.i32)        # noqa: E731
         bits = lambda x, shift, mask: b.and_(b.lshr(x, ir.Constant(v.i32, shift)), ir.Constant(v.i32, mask))  # noqa: E731
-        acc = cgutils.alloca_once_value(b, ir.Constant(v.vf, [0.0] * 8))
-        low = cgutils.alloca_once_value(b, ir.Constant(v.f32, 0.0))
+        acc = [cgutils.alloca_once_value(b, ir.Constant(v.vf, [0.0] * 8)) for _ in range(2)]     # two chains of sums
+        low = [cgutils.alloca_once_value(b, ir.Constant(v.f32, 0.0)) for _ in range(2)]
         with cgutils.for_range(b, nblocks) as loop:
             blk = b.add(row, b.mul(loop.index, c({NIBBLE: 144, NIBBLE_BIT: 176}.get(kind, 210))))
             first = b.mul(loop.index, c(8))
-            total, mins = b.load(acc), b.load(low)
+            total, mins = [b.load(a) for a in acc], [b.load(a) for a in low]
             for j in range(8):                            # the 8 sub-blocks of 32 values, one activation block each
                 y, dy, sy = v.activation(xq, xd, xs, b.add(first, c(j)))
                 if kind == NIBBLE_2BITS:                  # n, k: half and quarter; scales per 16 values
@@ -219,7 +226,8 @@ def dot_q8_blocks256(typingctx, mode, row, xq, xd, xs, nblocks):
                     sc = [b.sext(v.scalar(b.add(blk, c(192 + 8 * n + 2 * k + g)), v.i8), v.i32) for g in range(2)]
                     scales = b.shuffle_vector(v.splat(sc[0], v.vi), v.splat(sc[1], v.vi),
                                               ir.Constant(v.vi, [0, 0, 0, 0, 8, 8, 8, 8]))
-                    total = v.scaled(total, b.fmul(v.half(b.add(blk, c(208))), dy), b.mul(v.madd(u, y), scales))
+                    total[j % 2] = v.scaled(total[j % 2], b.fmul(v.half(b.add(blk, c(208))), dy),
+                                            b.mul(v.madd(u, y), scales))
                     continue
                 if j < 4:
                     sc, m = bits(byte(blk, 4 + j), 0, 63), bits(byte(blk, 8 + j), 0, 63)
@@ -232,11 +240,11 @@ def dot_q8_blocks256(typingctx, mode, row, xq, xd, xs, nblocks):
                 if kind == NIBBLE_BIT:
                     w = b.or_(w, b.shl(v.low(v.bytes32(b.add(blk, c(16))), j, 1), v.splat8(4)))
                 scale = b.fmul(b.fmul(v.half(blk), b.uitofp(sc, v.f32)), dy)
-                total = v.scaled(total, scale, v.madd(w, y))
-                mins = b.fadd(mins, b.fmul(b.fmul(v.half(b.add(blk, c(2))), b.uitofp(m, v.f32)), sy))
-            b.store(total, acc)
-            b.store(mins, low)
-        return v.total(b.load(acc), b.fneg(b.load(low)))
+                total[j % 2] = v.scaled(total[j % 2], scale, v.madd(w, y))
+                mins[j % 2] = b.fadd(mins[j % 2], b.fmul(b.fmul(v.half(b.add(blk, c(2))), b.uitofp(m, v.f32)), sy))
+            for a, value in zip(acc + low, total + mins):
+                b.store(value, a)
+        return v.total(b.fadd(b.load(acc[0]), b.load(acc[1])), b.fneg(b.fadd(b.load(low[0]), b.load(low[1]))))
     i = types.intp
     return types.float32(mode, i, i, i, i, i), codegen
 

@@ -63,7 +63,7 @@ def argmax_rows(d, a, ith, nth):
 @register("argmax")
 def bind_argmax(b: BoundNode):
     d, x = b.dst, b.srcs[0]
-    nth = b.threads_for(x.size)
+    nth = max(1, min(b.threads_for(x.size), x.shape[2]))
     return launch(argmax_rows, (d, x), nth)
 
 
@@ -120,5 +120,5 @@ def top_k_rows(d, a, ith, nth):
 def bind_top_k(b: BoundNode):
     d, x = b.dst, b.srcs[0]
     rows = x.size // max(x.shape[-1], 1)
-    nth = min(b.threads_for(x.size), rows)
+    nth = max(1, min(b.threads_for(x.size), rows))
     return launch(top_k_rows, (d, x), nth)

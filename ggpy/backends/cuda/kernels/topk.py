@@ -1,7 +1,7 @@
 """argmax and top_k (k <= MAX_K) on CUDA, in passes over chunks of CHUNK elements of each row (topk.cu): a pass
 keeps the best k keys of every chunk of its rows in the temp block, the next pass takes those as its rows, until
-one chunk a row remains, whose pass writes the indices. Rows of up to 256k elements take three passes for k = 256,
-two for argmax; every pass has a block per (row, chunk), so a long row spreads over the GPU."""
+one chunk a row remains, whose pass writes the indices: argmax over 128256 takes two passes, top_k three (k = 40) or
+four (k = 256 over 151936). Every pass has a block per (row, chunk), so a long row spreads over the GPU."""
 from __future__ import annotations
 
 from ....types import I32

@@ -49,31 +49,59 @@ template <typename T> __device__ void best_of_chunk(const Args& a) {
     const RowKeys<T> row(a);
     const i64 start = (i64)blockIdx.y * TOPK_CHUNK, end = min(start + TOPK_CHUNK, (i64)a.ip[1]);
     u64 best = 0;
-    for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) { const u64 key = row(i); best = key > best ? key : best; }
+    for (i64 i = start + threadIdx.x; i < end; i += blockDim.x) {
+        const u64 key = row(i);
+        best = key > best ? key : best;
+    }
     best = block_reduce(best, MaxKey(), (u64)0);
     if (threadIdx.x == 0) topk_store(a, 0, best);
 }
 
-// k > 1: the chunk (padded with 0 to N = a.ip[2] keys) sorted by descending key (bitonic, a pair a thread at a time),
-// its first k out
+// one compare-exchange of the bitonic network for element i holding v, its partner holding w: the lower element of
+// the pair keeps the larger key in a descending run, the smaller in an ascending one
+__device__ __forceinline__ u64 bitonic_keep(int i, int size, int stride, u64 v, u64 w) {
+    const bool first = (i & stride) == 0, down = (i & size) == 0;     // the last run (size = N): all descending
+    return first == down ? (v > w ? v : w) : (v < w ? v : w);
+}
+
+// k > 1: the chunk (padded with 0 to N = a.ip[2] >= 2 keys) sorted by descending key (bitonic), its first k out.
+// Thread t holds elements t and t + N/2 in registers: stride N/2 compares them, strides below 32 go through warp
+// shuffles (the partner t ^ stride is in the warp; threads past N/2 hold padding and shuffle only among themselves),
+// the others through shared memory, a pair a thread.
 template <typename T> __device__ void sort_chunk(const Args& a) {
     __shared__ u64 s[TOPK_CHUNK];
     const RowKeys<T> row(a);
     const i64 start = (i64)blockIdx.y * TOPK_CHUNK, n = (i64)a.ip[1];
-    const int N = a.ip[2];
-    for (int j = threadIdx.x; j < N; j += blockDim.x) s[j] = start + j < n ? row(start + j) : 0;
-    __syncthreads();
+    const int N = a.ip[2], H = N / 2, t = threadIdx.x;
+    const bool holds = t < H;
+    u64 v0 = holds && start + t < n ? row(start + t) : 0, v1 = holds && start + t + H < n ? row(start + t + H) : 0;
+    bool shared = false;                          // the keys are in s (else in v0, v1)
     for (int size = 2; size <= N; size <<= 1) {
         for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            for (int t = threadIdx.x; t < N / 2; t += blockDim.x) {
-                const int i = 2 * t - (t & (stride - 1)), j = i + stride;     // i has bit `stride` clear
-                const bool down = (i & size) == 0;         // this run's direction (the last, i < N = size: down)
-                const u64 x = s[i], y = s[j];
-                if ((x < y) == down) { s[i] = y; s[j] = x; }
+            if (stride == H || stride < 32) {     // in registers (s was synchronised after the last shared stage)
+                if (shared) { if (holds) { v0 = s[t]; v1 = s[t + H]; } shared = false; }
             }
-            __syncthreads();
+            if (stride == H) {                    // the last run's first stage: t against t + H, descending
+                const u64 hi = v0 > v1 ? v0 : v1, lo = v0 > v1 ? v1 : v0;
+                v0 = hi; v1 = lo;
+            } else if (stride < 32) {
+                const u64 w0 = __shfl_xor_sync(0xffffffffu, v0, stride), w1 = __shfl_xor_sync(0xffffffffu, v1, stride);
+                v0 = bitonic_keep(t, size, stride, v0, w0);
+                v1 = bitonic_keep(t + H, size, stride, v1, w1);
+            } else {
+                if (!shared) { if (holds) { s[t] = v0; s[t + H] = v1; } shared = true; __syncthreads(); }
+                if (holds) {
+                    const int i = 2 * t - (t & (stride - 1)), j = i + stride;     // i has bit `stride` clear
+                    const u64 x = s[i], y = s[j];
+                    s[i] = bitonic_keep(i, size, stride, x, y);
+                    s[j] = bitonic_keep(j, size, stride, y, x);
+                }
+                __syncthreads();
+            }
         }
     }
+    if (!shared && holds) { s[t] = v0; s[t + H] = v1; }
+    __syncthreads();
     for (int j = threadIdx.x; j < a.ip[0]; j += blockDim.x) topk_store(a, j, s[j]);
 }
 

@@ -58,9 +58,9 @@ def kernel_name(node, impl=None) -> str:
 
 
 def sort_size(count: int) -> int:
-    """The keys a block of a pass over rows of `count` elements sorts: a chunk, or the power of two that holds the
-    row when it is shorter."""
-    return CHUNK if count >= CHUNK else 1 << (count - 1).bit_length()
+    """The keys a block of a pass over rows of `count` elements sorts: a chunk, or the power of two (at least 2) that
+    holds the row when it is shorter."""
+    return CHUNK if count >= CHUNK else max(2, 1 << (count - 1).bit_length())
 
 
 def steps(backend, node, impl=None) -> list:

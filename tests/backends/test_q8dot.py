@@ -114,3 +114,33 @@ def test_products_compile_to_the_integer_instructions(vnni, expected):
     machine = llvm.Target.from_triple("x86_64-unknown-linux-gnu").create_target_machine(cpu="icelake-server")
     asm = machine.emit_assembly(llvm.parse_assembly(str(module)))
     assert all(f"\t{name}\t" in asm for name in expected), asm
+
+
+@pytest.mark.parametrize("n", [1, 3])
+@pytest.mark.parametrize("t", [ggpy.Q4_1, ggpy.Q5_K, ggpy.Q8_0], ids=lambda t: t.name)
+def test_fused_glu_and_residual_add_equal_the_nodes_one_by_one(t, n):
+    """A feed-forward block, r + Wd . (silu(Wg . x) * (Wu . x)), by the fused q8 kernels (gate/up + SiLU*mul, product
+    + residual add) and node by node (fuse=False)."""
+    rng = np.random.default_rng(3)
+    k, m = 512, 256
+    leafs = {"wg": _random_rows(rng, t, k, m), "wu": _random_rows(rng, t, k, m), "wd": _random_rows(rng, t, m, k),
+             "x": rng.standard_normal((n, k)).astype(np.float32), "r": rng.standard_normal((n, k)).astype(np.float32)}
+    results = []
+    for fuse in (True, False):
+        backend = ggpy.CPUBackend(n_threads=2, fuse=fuse)
+        ctx = ggpy.Context()
+        ts = {name: ctx.new_tensor(t, ne).set_name(name) for name, ne in (("wg", (k, m)), ("wu", (k, m)), ("wd", (m, k)))}
+        ts.update({name: ctx.new_tensor(ggpy.F32, (k, n)).set_name(name) for name in ("x", "r")})
+        h = ggpy.mul(ggpy.silu(ggpy.mul_mat(ts["wg"], ts["x"])), ggpy.mul_mat(ts["wu"], ts["x"]))
+        out = ggpy.add(ts["r"], ggpy.mul_mat(ts["wd"], h)).set_output()
+        graph = ggpy.Graph().build_forward_expand(out)
+        ggpy.GraphAllocator(backend).alloc_graph(graph)
+        for name, tensor in ts.items():
+            tensor.set(leafs[name] if tensor.type.quantized else leafs[name].reshape(tensor.shape))
+        backend.compute(graph)
+        results.append(out.numpy().copy())
+        names = [step.name for step in backend.program(graph)]
+        assert names == ([f"q8_{t.name}+glu_silu", f"q8_{t.name}+add"] if fuse else
+                         [f"q8_{t.name}", "silu", f"q8_{t.name}", "mul", f"q8_{t.name}", "add"])
+    fused, nodes = results
+    assert np.sum((fused - nodes) ** 2) / np.sum(nodes ** 2) < 1e-12

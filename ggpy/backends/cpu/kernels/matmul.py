@@ -18,14 +18,16 @@ them (q8dot.py: ggml's CPU mat-vec; x's rounding to 8 bits costs ~0.5% relative 
 takes float32 dot products of its rows of a, dequantized in registers (or one at a time into a float32 row in L1),
 with x's rows; or as `gemm` / `blas`: each worker dequantizes panels of PANEL_FLOATS of a's rows into its temp and
 multiplies every matrix of x that uses them with the own GEMM (packed) or BLAS. All but q8 accumulate in float32
-with x as it is.
+with x as it is. q8 also runs the decode patterns of ggpy/graph/fusion.py as one kernel: "glu" (gate and up products
+of one x, quantized once, and act(gate) * up) and "mul_mat_add" (the product plus a residual).
 """
 import numpy as np
 from numba import int64, njit, typeof, types
 
 from ....errors import UnsupportedOpError
 from ...kernel import Fused
-from ..registry import BoundNode, register, vector
+from ....types import F32
+from ..registry import BoundNode, register, same_memory, vector
 from . import gemm as own_gemm
 from .blas import SGEMM_ADDRESS, sgemm
 from .common import (
@@ -244,8 +246,13 @@ def _run_epilogue(b: BoundNode, fused):
 
 
 @register("mul_mat", temp_size=mul_mat_temp_size, name=_kernel_name, blas=True, impls=("gemm", "blas", "dot", "q8"),
-          choose=mul_mat_choose, fuses={"epilogue": Fused(_run_epilogue, act=True, takes=lambda node, impl:
-                                                          node.type.size == 4 and not node.src[0].type.quantized)})
+          choose=mul_mat_choose, fuses={
+              "epilogue": Fused(_run_epilogue, act=True, takes=lambda node, impl: node.type.size == 4 and
+                                not node.src[0].type.quantized),
+              "glu": Fused(lambda b, fusion: _run_glu(b, fusion), takes=lambda node, impl: impl == "q8",
+                           accepts=lambda fusion: _glu_accepts(fusion)),
+              "mul_mat_add": Fused(lambda b, fusion: _run_mul_mat_add(b, fusion), takes=lambda node, impl: impl == "q8",
+                                   accepts=lambda fusion: _add_accepts(fusion))})
 def bind_mul_mat(b: BoundNode):
     return bind_mul_mat_epilogue(b)
 
@@ -403,9 +410,7 @@ def _bind_quantized(b: BoundNode, d, a, x, temp, prepare: list):
         return None
     nth = max(1, min(b.n_threads, 2 * d.size * x.shape[3] // (1 << 18)))
     if b.impl == "q8":
-        nth = min(nth, d.shape[3])
-        return _after(prepare, launch(mul_mat_q8_rows, (code, d, a, x) + _q8_scratch(temp, nth, x), nth,
-                                      constants=(0,)))
+        return _after(prepare, _launch_q8(b, d, a, x, temp, code))
     per = _quant_scratch_floats(node, b.impl, b.n_threads)
     scratch = temp[:nth * per].reshape(nth, per)
     if b.impl == "dot":
@@ -420,11 +425,14 @@ def _bind_quantized(b: BoundNode, d, a, x, temp, prepare: list):
 # -- a block-quantized a on integer dot products ---------------------------------------------------------------
 
 @kernel
-def mul_mat_q8_rows(code, d, a, x, xf, xq, xd, xs, ith, nth):
+def mul_mat_q8_rows(code, code_up, act, d, a, up, x, res, xf, xq, xd, xs, ith, nth):
     """d[i3, i2, n, r] = dot(row r of a[a3, a2], x[i3, i2, n]) for worker ith's block of the M rows of every matrix, on
     integer dot products: the worker first quantizes the matrix's rows of x into its activation blocks xq[ith],
-    xd[ith], xs[ith] (q8dot.py; a row of x with no unit stride is gathered into xf[ith] first)."""
-    g = DOT_Q8[code]
+    xd[ith], xs[ith] (q8dot.py; a row of x with no unit stride is gathered into xf[ith] first). Fused (arrays with
+    elements): with `up` (of type code_up, a's shape), d = act(a . x) * (up . x) (the glu pattern: a the gate); with
+    `res` (d's shape), d += res (mul_mat_add)."""
+    g, h, f = DOT_Q8[code], DOT_Q8[code_up], EPILOGUE_FUNCS[act]
+    zero = np.float32(0.0)
     b3, b2, n, m = d.shape
     q, qd, qs, row = xq[ith], xd[ith], xs[ith], xf[ith]
     m0, m1 = block(m, ith, nth)
@@ -436,10 +444,17 @@ def mul_mat_q8_rows(code, d, a, x, xf, xq, xd, xs, ith, nth):
                 else:
                     row[:] = x[i3, i2, j]
                     quantize_row_q8(q[j], qd[j], qs[j], row)
-            aa = a[i3 // (b3 // a.shape[0]), i2 // (b2 // a.shape[1])]
+            a3, a2 = i3 // (b3 // a.shape[0]), i2 // (b2 // a.shape[1])
+            aa = a[a3, a2]
+            uu = up[a3, a2] if up.size else aa
             for r in range(m0, m1):
                 for j in range(n):
-                    d[i3, i2, j, r] = g(aa[r], q[j], qd[j], qs[j])
+                    v = g(aa[r], q[j], qd[j], qs[j])
+                    if up.size:
+                        v = f(v, zero, zero) * h(uu[r], q[j], qd[j], qs[j])
+                    if res.size:
+                        v += res[i3, i2, j, r]
+                    d[i3, i2, j, r] = v
 
 
 def _q8_scratch_bytes(node) -> int:
@@ -462,3 +477,52 @@ def _q8_scratch(temp: np.ndarray, nth: int, x: np.ndarray) -> tuple:
         out.append(workers[:, at:at + count * np.dtype(dtype).itemsize].view(dtype).reshape((nth,) + shape))
         at += size
     return tuple(out)
+
+
+def _launch_q8(b: BoundNode, d, a, x, temp, code, up=None, code_up=None, act=None, res=None):
+    """mul_mat_q8_rows on q8's scratch in temp: d = a . x (a of type `code`), or act(a . x) * (up . x) (up of type
+    code_up), [+ res]."""
+    work = 2 * d.size * x.shape[3] * (1 if up is None else 2)
+    nth = max(1, min(b.n_threads, work // (1 << 18), d.shape[3]))
+    args = (code, code if code_up is None else code_up, epilogue_code(act), d, a,
+            np.empty((0,) * 4, np.uint8) if up is None else up, x, np.empty((0,) * 4, np.float32) if res is None else res)
+    return launch(mul_mat_q8_rows, args + _q8_scratch(temp, nth, x), nth, constants=(0, 1, 2))
+
+
+def _q8_fusable(head) -> bool:
+    """Whether the fused q8 kernels take the product `head`: one matrix a, one matrix x of F32 read in place."""
+    a, x = head.src[:2]
+    return a.ne[2] * a.ne[3] == 1 and x.ne[2] * x.ne[3] == 1 and x.type == F32 and not any(_converted(head))
+
+
+def _glu_accepts(fusion) -> bool:
+    g, u, mul = fusion.w_gate, fusion.w_up, fusion.mul
+    return (g.type.quantized and u.type.quantized and g.ne == u.ne and mul.type == F32 and mul.is_contiguous()
+            and _q8_fusable(fusion.head))
+
+
+def _run_glu(b: BoundNode, fusion):
+    """act(gate) * up of the two products of one x (the glu pattern) by one q8 kernel into the mul's memory."""
+    x = b.srcs[1]
+    g, u = fusion.w_gate, fusion.w_up
+    d = b.dst.reshape(x.shape[:3] + (g.ne[1],))
+    return _launch_q8(b, d, g.buffer.kernel_view(g), x, b.temp, CODES[g.type], up=u.buffer.kernel_view(u),
+                      code_up=CODES[u.type], act=fusion.act)
+
+
+def _add_accepts(fusion) -> bool:
+    r, add = fusion.residual, fusion.add
+    return (fusion.head.type == r.type == add.type == F32 and r.is_contiguous() and add.is_contiguous()
+            and _q8_fusable(fusion.head))
+
+
+def _run_mul_mat_add(b: BoundNode, fusion):
+    """mul_mat + a residual add (the mul_mat_add pattern) by one q8 kernel into the add's memory (None where the
+    residual lies partly over it)."""
+    x = b.srcs[1]
+    shape = x.shape[:3] + (b.node.ne[0],)
+    d = b.dst.reshape(shape)
+    res = fusion.residual.buffer.kernel_view(fusion.residual).reshape(shape)
+    if np.may_share_memory(d, res) and not same_memory(d, res):
+        return None
+    return _launch_q8(b, d, b.srcs[0], x, b.temp, CODES[b.node.src[0].type], res=res)

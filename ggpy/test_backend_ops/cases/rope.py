@@ -3,7 +3,7 @@ and freq_scale, YaRN (ext_factor, attn_factor, beta_fast, beta_slow, n_ctx_orig)
 from __future__ import annotations
 
 from ... import ops
-from ...types import BF16, F16, F32, I32
+from ...types import BF16, F16, F32, I32, Q8_0
 from ..harness import OpCase
 from ..references import evaluate
 from .util import LAYOUTS, leaf, layout
@@ -66,11 +66,11 @@ def cases():
 
 def _kv_fill(n_rows: int):
     """Distinct row indices in [0, n_rows) for the leaf named 'idx' (also the positions when the rope reads it),
-    else _fill's values."""
+    the harness's random blocks for a quantized cache, else _fill's values."""
     def fill(rng, t):
         if t.name == "idx":
             return rng.permutation(n_rows)[:t.ne[0]].astype("int32")
-        return _fill(rng, t)
+        return None if t.type.quantized else _fill(rng, t)
     return fill
 
 
@@ -88,11 +88,12 @@ def _rope_set_rows(ctx, t, cache_t, ne, n_dims, mode, n_rows, own_pos, ff):
 
 def set_rows_cases():
     """rope -> set_rows (a KV cache write): one token and a prompt, partial rotation, NEOX, frequency factors, F32 and
-    F16 caches; compared with every node's reference in turn (the CPU runs the pattern as one kernel)."""
+    F16 and Q8_0 caches; compared with every node's reference in turn (set_rows' reference rounds a Q8_0 row as gguf
+    does: the fused write must give those blocks); the CPU runs the pattern as one kernel."""
     out = []
     for ne, n_dims, mode, own_pos, ff in (((64, 3, 1), 64, 0, False, False), ((64, 2, 5), 64, 2, True, True),
                                           ((32, 4, 7), 16, 0, True, False), ((64, 8, 130), 64, 2, False, True)):
-        for t, cache_t in ((F32, F32), (F32, F16), (F16, F16)):
+        for t, cache_t in ((F32, F32), (F32, F16), (F16, F16), (F32, Q8_0)):
             n_rows = ne[2] + 9
             out.append(OpCase("set_rows", f"fused,rope+set_rows,{t.name}->{cache_t.name},ne={ne},n_dims={n_dims},"
                               f"mode={mode},pos={'own' if own_pos else 'idx'},ff={ff}", lambda ctx, t=t, ct=cache_t,

@@ -26,14 +26,11 @@ def evaluate(out_node, leaf_values: dict) -> np.ndarray:
     memory, values = {}, {}
 
     def store(t, value):
-        memory[id(t)] = np.zeros(max(1, t.nbytes // t.type.size))
+        memory[id(t)] = np.zeros(max(1, t.nelements if t.type.quantized else t.nbytes // t.type.size))
         _strided(t, memory[id(t)])[...] = value
 
     for leaf in graph.leafs:
-        if leaf.type.quantized:         # blocks: no element strides; read whole (dequantized) by the nodes
-            values[id(leaf)] = leaf_values[id(leaf)]
-        else:
-            store(leaf, leaf_values[id(leaf)])
+        store(leaf, leaf_values[id(leaf)])
     for node in graph.nodes:
         if is_view(node):
             values[id(node)] = _strided(node, memory[id(node.view_src)], node.view_offs).copy()
@@ -50,7 +47,12 @@ def evaluate(out_node, leaf_values: dict) -> np.ndarray:
 
 
 def _strided(t, mem, offset: int = 0):
-    """t's elements in `mem` (float64, one element per element of t's type) at t's strides, shape reversed(ne)."""
+    """t's elements in `mem` (float64, one element per element of t's type) at t's strides, shape reversed(ne); a
+    quantized tensor's (blocks have no element strides) in order, viewed whole only."""
+    if t.type.quantized:
+        if offset or not t.is_contiguous():
+            raise NotImplementedError(f"evaluate: a part of a {t.type.name} tensor (ne={t.ne}, offset {offset})")
+        return mem[:t.nelements].reshape(tuple(reversed(t.ne)))
     size = t.type.size
     return np.lib.stride_tricks.as_strided(mem[offset // size:], tuple(reversed(t.ne)),
                                            tuple(8 * nb // size for nb in reversed(t.nb)))

@@ -3,7 +3,7 @@
 Rows (i1, i2, i3) are split over workers in blocks; a worker computes the cos/sin of a token's pairs once (in
 float64 from the exact angle, then float32) and rotates every head of that token with them. It may run in place:
 each pair is read before it is written. The rope_set_rows pattern (ggpy/graph/fusion.py) writes the rotated rows
-straight into a destination's rows (a KV cache's), in its type.
+straight into a destination's rows (a KV cache's), in its type (float, or quantized head by head as set_rows would).
 """
 import math
 
@@ -16,6 +16,7 @@ from ...kernel import Fused
 from ..registry import BoundNode, register
 from .common import block, kernel, launch, row_index, scalar
 from .fp16 import load, store
+from .quants import QUANTIZE, QUANTIZE_CODES
 
 
 @scalar
@@ -89,6 +90,34 @@ def rope_set_rows_rows(d, a, pos, idx, ff, inv_freq, neox, freq_scale, ext_facto
     bad[ith] = n_bad
 
 
+@kernel
+def rope_set_rows_quantize(code, d, a, pos, idx, ff, inv_freq, neox, freq_scale, ext_factor, mscale, low, high, bad,
+                           ith, nth):
+    """rope_set_rows_rows into a quantized d (rows of block bytes, each head's ne0 whole blocks): each rotated head
+    (float32) quantized into its place by QUANTIZE[code], the blocks set_rows would write."""
+    f = QUANTIZE[code]
+    ne2, ne1, ne0 = a.shape[1:]
+    hb = d.shape[1] // ne1
+    half = inv_freq.shape[0]
+    cs = np.empty(half, np.float32)
+    sn = np.empty(half, np.float32)
+    x = np.empty(ne0, np.float32)
+    last, n_bad = -1, 0
+    r0, r1 = block(ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i2, i1 = r // ne1, r % ne1
+        j = idx[i2]
+        if j < 0 or j >= d.shape[0]:
+            n_bad += 1
+            continue
+        if i2 != last:
+            last = i2
+            _angles(cs, sn, pos[i2], ff, inv_freq, freq_scale, ext_factor, mscale, low, high)
+        _rotate(x, a[0, i2, i1], cs, sn, neox)
+        f(d[j, i1 * hb:(i1 + 1) * hb], x)
+    bad[ith] = n_bad
+
+
 def _rope_args(p, srcs) -> tuple:
     """The angle arguments of the rope kernels after (d, a): pos, [idx], ff, inv_freq, neox, ... (idx left out)."""
     n = p["n_dims"]
@@ -101,12 +130,15 @@ def _rope_args(p, srcs) -> tuple:
 def _run_rope_set_rows(b: BoundNode, fused):
     """The rope of b (its node and sources; b.dst the destination's memory) written into the destination's rows."""
     node, last = b.node, fused.last
-    d = b.dst.reshape(last.ne[1], last.ne[0])
+    d = b.dst.reshape(last.ne[1], -1)
     idx = fused.idx.buffer.kernel_view(fused.idx).reshape(-1)
     nth = b.threads_for(b.srcs[0].size)
     bad = np.zeros(nth, np.int64)
     args = (d, b.srcs[0], b.srcs[1][0, 0, 0], idx) + _rope_args(node.op_params, b.srcs) + (bad,)
-    scatter = launch(rope_set_rows_rows, args, nth)
+    if last.type.quantized:
+        scatter = launch(rope_set_rows_quantize, (QUANTIZE_CODES[last.type],) + args, nth, constants=(0,))
+    else:
+        scatter = launch(rope_set_rows_rows, args, nth)
     name, ne = last.name or "set_rows", last.ne
 
     def run():
@@ -118,8 +150,11 @@ def _run_rope_set_rows(b: BoundNode, fused):
 
 
 def _takes_set_rows(f) -> bool:
-    """A float destination of one contiguous matrix (its rows: the tokens' heads)."""
-    return f.dst.type in (F32, F16, BF16) and f.dst.is_contiguous() and f.dst.ne[2] == f.dst.ne[3] == 1
+    """A destination of one contiguous matrix (its rows: the tokens' heads), of a float type or one set_rows
+    quantizes into whose blocks tile each head."""
+    t = f.dst.type
+    fits = t in (F32, F16, BF16) or (t in QUANTIZE_CODES and f.head.ne[0] % t.block == 0)
+    return fits and f.dst.is_contiguous() and f.dst.ne[2] == f.dst.ne[3] == 1
 
 
 @register("rope", fuses={"rope_set_rows": Fused(_run_rope_set_rows, accepts=_takes_set_rows)})

@@ -38,7 +38,7 @@ def cli(*args):
 
 def test_greedy_text_stats_and_logits(tiny, tmp_path):
     prompt = "the people who call"
-    r = cli("-m", tiny, "-p", prompt, "-n", 6, "--temp", 0, "--logits", tmp_path / "l.npy")
+    r = cli("-m", tiny, "-p", prompt, "-n", 6, "--temp", 0, "--logits", tmp_path / "l.npy", "-ctk", "f32", "-ctv", "f32")
     assert r.returncode == 0, r.stderr
     stats = STATS.match(r.stdout.splitlines()[-1])
     assert stats, r.stdout
@@ -65,6 +65,13 @@ def test_threads_context_and_batch_size_change_no_token(tiny):
     assert all(r.returncode == 0 for r in runs), runs[1].stderr
     assert runs[0].stdout.splitlines()[:-1] == runs[1].stdout.splitlines()[:-1]
     assert "planning per token read" in runs[1].stderr
+
+
+@pytest.mark.parametrize("args", [["-fa"], ["-fa", "off"], ["-fa", "auto", "-ctk", "f32", "-ctv", "f16"]])
+def test_flash_attention_and_cache_types(tiny, args):
+    """A bare -fa is on; each choice of flash attention and cache types generates (an F16 cache by default)."""
+    r = cli("-m", tiny, "-p", "the people who call", "-n", 4, "--temp", 0, *args)
+    assert r.returncode == 0 and STATS.match(r.stdout.splitlines()[-1]), r.stderr
 
 
 def test_a_context_too_small_is_refused(tiny):
@@ -104,7 +111,8 @@ def test_chat_uses_the_template(tiny):
 @pytest.mark.parametrize("args,words", [(["-n", "-1"], "-n/--n-predict"), (["--top-p", "2"], "--top-p"),
                                         (["--temp", "x"], "--temp"), (["-b", "tpu"], "-b/--backend"),
                                         (["-t", "0"], "-t/--threads"), ([], "-p/--prompt"),
-                                        (["-fa", "-b", "cuda"], "-fa runs on the CPU")])
+                                        (["-fa", "off", "-ctv", "q8_0"], "-ctv q8_0 needs flash attention"),
+                                        (["-ctk", "q4_0"], "-ctk/--cache-type-k"), (["-fa", "yes"], "-fa/--flash-attn")])
 def test_bad_arguments_exit_2(tiny, args, words):
     r = cli("-m", tiny, *(["-p", "x"] if args else []), *args)
     assert r.returncode == 2 and "error:" in r.stderr and words in r.stderr, r.stderr

@@ -37,6 +37,9 @@ CASES = {
 }
 
 
+F32_CACHE = {"cache_type_k": "f32", "cache_type_v": "f32"}    # the tests within F32 rounding of the reference
+
+
 def rel(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
@@ -64,9 +67,9 @@ def greedy(model, prompt, n):
 def test_logits_equal_the_reference(tiny, flash_attn):
     """A 19-token prompt read in chunks of 8, then 6 generated tokens: every position's logits within F32 rounding
     of the float64 forward on the same (gguf-dequantized) weights, and the same greedy tokens; attention by
-    mul_mat + soft_max_ext + mul_mat, or by flash_attn_ext."""
+    mul_mat + soft_max_ext + mul_mat, or by flash_attn_ext; an F32 KV cache (the cache types: test_llama_kv_types)."""
     m = open_llama(tiny)
-    model = GraphModel(m, "cpu", n_threads=2, n_batch=8, flash_attn=flash_attn)
+    model = GraphModel(m, "cpu", n_threads=2, n_batch=8, flash_attn=flash_attn, **F32_CACHE)
     ours, tokens = greedy(model, random_ids(19, m.hparams.n_vocab), 6)
     ref, ref_tokens = greedy(ReferenceModel(m), random_ids(19, m.hparams.n_vocab), 6)
     assert ours.shape == (25, m.hparams.n_vocab) and ours.dtype == np.float32
@@ -80,7 +83,7 @@ def test_the_cache_in_pieces_equals_one_evaluation(tiny, flash_attn):
     """Reading a sequence at once, in pieces of every kind (chunks of n_batch, a partial chunk, single tokens) and
     again after reset() (the cache then holds the first run's rows, which must not leak in) gives the same logits."""
     m = open_llama(tiny)
-    model = GraphModel(m, "cpu", n_threads=1, n_batch=8, flash_attn=flash_attn)
+    model = GraphModel(m, "cpu", n_threads=1, n_batch=8, flash_attn=flash_attn, **F32_CACHE)
     ids = random_ids(30, m.hparams.n_vocab)
     whole = model.eval(ids)
     for cuts in ((8, 16, 20, 21, 22), (1, 2, 3, 13, 29)):
@@ -103,7 +106,7 @@ def test_a_graph_is_planned_once_and_replayed(tmp_path):
     per token; the logits stay those of the reference."""
     path = write_tiny_llama(tmp_path / "m.gguf", seed=SEED, n_layer=1, n_ctx=2 * KV_PAD)
     m = open_llama(path)
-    model, ref = GraphModel(m, "cpu", n_threads=1), ReferenceModel(m)
+    model, ref = GraphModel(m, "cpu", n_threads=1, **F32_CACHE), ReferenceModel(m)
     ids = random_ids(KV_PAD + 7, m.hparams.n_vocab)
     model.eval(ids[:1])
     assert model.stats.graphs_built == 1

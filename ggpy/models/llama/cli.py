@@ -1,7 +1,8 @@
 """Text generation from a llama-family GGUF: `ggpy-llama` (also `python -m examples.llama` from the repository root):
 
     ggpy-llama [-m MODEL.gguf] -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--seed S]
-               [-t THREADS] [-b cpu|cuda] [-c N_CTX] [--batch-size N] [-fa] [--chat] [--logits FILE.npy]
+               [-t THREADS] [-b cpu|cuda] [-c N_CTX] [--batch-size N] [-fa [on|off|auto]] [-ctk TYPE] [-ctv TYPE]
+               [--chat] [--logits FILE.npy]
 
 The prompt is tokenized as llama.cpp tokenizes it for that file (with --chat: as the user message of the file's
 chat template). Tokens are printed as they come; the last line is
@@ -28,6 +29,7 @@ from .chat import ChatTemplateError, render_chat
 from .fetch import FetchError, default_model
 from .generate import NonFiniteLogitsError, generate
 from .gguf_file import open_llama
+from .model import CACHE_TYPES
 from .runner import DEFAULT_BATCH, DEFAULT_CTX, GraphModel
 from .sampling import Sampler
 from .tokenizer import Tokenizer
@@ -94,18 +96,25 @@ def parser() -> argparse.ArgumentParser:
                    help=f"context size in tokens; 0: the model's, at most {DEFAULT_CTX} (0)")
     p.add_argument("--batch-size", type=_at_least(1), default=DEFAULT_BATCH, metavar="N",
                    help=f"the most prompt tokens one evaluation reads ({DEFAULT_BATCH})")
-    p.add_argument("-fa", "--flash-attn", action="store_true", help="attention as one flash_attn_ext per block")
+    p.add_argument("-fa", "--flash-attn", nargs="?", const="on", default="auto", choices=("on", "off", "auto"),
+                   help="attention as one flash_attn_ext per block: on (a bare -fa), off, or auto: where the backend "
+                   "runs it (auto)")
+    for flag, name in (("-ctk", "k"), ("-ctv", "v")):
+        p.add_argument(flag, f"--cache-type-{name}", choices=tuple(CACHE_TYPES), default="f16",
+                       help=f"KV cache type of the {name.upper()} rows (f16; q8_0 V needs flash attention)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the file's chat template as a user turn")
     p.add_argument("--logits", type=_npy_output, metavar="FILE.npy", help="save the logits of every position read")
     return p
 
 
 def make_model(model, backend: str, n_threads: int, n_ctx: int = 0, n_batch: int = DEFAULT_BATCH,
-               flash_attn: bool = False) -> GraphModel:
+               flash_attn="auto", cache_type_k: str = "f16", cache_type_v: str = "f16") -> GraphModel:
     """The object computing logits for `generate` (see generate.py for what it must provide): the ggpy graph of the
     model on `backend` ('cpu' or 'cuda') with `n_threads` CPU workers, a context of `n_ctx` tokens (0: the model's,
-    at most DEFAULT_CTX), prompts read `n_batch` tokens at a time, and attention by flash_attn_ext or not."""
-    return GraphModel(model, backend, n_threads, context_size(model.hparams, n_ctx), n_batch, flash_attn)
+    at most DEFAULT_CTX), prompts read `n_batch` tokens at a time, attention by flash_attn_ext ("on", "off", "auto")
+    and the KV cache's types."""
+    return GraphModel(model, backend, n_threads, context_size(model.hparams, n_ctx), n_batch, flash_attn,
+                      cache_type_k, cache_type_v)
 
 
 class ArgumentError(ValueError):
@@ -120,12 +129,14 @@ def _memory_bytes() -> int:
         return 0
 
 
-def check_context(hp, n_ctx: int, n_batch: int, flash_attn: bool):
-    """ArgumentError when the KV cache of `n_ctx` positions (F32 keys and values of every block) and, without flash
-    attention, a prompt chunk's F32 attention scores and mask over them would not fit this machine's memory: refused
-    before anything is allocated."""
-    need = 4 * n_ctx * hp.n_layer * hp.n_head_kv * (hp.head_dim + hp.head_dim_v)
-    if not flash_attn:
+def check_context(hp, n_ctx: int, n_batch: int, flash_attn="auto", cache_type_k: str = "f16",
+                  cache_type_v: str = "f16"):
+    """ArgumentError when the KV cache of `n_ctx` positions (keys and values of every block, of the cache types) and,
+    unless flash attention is on, a prompt chunk's F32 attention scores and mask over them would not fit this
+    machine's memory: refused before anything is allocated."""
+    k, v = CACHE_TYPES[cache_type_k], CACHE_TYPES[cache_type_v]
+    need = n_ctx * hp.n_layer * hp.n_head_kv * (k.row_bytes(hp.head_dim) + v.row_bytes(hp.head_dim_v))
+    if flash_attn != "on":
         need += 4 * n_ctx * min(n_batch, n_ctx) * (hp.n_head + 1)
     memory = _memory_bytes()
     if memory and need > memory:
@@ -166,11 +177,12 @@ def run(args):
         print(f"warning: -c {args.ctx_size} is above the {hp.n_ctx_train} tokens the model was trained on "
               f"({hp.arch}.context_length); text past them may degrade", file=sys.stderr)
     n_ctx = context_size(hp, args.ctx_size)
-    check_context(hp, n_ctx, args.batch_size, args.flash_attn)
+    check_context(hp, n_ctx, args.batch_size, args.flash_attn, args.cache_type_k, args.cache_type_v)
     if len(tokens) + max(args.n_predict - 1, 0) > n_ctx:      # refused before weights, KV cache and graphs are made
         raise ValueError(f"{len(tokens)} prompt tokens + {args.n_predict} to generate exceed the context of "
                          f"{n_ctx} tokens")
-    lm = make_model(model, args.backend, args.threads, n_ctx, args.batch_size, args.flash_attn)
+    lm = make_model(model, args.backend, args.threads, n_ctx, args.batch_size, args.flash_attn, args.cache_type_k,
+                    args.cache_type_v)
     stream = tokenizer.stream()
     if not args.chat:
         print(args.prompt, end="", flush=True)
@@ -198,8 +210,8 @@ def run(args):
 def main(argv=None):
     p = parser()
     args = p.parse_args(argv)
-    if args.flash_attn and args.backend == "cuda":
-        p.error("-fa runs on the CPU backend only (flash_attn_ext has no CUDA kernel yet); drop -fa for -b cuda")
+    if args.flash_attn == "off" and CACHE_TYPES[args.cache_type_v].quantized:
+        p.error(f"-ctv {args.cache_type_v} needs flash attention: drop -fa off (or use -ctv f16)")
     try:
         run(args)
     except ArgumentError as e:

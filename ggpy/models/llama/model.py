@@ -16,24 +16,67 @@ import ggpy
 from .hparams import HParams
 
 
+CACHE_TYPES = {"f32": ggpy.F32, "f16": ggpy.F16, "q8_0": ggpy.Q8_0}
+"""The KV cache types (llama.cpp's --cache-type-k/-v choices that ggpy writes)."""
+
+
+def check_heads(hp: HParams, type_k, type_v):
+    """ValueError unless the heads fill whole blocks of the cache types (a view per head keeps whole blocks)."""
+    for t, d, name in ((type_k, hp.head_dim, "K"), (type_v, hp.head_dim_v, "V")):
+        if d % t.block:
+            raise ValueError(f"a {t.name} {name} cache needs heads of a multiple of {t.block} values, not {d}")
+
+
 class KVCache:
     """Keys and values of every block for up to `n_ctx` positions, in a backend buffer of their own (left alone by
-    every graph plan, so they survive between evaluations): k[i].ne = (head_dim * n_head_kv, n_ctx) and
-    v[i].ne = (head_dim_v * n_head_kv, n_ctx), a row per position. Attention reads V through a transposed view
-    (unit stride along a row's values), which mul_mat takes in place."""
+    every graph plan, so they survive between evaluations): k[i].ne = (head_dim * n_head_kv, n_ctx) of type_k and
+    v[i].ne = (head_dim_v * n_head_kv, n_ctx) of type_v (F32, F16 or Q8_0: each row rounded as it is written), a row
+    per position. Without flash attention, attention reads V through a transposed view (unit stride along a row's
+    values), which mul_mat takes in place (float V only)."""
 
-    def __init__(self, hp: HParams, n_ctx: int, backend):
+    def __init__(self, hp: HParams, n_ctx: int, backend, type_k=ggpy.F16, type_v=ggpy.F16):
+        check_heads(hp, type_k, type_v)
         ctx = ggpy.Context()
-        self.n_ctx = n_ctx
-        self.k = [ctx.new_tensor(ggpy.F32, (hp.head_dim * hp.n_head_kv, n_ctx)).set_name(f"cache_k.{i}")
+        self.n_ctx, self.type_k, self.type_v = n_ctx, type_k, type_v
+        self.k = [ctx.new_tensor(type_k, (hp.head_dim * hp.n_head_kv, n_ctx)).set_name(f"cache_k.{i}")
                   for i in range(hp.n_layer)]
-        self.v = [ctx.new_tensor(ggpy.F32, (hp.head_dim_v * hp.n_head_kv, n_ctx)).set_name(f"cache_v.{i}")
+        self.v = [ctx.new_tensor(type_v, (hp.head_dim_v * hp.n_head_kv, n_ctx)).set_name(f"cache_v.{i}")
                   for i in range(hp.n_layer)]
         self.buffer = ggpy.alloc_ctx_tensors(ctx, backend)
 
     @property
     def nbytes(self) -> int:
         return sum(t.nbytes for t in self.k + self.v)
+
+
+def flash_attention(hp: HParams, backend, mode, type_k, type_v) -> bool:
+    """Whether the graph attends by flash_attn_ext: mode "on" / "off" (or True / False), or "auto": where `backend`
+    runs flash_attn_ext for these head sizes and cache types (a probe node's refusal), as llama.cpp's -fa auto.
+    ValueError for "on" where the backend refuses it, and for a quantized V cache without flash attention (mul_mat
+    would read V transposed, across its blocks; llama.cpp refuses it too)."""
+    mode = {True: "on", False: "off"}.get(mode, mode)
+    if mode not in ("on", "off", "auto"):
+        raise ValueError(f"flash attention must be 'on', 'off' or 'auto', not {mode!r}")
+    check_heads(hp, type_k, type_v)
+    flash = mode == "on"
+    if mode != "off":
+        ctx = ggpy.Context()
+        k, v = (ctx.new_tensor(t, (d, KV_PROBE, hp.n_head_kv)) for t, d in ((type_k, hp.head_dim), (type_v, hp.head_dim_v)))
+        probe = ggpy.flash_attn_ext(ctx.new_tensor(ggpy.F32, (hp.head_dim, 1, hp.n_head)), k, v,
+                                    ctx.new_tensor(ggpy.F32, (KV_PROBE, 1)), 1.0 / math.sqrt(hp.head_dim))
+        runs = backend.supports_op(probe)
+        if flash and not runs:
+            raise ValueError(f"flash attention is on but {backend.name} does not run flash_attn_ext for this model "
+                             f"(head size {hp.head_dim}, K {type_k.name}, V {type_v.name}): "
+                             f"{backend.refusal(probe)}")
+        flash = runs
+    if not flash and type_v.quantized:
+        raise ValueError(f"a {type_v.name} V cache needs flash attention (-fa on, or auto where the backend runs it); "
+                         "without it use an f16 or f32 V cache")
+    return flash
+
+
+KV_PROBE = 256      # cache rows of the probe node that asks a backend whether it runs flash attention
 
 
 @dataclass
@@ -85,8 +128,8 @@ def attention(hp: HParams, cache: KVCache, il: int, inp: Inputs, q, k, v, flash_
     kc = ggpy.set_rows(cache.k[il], k, inp.pos).set_name(f"blk.{il}.k_store")
     vc = ggpy.set_rows(cache.v[il], v, inp.pos).set_name(f"blk.{il}.v_store")
     hd, hd_v = hp.head_dim, hp.head_dim_v
-    k = ggpy.view_3d(kc, hd, inp.n_kv, hp.n_head_kv, kc.nb[1], hd * kc.nb[0])
-    v = ggpy.view_3d(vc, hd_v, inp.n_kv, hp.n_head_kv, vc.nb[1], hd_v * vc.nb[0])
+    k = ggpy.view_3d(kc, hd, inp.n_kv, hp.n_head_kv, kc.nb[1], kc.type.row_bytes(hd))
+    v = ggpy.view_3d(vc, hd_v, inp.n_kv, hp.n_head_kv, vc.nb[1], vc.type.row_bytes(hd_v))
     q = ggpy.permute(q, 0, 2, 1, 3)                                          # (head_dim, n_tokens, n_head)
     scale = 1.0 / math.sqrt(hd)
     if flash_attn:

@@ -100,11 +100,13 @@ def _linear(x, w, b=None):
 
 class ReferenceModel:
     """The llama forward in float64 with a KV cache: `eval(tokens)` reads tokens after the cached ones and
-    returns their logits (len(tokens), n_vocab)."""
+    returns their logits (len(tokens), n_vocab). round_k / round_v: functions applied to the keys / values
+    (n_tokens, n_head_kv, head_dim) as they enter the cache (a cache type's rounding), or None."""
 
-    def __init__(self, model: LlamaGGUF):
+    def __init__(self, model: LlamaGGUF, round_k=None, round_v=None):
         hp, t = model.hparams, model.tensors
         self.hp = hp
+        self.round_k, self.round_v = round_k or (lambda x: x), round_v or (lambda x: x)
         self.n_ctx = hp.n_ctx_train
         self.tok_embd = weight(t["token_embd.weight"])
         self.output = weight(t["output.weight"]) if "output.weight" in t else self.tok_embd
@@ -133,7 +135,7 @@ class ReferenceModel:
             k = _linear(h, blk.wk, blk.bk).reshape(len(tokens), hp.n_head_kv, hp.head_dim)
             v = _linear(h, blk.wv, blk.bv).reshape(len(tokens), hp.n_head_kv, hp.head_dim_v)
             q, k = rope(q, cos, sin, hp.rope_type), rope(k, cos, sin, hp.rope_type)
-            k_all, v_all = (np.concatenate([c, n]) for c, n in zip(self.cache[i], (k, v)))
+            k_all, v_all = (np.concatenate([c, n]) for c, n in zip(self.cache[i], (self.round_k(k), self.round_v(v))))
             self.cache[i] = (k_all, v_all)
             x = x + attention(q, k_all, v_all, pos, np.arange(len(k_all))) @ blk.wo.T
             h = rms_norm(x, blk.ffn_norm, hp.rms_eps)

@@ -20,7 +20,7 @@ import ggpy
 from ggpy.backends import make_backend
 
 from .gguf_file import LlamaGGUF
-from .model import Inputs, KVCache, forward, new_inputs
+from .model import CACHE_TYPES, Inputs, KVCache, flash_attention, forward, new_inputs
 
 DEFAULT_CTX = 4096      # llama.cpp's default context, when the model's is longer
 DEFAULT_BATCH = 512     # tokens per evaluation of a prompt (llama.cpp's default micro-batch)
@@ -67,19 +67,26 @@ class GraphModel:
 
     backend: 'cpu', 'cuda' or a ggpy Backend; n_threads: CPU workers; n_ctx: context (default the model's, at most
     DEFAULT_CTX); n_batch: the most tokens one evaluation of the graph reads (longer inputs run in chunks);
-    flash_attn: attention as flash_attn_ext (else mul_mat, soft_max_ext, mul_mat)."""
+    cache_type_k / cache_type_v: the KV cache's types, "f32", "f16" (llama.cpp's default) or "q8_0" (model.CACHE_TYPES);
+    flash_attn: "on", "off" or "auto" (True / False: on / off): attention as flash_attn_ext (else mul_mat,
+    soft_max_ext, mul_mat), auto where the backend runs it (model.flash_attention; self.flash_attn the outcome)."""
 
     def __init__(self, model: LlamaGGUF, backend="cpu", n_threads: int | None = None, n_ctx: int | None = None,
-                 n_batch: int = DEFAULT_BATCH, flash_attn: bool = False):
+                 n_batch: int = DEFAULT_BATCH, flash_attn="auto", cache_type_k: str = "f16",
+                 cache_type_v: str = "f16"):
         hp = self.hp = model.hparams
-        self.flash_attn = flash_attn
+        types = [CACHE_TYPES.get(str(t).lower()) for t in (cache_type_k, cache_type_v)]
+        if None in types:
+            raise ValueError(f"KV cache types must be one of {', '.join(CACHE_TYPES)}, got {cache_type_k!r}, "
+                             f"{cache_type_v!r}")
         self.n_ctx = n_ctx or min(hp.n_ctx_train, DEFAULT_CTX)
         if self.n_ctx < 1:
             raise ValueError(f"context size {self.n_ctx} must be at least 1")
         self.n_batch = min(n_batch, self.n_ctx)
         self.backend = make_backend(backend, n_threads) if isinstance(backend, str) else backend
+        self.flash_attn = flash_attention(hp, self.backend, flash_attn, *types)
         self.weights = ggpy.load_gguf(model.path, self.backend, architecture=hp.arch)
-        self.cache = KVCache(hp, self.n_ctx, self.backend)
+        self.cache = KVCache(hp, self.n_ctx, self.backend, *types)
         self.cache.buffer.fill(0, self.cache.buffer.size, 0)    # rows past n_past are read (masked): never NaN
         self.stats = Stats()
         self._lanes = {}          # single token or not -> Lane

@@ -1,24 +1,31 @@
-"""Text generation on the GPU: ggpy's llama graph on CUDA, prompt processing and generation tokens/s per weight type.
+"""Text generation on the GPU: ggpy's llama graph on CUDA beside llama.cpp's llama-bench, on the same files.
 
-    python benchmarks/llama_gpu.py [-m MODEL.gguf ...] [--weights q4_1,q8_0,f16] [--prompt 512] [--gen 128]
-                                   [--rounds 3]
+    python benchmarks/llama_gpu.py [-m MODEL.gguf ...] [--shapes smollm2,llama1b] [--depths 0,4096] [--gen 128]
+                                   [--rounds 3] [--llama-cpp BIN_DIR] [--out DIR]
 
-With -m, those files. Without, models of SmolLM2-135M's shape (30 blocks, width 576, 9 query / 3 KV heads, MLP
-1536, vocabulary 49152, output tied to the token embedding) with seeded random weights, written once per --weights
-type into a temporary folder (tests/models/llama_tiny.py; the GPU machine cannot download the real file, and tokens/s do
-not depend on the values): matrices of that type, the embedding Q8_0 (F16 for f16), norms F32. As
-benchmarks/llama_cpu.py, a round forgets the cache, reads a seeded random prompt (only the last logits kept), then
-`gen` random tokens one at a time; the first round (building, planning, the CUDA graph captures, and on a fresh
-machine the NVRTC compile) is shown apart, the table gives the median of the later rounds. Memory: weights, KV cache
-(F32) and both planned compute lanes, in device memory. llama.cpp's CUDA build is reported when llama_cpp is
-importable with GPU offload.
+Without -m, random models (tests/models/llama_tiny.py; the GPU machine cannot download, and tokens/s do not depend on
+the values) written once into --out: SmolLM2-135M's shape (30 blocks, width 576, 9 query / 3 KV heads, MLP 1536,
+vocabulary 49152, tied output) in Q4_1 and Q8_0, and Llama-3.2-1B's (16 blocks, width 2048, 32 / 8 heads, MLP 8192,
+vocabulary 128256, rope base 500000 with llama3 rope scaling) written F16 and quantized to Q4_K_M and Q8_0 by
+llama.cpp's llama-quantize from --llama-cpp (the 1B shape is skipped without it).
+
+ggpy runs what `ggpy-llama -b cuda --temp 0` runs (GraphModel + generate: F16 KV cache, flash attention when the
+backend has it, the greedy token chosen on the GPU). At each context depth d a round forgets the cache, reads d
+seeded random tokens untimed, then times a 512-token prompt chunk (pp512 @ d); then forgets, reads d tokens again and
+times generating --gen tokens (tg @ d) — llama-bench's -d semantics. The first round (planning, CUDA graph captures,
+on a fresh machine the NVRTC compile) is not counted; the table gives medians of --rounds. Also reported: the host
+time per generated token (everything but waiting for the GPU), the kernels per token (the captured CUDA graph's
+nodes), the weights' bandwidth during generation (weight bytes read per token x tokens/s), memory (weights, KV
+cache, compute buffers). llama.cpp: `llama-bench -ngl 99 -fa 1 -p 512 -n GEN -r ROUNDS -d DEPTHS` (flash attention,
+its F16 KV cache) when --llama-cpp names its build's bin folder.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,108 +34,174 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "models")]
 
-SMOLLM2_SHAPE = {"n_layer": 30, "n_embd": 576, "n_head": 9, "n_head_kv": 3, "n_ff": 1536, "n_ctx": 8192,
-                 "n_vocab": 49152, "rope_base": 100000.0, "tied": True}
+SHAPES = {
+    "smollm2": {"n_layer": 30, "n_embd": 576, "n_head": 9, "n_head_kv": 3, "n_ff": 1536, "n_ctx": 8192,
+                "n_vocab": 49152, "rope_base": 100000.0, "tied": True},
+    "llama1b": {"n_layer": 16, "n_embd": 2048, "n_head": 32, "n_head_kv": 8, "n_ff": 8192, "n_ctx": 131072,
+                "n_vocab": 128256, "rope_base": 500000.0, "tied": True},
+}
 MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+PP = 512
 
 
-def synthetic_model(folder: Path, weights: str) -> Path:
-    """A SmolLM2-shaped GGUF with random `weights`-type matrices."""
+def write_model(folder: Path, shape: str, weights: str) -> Path:
+    """A random GGUF of `shape` with `weights`-type matrices (the embedding Q8_0, F16 for f16)."""
     import gguf
     from llama_tiny import write_tiny_llama
+    path = folder / f"{shape}-{weights}.gguf"
+    if path.exists():
+        return path
     q = gguf.GGMLQuantizationType[weights.upper()]
     embd = gguf.GGMLQuantizationType.F16 if weights == "f16" else gguf.GGMLQuantizationType.Q8_0
     t0 = time.perf_counter()
-    path = write_tiny_llama(folder / f"smollm2-shape-{weights}.gguf", seed=0, types={"token_embd": embd} | dict.fromkeys(MATRICES, q),
-                            **SMOLLM2_SHAPE)
+    freqs = llama3_rope_freqs(SHAPES[shape]["n_embd"] // SHAPES[shape]["n_head"]) if shape == "llama1b" else None
+    write_tiny_llama(path, seed=0, types={"token_embd": embd} | dict.fromkeys(MATRICES, q), rope_freqs=freqs,
+                     **SHAPES[shape])
     print(f"wrote {path.name} ({path.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.0f} s", flush=True)
     return path
 
 
-def run_rounds(model, n_vocab: int, opts) -> tuple:
-    """(first round's (pp, tg) tokens/s, the later rounds' medians)."""
-    rng = np.random.default_rng(0)
-    prompt = [int(t) for t in rng.integers(0, n_vocab, opts.prompt)]
-    gen = [int(t) for t in rng.integers(0, n_vocab, opts.gen)]
-    rates = []
-    for _ in range(opts.rounds + 1):
-        model.reset()
-        t0 = time.perf_counter()
-        model.eval(prompt, all_logits=False)
-        t1 = time.perf_counter()
-        for t in gen:
-            model.eval([t])
-        t2 = time.perf_counter()
-        rates.append((len(prompt) / (t1 - t0), len(gen) / (t2 - t1)))
-    later = rates[1:]
-    return rates[0], (statistics.median(r[0] for r in later), statistics.median(r[1] for r in later))
+def llama3_rope_freqs(head_dim: int, base: float = 500000.0, factor: float = 32.0, low: float = 1.0,
+                      high: float = 4.0, n_ctx_orig: int = 8192) -> np.ndarray:
+    """Llama 3.x's rope scaling as convert_hf_to_gguf stores it: a divisor per rotated pair's frequency."""
+    wavelen = 2 * np.pi * base ** (np.arange(0, head_dim, 2) / head_dim)
+    smooth = np.clip((n_ctx_orig / wavelen - low) / (high - low), 0, 1)
+    return np.where(wavelen < n_ctx_orig / high, 1.0, np.where(wavelen > n_ctx_orig / low, factor,
+                                                               1 / ((1 - smooth) / factor + smooth)))
 
 
-def bench_ggpy(path: Path, opts) -> dict:
+def quantize(f16: Path, kind: str, bin_dir: Path) -> Path:
+    """llama-quantize f16 -> kind (Q4_K_M, Q8_0)."""
+    out = f16.with_name(f16.name.replace("f16", kind.lower()))
+    if not out.exists():
+        subprocess.run([str(bin_dir / "llama-quantize"), str(f16), str(out), kind], check=True, capture_output=True)
+        print(f"quantized {out.name} ({out.stat().st_size / 2**20:.0f} MiB)", flush=True)
+    return out
+
+
+def models(opts) -> list:
+    if opts.model:
+        return [Path(m) for m in opts.model]
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for shape in opts.shapes.split(","):
+        if shape == "smollm2":
+            paths += [write_model(out, shape, w) for w in ("q4_1", "q8_0")]
+        elif opts.llama_cpp:
+            f16 = write_model(out, shape, "f16")
+            paths += [quantize(f16, k, Path(opts.llama_cpp)) for k in ("Q4_K_M", "Q8_0")]
+        else:
+            print(f"{shape}: skipped (llama-quantize needs --llama-cpp)", flush=True)
+    return paths
+
+
+def ggpy_round(model, sampler, depth: int, gen: int, rng) -> tuple:
+    """(pp512 seconds, tg seconds) at `depth`, and the generation's first-token seconds."""
+    from ggpy.models.llama.generate import generate
+    fill = [int(t) for t in rng.integers(0, model.hp.n_vocab, depth + PP)]
+    model.reset()
+    if depth:
+        model.eval(fill[:depth], all_logits=False)
+    t0 = time.perf_counter()
+    model.eval(fill[depth:], all_logits=False)
+    pp = time.perf_counter() - t0
+    model.reset()
+    if depth:
+        model.eval(fill[:depth], all_logits=False)
+    out = generate(model, fill[depth:depth + 1], gen + 1, sampler)      # one token read, gen + 1 chosen: gen evaluations
+    return pp, out.gen_s / max(out.n_steady, 1), out.first_token_s
+
+
+def bench_ggpy(path: Path, opts) -> list:
     from ggpy.models.llama.gguf_file import open_llama
     from ggpy.models.llama.runner import GraphModel
+    from ggpy.models.llama.sampling import Sampler
+    rows = []
+    depths = [int(d) for d in opts.depths.split(",")]
     t0 = time.perf_counter()
-    model = GraphModel(open_llama(path), "cuda", n_ctx=opts.prompt + opts.gen, n_batch=512)
+    model = GraphModel(open_llama(path), "cuda", n_ctx=max(depths) + PP + opts.gen + 1, n_batch=PP)
     load = time.perf_counter() - t0
-    first, (pp, tg) = run_rounds(model, model.hp.n_vocab, opts)
-    return {"load_s": load, "first": first, "pp": pp, "tg": tg, "memory": model.nbytes}
+    weights = model.weights.nbytes - model.weights.get("token_embd.weight").nbytes * (
+        "output.weight" in model.weights.tensors)      # the embedding's rows are gathered, not read whole
+    rng = np.random.default_rng(0)
+    for depth in depths:
+        times = [ggpy_round(model, Sampler(temp=0), depth, opts.gen, rng) for _ in range(opts.rounds + 1)]
+        model.stats.tokens = model.stats.token_host_s = 0
+        pp = statistics.median(t[0] for t in times[1:])
+        tg = statistics.median(t[1] for t in times[1:])
+        lane = model._lanes[True]
+        captured = model.backend.cuda_graph(lane.runner.graph)
+        rows.append({"depth": depth, "pp": PP / pp, "tg": 1 / tg, "first_token_s": times[0][2], "load_s": load,
+                     "kernels": getattr(captured, "nodes", None), "bandwidth": weights / tg,
+                     "host_us": _host_us(model, depth, opts), "memory": model.nbytes, "fa": model.flash_attn})
+        print(f"  ggpy {path.name} d{depth}: pp {rows[-1]['pp']:.0f} tg {rows[-1]['tg']:.0f} tok/s", flush=True)
+    return rows
 
 
-def bench_llama_cpp(path: Path, opts) -> dict | str:
-    try:
-        import llama_cpp
-    except ImportError:
-        return "llama_cpp not importable here (no CUDA build of llama-cpp-python on this machine)"
-    if not llama_cpp.llama_supports_gpu_offload():
-        return f"llama-cpp-python {llama_cpp.__version__} is a CPU build"
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=opts.prompt + opts.gen, n_batch=512, n_gpu_layers=-1,
-                          verbose=False)
-    first, (pp, tg) = run_rounds(_LlamaCpp(llm), llm.n_vocab(), opts)
-    return {"first": first, "pp": pp, "tg": tg}
+def _host_us(model, depth: int, opts) -> float:
+    """Host microseconds per generated token over one more generation (Stats.token_host_s)."""
+    from ggpy.models.llama.generate import generate
+    from ggpy.models.llama.sampling import Sampler
+    model.stats.tokens = model.stats.token_host_s = 0
+    model.reset()
+    fill = [int(t) for t in np.random.default_rng(1).integers(0, model.hp.n_vocab, depth + 1)]
+    if depth:
+        model.eval(fill[:depth], all_logits=False)
+    generate(model, fill[depth:], opts.gen, Sampler(temp=0))
+    return model.stats.token_host_s / max(model.stats.tokens, 1) * 1e6
 
 
-class _LlamaCpp:
-    def __init__(self, llm):
-        self.llm = llm
-
-    def reset(self):
-        self.llm.reset()
-
-    def eval(self, ids, all_logits=True):
-        self.llm.eval(ids)
+def bench_llama_cpp(path: Path, opts) -> dict:
+    """{(test, depth): tokens/s} from llama-bench, or {} without --llama-cpp."""
+    if not opts.llama_cpp:
+        return {}
+    cmd = [str(Path(opts.llama_cpp) / "llama-bench"), "-m", str(path), "-ngl", "99", "-fa", "1", "-p", str(PP),
+           "-n", str(opts.gen), "-r", str(opts.rounds), "-d", opts.depths, "-o", "json"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        print(f"llama-bench failed: {r.stderr[-2000:]}", flush=True)
+        return {}
+    out = {}
+    for test in json.loads(r.stdout):
+        kind = "pp" if test["n_prompt"] else "tg"
+        out[(kind, test["n_depth"])] = test["avg_ts"]
+    return out
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("-m", "--model", action="append", help="GGUF file(s); default: SmolLM2-shaped random models")
-    p.add_argument("--weights", default="q4_1,q8_0,f16", help="weight types of the random models")
-    p.add_argument("--prompt", type=int, default=512)
+    p.add_argument("-m", "--model", action="append", help="GGUF file(s); default: the random models above")
+    p.add_argument("--shapes", default="smollm2,llama1b")
+    p.add_argument("--depths", default="0,4096", help="context depths (0,4096)")
     p.add_argument("--gen", type=int, default=128)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--llama-cpp", metavar="BIN_DIR", help="llama.cpp's build/bin (llama-bench, llama-quantize)")
+    p.add_argument("--out", default="/tmp/ggpy-bench-models", help="folder of the random models")
     opts = p.parse_args(argv)
     import ggpy
     backend = ggpy.backends.make_backend("cuda")
-    print(f"{backend}; prompt {opts.prompt} tokens, {opts.gen} generated, {opts.rounds} rounds after a first",
+    print(f"{backend}; pp{PP} and tg{opts.gen} at depths {opts.depths}, {opts.rounds} rounds after a first",
           flush=True)
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        paths = [Path(m) for m in opts.model] if opts.model else [synthetic_model(Path(tmp), w)
-                                                                  for w in opts.weights.split(",")]
-        for path in paths:
-            r = bench_ggpy(path, opts)
-            mem = " / ".join(f"{r['memory'][k] / 2**20:.0f}" for k in ("weights", "kv_cache", "compute"))
-            rows.append(f"| ggpy CUDA | {path.name} | {r['pp']:.0f} | {r['tg']:.0f} | {r['first'][0]:.0f} / "
-                        f"{r['first'][1]:.0f} | {mem} |")
-            print(rows[-1], f"(load {r['load_s']:.1f} s)", flush=True)
-            ref = bench_llama_cpp(path, opts)
-            if isinstance(ref, str):
-                print(f"llama.cpp: {ref}", flush=True)
-            else:
-                rows.append(f"| llama.cpp CUDA | {path.name} | {ref['pp']:.0f} | {ref['tg']:.0f} | "
-                            f"{ref['first'][0]:.0f} / {ref['first'][1]:.0f} | |")
-    print(f"\n| runtime | model | pp{opts.prompt} tok/s | tg{opts.gen} tok/s | first round pp / tg | weights / KV / "
-          "compute MiB |\n| --- | --- | --- | --- | --- | --- |")
-    print("\n".join(rows))
+    table, extra = [], []
+    for path in models(opts):
+        rows, ref = bench_ggpy(path, opts), bench_llama_cpp(path, opts)
+        for r in rows:
+            d = r["depth"]
+            lpp, ltg = ref.get(("pp", d)), ref.get(("tg", d))
+            ratio = (f"{r['pp'] / lpp:.2f} | {r['tg'] / ltg:.2f}" if lpp and ltg else "- | -")
+            table.append(f"| {path.name} | {d} | {r['pp']:.0f} | {r['tg']:.0f} | {lpp or 0:.0f} | {ltg or 0:.0f} | "
+                         f"{ratio} |")
+            m = r["memory"]
+            extra.append(f"| {path.name} | {d} | {r['host_us']:.0f} | {r['kernels']} | {r['bandwidth'] / 1e9:.0f} | "
+                         f"{r['first_token_s'] * 1e3:.0f} | {r['load_s']:.1f} | {m['weights'] / 2**20:.0f} / "
+                         f"{m['kv_cache'] / 2**20:.0f} / {m['compute'] / 2**20:.0f} | {r['fa']} |")
+    print(f"\n| model | depth | ggpy pp{PP} tok/s | ggpy tg{opts.gen} tok/s | llama.cpp pp | llama.cpp tg | "
+          "pp ratio | tg ratio |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n".join(table))
+    print("\n| model | depth | host us / token | kernels / token | weights GB/s | first token ms | load s | "
+          "weights / KV / compute MiB | flash attn |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n".join(extra))
     return 0
 
 

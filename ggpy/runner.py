@@ -66,6 +66,9 @@ class GraphRunner:
         inputs = [t for t in g.leafs if t.is_input]
         outputs = [t for t in g.nodes if t.is_output] + [t for t in g.leafs if not t.is_input]
         self._inputs, self._outputs = _by_name(inputs), _by_name(outputs)
+        self._staging = None if self.sched is not None else self.allocator.backend.stage(
+            g, inputs, [t for t in g.nodes if t.is_output])
+        self._in_flight = False
         self._input_ids, self._output_ids = {id(t): t for t in inputs}, {id(t): t for t in outputs}
         self._unset = dict(self._input_ids)
         self._computed = False
@@ -124,7 +127,12 @@ class GraphRunner:
 
     def _write(self, key, array):
         t = _find(key, self._inputs, self._input_ids, "input")
-        t.set(array)
+        if self._staging is not None and self._staging.has(t):
+            if self._in_flight:             # the last compute's upload may not have read the staged values yet
+                self.synchronize()
+            self._staging.write(t, array)
+        else:
+            t.set(array)
         self._unset.pop(id(t), None)
 
     def compute(self) -> GraphRunner:
@@ -135,6 +143,7 @@ class GraphRunner:
             self.sched.compute_async(self.graph)
         else:
             self.allocator.backend.compute_async(self.graph)
+        self._in_flight = True
         return self
 
     def _ready(self):
@@ -150,6 +159,7 @@ class GraphRunner:
         """Wait until the work queued by `compute` is done."""
         for backend in self.backends:
             backend.synchronize()
+        self._in_flight = False
         return self
 
     def get(self, key) -> np.ndarray:
@@ -161,7 +171,7 @@ class GraphRunner:
             raise AllocationError(f"GraphRunner: output {_label(t)} read before any compute of the planned graph; "
                                   "call compute() first")
         self.synchronize()
-        return t.numpy()
+        return self._staging.read(t) if self._staging is not None and self._staging.has(t) else t.numpy()
 
     def profile(self) -> list:
         """Evaluate once, timing every kernel: [Timing(node, kernel name, seconds)] in order (Backend.profile)."""

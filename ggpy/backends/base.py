@@ -199,6 +199,12 @@ class Backend:
     def program(self, graph) -> list:
         raise NotImplementedError
 
+    def stage(self, graph, inputs, outputs):
+        """Host memory standing in for a planned graph's `inputs` and `outputs` (tensors) that its evaluations copy
+        themselves (CUDA: pinned memory, the copies captured in its CUDA graph): an object with has(t), write(t,
+        array) and read(t); None (here) where a GraphRunner writes and reads the tensors directly."""
+        return None
+
     def compute(self, graph):
         raise NotImplementedError
 

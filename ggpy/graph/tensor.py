@@ -188,14 +188,19 @@ class Tensor:
         quantized tensor takes its blocks as bytes: a uint8 array of `storage_shape`'s size (as gguf.quants.quantize
         gives)."""
         self._check_readable("set")
+        self.buffer.set_tensor(self, self.checked_values(array))
+        return self
+
+    def checked_values(self, array) -> np.ndarray:
+        """`array` as `set` writes it (full 4-d reversed(ne), or storage_shape blocks for a quantized tensor), after
+        checking its shape and kind (ShapeError / TypeMismatchError naming the tensor)."""
         arr = np.asarray(array)
         if self.type.quantized:
             if arr.dtype != np.uint8 or arr.size != int(np.prod(self.storage_shape)):
                 raise TypeMismatchError(f"tensor '{self.name}' is {self.type.name} ne={self.ne}: set() expects its "
                                         f"blocks as a uint8 array of shape {self.storage_shape}, got {arr.dtype} "
                                         f"{arr.shape}")
-            self.buffer.set_tensor(self, arr.reshape(self.storage_shape))
-            return self
+            return arr.reshape(self.storage_shape)
         full = tuple(reversed(self.ne))
         if arr.shape != self.shape and arr.shape != full:
             raise ShapeError(f"tensor '{self.name}' has ne={self.ne}: set() expects an array of shape "
@@ -206,8 +211,7 @@ class Tensor:
         if self.type.dtype.kind == "f" and arr.dtype.kind not in "fiub":
             raise TypeMismatchError(f"tensor '{self.name}' is {self.type.name}: set() expects a real array, "
                                     f"got dtype {arr.dtype}")
-        self.buffer.set_tensor(self, arr.reshape(full))
-        return self
+        return arr.reshape(full)
 
     def numpy(self) -> np.ndarray:
         """A copy of the tensor's values, shape `self.shape` (a quantized tensor's blocks as uint8 bytes, shape

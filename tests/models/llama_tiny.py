@@ -79,12 +79,14 @@ def write_tiny_llama(path, *, arch: str = "llama", seed: int = 0, n_layer: int =
                      n_head: int = 4, n_head_kv: int = 2, n_ff: int = 128, n_ctx: int = 256, vocab_size: int = 320,
                      types: dict | None = None, tied: bool = False, pre: str | None = None, add_bos: bool = True,
                      rope_base: float = 10000.0, metadata: dict | None = None, skip: tuple = (),
-                     n_vocab: int | None = None, alignment: int | None = None) -> Path:
+                     n_vocab: int | None = None, alignment: int | None = None,
+                     rope_freqs: np.ndarray | None = None) -> Path:
     """Write a random `arch` ("llama" or "qwen2") GGUF to `path` and return it. `types` maps matrix names
     (token_embd, output, attn_q, ..., ffn_down) to GGML types over DEFAULT_TYPES; `tied` leaves out output.weight;
     `metadata` adds or replaces keys (value None removes one); `skip` leaves out the named tensors; `n_vocab` pads
     the trained vocabulary with unused tokens to that size (a real model's embedding and output sizes); `alignment`
-    writes general.alignment and pads the tensor data to it (gguf's add_custom_alignment)."""
+    writes general.alignment and pads the tensor data to it (gguf's add_custom_alignment); `rope_freqs` (head_dim / 2
+    frequency divisors) is written as rope_freqs.weight (llama3 rope scaling, as convert_hf_to_gguf writes it)."""
     rng = np.random.default_rng(seed)
     types = {**DEFAULT_TYPES, **(types or {})}
     pre = pre or ("qwen2" if arch == "qwen2" else "smollm")
@@ -124,6 +126,8 @@ def write_tiny_llama(path, *, arch: str = "llama", seed: int = 0, n_layer: int =
         tensors[b + "ffn_up.weight"] = matrix(n_ff, n_embd, "ffn_up")
         tensors[b + "ffn_down.weight"] = matrix(n_embd, n_ff, "ffn_down")
     tensors["output_norm.weight"] = vector(n_embd, offset=1.0)
+    if rope_freqs is not None:
+        tensors["rope_freqs.weight"] = (np.asarray(rope_freqs, np.float32), Q.F32)
     if not tied:
         tensors["output.weight"] = matrix(len(tokens), n_embd, "output")
 

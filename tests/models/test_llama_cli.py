@@ -23,7 +23,8 @@ from ggpy.models.llama.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = int(np.random.SeedSequence().entropy % 2**32)
-STATS = re.compile(r"^n_prompt=(\d+) n_gen=(\d+) prompt_tok_s=(\d+\.\d+) gen_tok_s=(\d+\.\d+)$")
+STATS = re.compile(r"^n_prompt=(\d+) n_gen=(\d+) prompt_tok_s=(\d+\.\d+) gen_tok_s=(\d+\.\d+) load_s=(\d+\.\d+) "
+                   r"first_token_s=(\d+\.\d+)$")
 
 
 @pytest.fixture(scope="module")

@@ -48,3 +48,22 @@ def test_draws_follow_the_probabilities():
 def test_a_seed_repeats_its_draws(logits):
     a, b = Sampler(seed=SEED), Sampler(seed=SEED)
     assert [a(logits) for _ in range(50)] == [b(logits) for _ in range(50)]
+
+
+@pytest.mark.parametrize("top_k, top_p, temp", [(1, 1.0, 0.7), (40, 0.95, 0.8), (7, 1.0, 2.0), (256, 0.5, 1.3)])
+def test_choosing_among_the_top_k_draws_what_the_whole_logits_draw(top_k, top_p, temp):
+    """A device hands the top k (ids by descending logit, ties by lower id) and their logits: Sampler.choose draws
+    the same token as the sampler given every logit, draw after draw."""
+    rng = np.random.default_rng(SEED)
+    whole, part = Sampler(temp, top_k, top_p, seed=SEED), Sampler(temp, top_k, top_p, seed=SEED)
+    assert part.device_head() == ("top_k", top_k)
+    for _ in range(20):
+        logits = np.round(rng.standard_normal(1000) * 3, 1).astype(np.float32)     # rounded: ties happen
+        ids = np.lexsort((np.arange(len(logits)), -logits))[:top_k]
+        assert part.choose(ids, logits[ids]) == whole(logits), f"seed {SEED}"
+
+
+def test_device_heads():
+    assert Sampler(temp=0).device_head() == ("argmax",)
+    assert Sampler(temp=1.0, top_k=0).device_head() is None            # every logit is a candidate
+    assert Sampler(temp=1.0, top_k=1000).device_head() is None         # more than a device's top_k hands over

@@ -39,6 +39,7 @@ from .buffer import CUDABuffer, CUDABufferType
 from .device import Event, Stream, get_device
 from .driver import check, driver
 from .graphs import capture
+from .staging import Staging, stageable
 from .kernels import generated
 from .kernels.common import elementwise_config, pack_args, tensor_ptr
 from .launch import Launch, dim3
@@ -206,13 +207,32 @@ class CUDABackend(Backend):
     def cuda_graph(self, graph):
         """The CapturedGraph of the graph's current plan (None: not captured yet, graphs off, or capture failed)."""
         hit = graph.backend_cache.get((self, "cuda_graph"))
+        staging = self._staging(graph)
+        return hit[1] if hit is not None and hit[0] == (graph.version, self.plan_stamp(graph), id(staging)) else None
+
+    STAGE_LIMIT = 1 << 20       # outputs staged in pinned memory at most this large (the rest are read directly)
+    STAGE_INPUT_LIMIT = 1 << 28     # inputs likewise (images of a batch)
+
+    def stage(self, graph, inputs, outputs) -> Staging:
+        """Pinned host mirrors of a planned graph's `inputs` and of its `outputs` of at most STAGE_LIMIT bytes
+        (staging.py), copied in and out by every later compute of this plan as steps of its CUDA graph."""
+        def make(g):
+            return Staging(self.device, [t for t in inputs if stageable(t, self.STAGE_INPUT_LIMIT)],
+                           [t for t in outputs if stageable(t, self.STAGE_LIMIT)])
+        return self.cached(graph, "staging", make, self.plan_stamp(graph))
+
+    def _staging(self, graph) -> Staging | None:
+        hit = graph.backend_cache.get((self, "staging"))
         return hit[1] if hit is not None and hit[0] == (graph.version, self.plan_stamp(graph)) else None
 
     def compute_async(self, graph):
-        """Queue every node of a planned graph on the stream, in order (a CUDA graph replay when captured)."""
+        """Queue every node of a planned graph on the stream, in order (a CUDA graph replay when captured), between
+        the copies of its staged inputs and outputs (when a GraphRunner staged them)."""
         self.device.activate()
-        steps = self.program(graph)
-        key, now = (self, "cuda_graph"), (graph.version, self.plan_stamp(graph))
+        steps, staging = self.program(graph), self._staging(graph)
+        if staging is not None:
+            steps = staging.uploads + steps + staging.downloads
+        key, now = (self, "cuda_graph"), (graph.version, self.plan_stamp(graph), id(staging))
         hit = graph.backend_cache.get(key) if self.graphs else None
         if hit is not None and hit[0] == now and hit[1] is not None:
             hit[1].launch()
@@ -232,7 +252,9 @@ class CUDABackend(Backend):
         """Run a planned graph once and return a Timing (node, kernel name, seconds of GPU time) per step, in
         order (the GPU is done when it returns)."""
         self.device.activate()
-        launches = self.program(graph)
+        launches, staging = self.program(graph), self._staging(graph)
+        for run in staging.uploads if staging is not None else ():
+            run(self.stream)
         if self.graphs:
             try:
                 return self._profile_captured(launches)

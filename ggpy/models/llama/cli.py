@@ -6,7 +6,9 @@
 
 The prompt is tokenized as llama.cpp tokenizes it for that file (with --chat: as the user message of the file's
 chat template). Tokens are printed as they come; the last line is
-`n_prompt=<int> n_gen=<int> prompt_tok_s=<float> gen_tok_s=<float>`. --logits saves float32 logits
+`n_prompt=<int> n_gen=<int> prompt_tok_s=<float> gen_tok_s=<float> load_s=<float> first_token_s=<float>`:
+gen_tok_s is the steady rate, after the first generated token's evaluation (its graph planned and, on CUDA,
+captured: first_token_s); load_s is loading the weights and reserving the memory. --logits saves float32 logits
 (n_prompt + n_gen - 1, n_vocab): row i is the output after reading tokens 0..i of prompt + generated text.
 Without -m, SmolLM2-135M-Instruct (Q4_1) is fetched once into ~/.cache/ggpy. The logits come from ggpy's graph of the
 model (ggpy/models/llama/model.py) on the backend -b with THREADS CPU workers; stderr ends with where the time went
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 
 import ggpy
@@ -181,8 +184,10 @@ def run(args):
     if len(tokens) + max(args.n_predict - 1, 0) > n_ctx:      # refused before weights, KV cache and graphs are made
         raise ValueError(f"{len(tokens)} prompt tokens + {args.n_predict} to generate exceed the context of "
                          f"{n_ctx} tokens")
+    t0 = time.perf_counter()
     lm = make_model(model, args.backend, args.threads, n_ctx, args.batch_size, args.flash_attn, args.cache_type_k,
                     args.cache_type_v)
+    load_s = time.perf_counter() - t0
     stream = tokenizer.stream()
     if not args.chat:
         print(args.prompt, end="", flush=True)
@@ -204,7 +209,8 @@ def run(args):
     print(lm.stats.line(len(tokens) + max(len(out.tokens) - 1, 0)), file=sys.stderr)
     print("memory: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in lm.nbytes.items()), file=sys.stderr)
     prompt_rate, gen_rate = out.rates(len(tokens))
-    print(f"n_prompt={len(tokens)} n_gen={len(out.tokens)} prompt_tok_s={prompt_rate:.2f} gen_tok_s={gen_rate:.2f}")
+    print(f"n_prompt={len(tokens)} n_gen={len(out.tokens)} prompt_tok_s={prompt_rate:.2f} gen_tok_s={gen_rate:.2f} "
+          f"load_s={load_s:.3f} first_token_s={out.first_token_s:.4f}")
 
 
 def main(argv=None):

@@ -16,7 +16,7 @@ class NonFiniteLogitsError(ValueError):
     """The model computed NaN or infinite logits (corrupt weights, or values overflowing)."""
 
 
-def _finite(logits, n_read: int):
+def finite(logits, n_read: int):
     """`logits` (of the tokens up to `n_read`) when all are finite; else NonFiniteLogitsError saying how many are not."""
     bad = ~np.isfinite(np.asarray(logits))
     if bad.any():
@@ -27,17 +27,23 @@ def _finite(logits, n_read: int):
 
 @dataclass
 class Generation:
-    """What `generate` made: the new token ids, the logits of every position (when kept) and the times."""
+    """What `generate` made: the new token ids, the logits of every position (when kept) and the times: reading the
+    prompt (with choosing the first token), the first generated token's evaluation (its graph planned and, on CUDA,
+    captured) and the `n_steady` evaluations after it."""
 
     tokens: list
     logits: np.ndarray | None     # float32 (n_prompt + len(tokens) - 1, n_vocab)
-    prompt_s: float               # evaluating the prompt
-    gen_s: float                  # sampling every new token and evaluating all but the last
+    prompt_s: float
+    first_token_s: float
+    gen_s: float
+    n_steady: int
 
     def rates(self, n_prompt: int) -> tuple:
-        """(prompt tokens/s, generated tokens/s)."""
-        return (n_prompt / self.prompt_s if self.prompt_s else 0.0,
-                len(self.tokens) / self.gen_s if self.gen_s else 0.0)
+        """(prompt tokens/s, generated tokens/s in the steady state: after the first generated token's evaluation,
+        or including it when it is the only one)."""
+        steady = self.n_steady / self.gen_s if self.n_steady and self.gen_s else 0.0
+        first = 1 / self.first_token_s if self.first_token_s else 0.0
+        return (n_prompt / self.prompt_s if self.prompt_s else 0.0, steady or first)
 
 
 def generate(model, prompt: list, n_predict: int, sampler, stop_ids=frozenset(), on_token=None,
@@ -45,21 +51,33 @@ def generate(model, prompt: list, n_predict: int, sampler, stop_ids=frozenset(),
     """Read `prompt`, then sample up to `n_predict` tokens, each fed back, stopping after a token in `stop_ids`.
     `on_token(id)` is called as each one is chosen. The last token chosen is not evaluated (nothing needs its
     logits), so the kept logits have one row per token read. Logits that are not all finite stop it with
-    NonFiniteLogitsError (no token is drawn from NaN)."""
-    t0 = time.perf_counter()
-    logits = _finite(model.eval(list(prompt), all_logits=keep_logits), len(prompt))
-    t1 = time.perf_counter()
-    kept = [np.asarray(logits, dtype=np.float32)] if keep_logits else []
-    tokens = []
+    NonFiniteLogitsError (no token is drawn from NaN). A model with `next_token(tokens, sampler)` (GraphModel)
+    chooses the tokens itself, on its device, unless the logits are kept."""
+    if keep_logits or not hasattr(model, "next_token"):
+        kept = []
+
+        def step(tokens):
+            logits = finite(model.eval(tokens, all_logits=keep_logits), n_read + len(tokens))
+            if keep_logits:
+                kept.append(np.asarray(logits, dtype=np.float32))
+            return sampler(logits[-1])
+    else:
+        def step(tokens):
+            return model.next_token(tokens, sampler)
+    n_read = 0
+    times = [time.perf_counter()]
+    token = step(list(prompt))
+    n_read, tokens = len(prompt), []
+    times.append(time.perf_counter())
     for i in range(n_predict):
-        token = sampler(logits[-1])
         tokens.append(token)
         if on_token is not None:
             on_token(token)
         if token in stop_ids or i == n_predict - 1:
             break
-        logits = _finite(model.eval([token]), len(prompt) + len(tokens))
-        if keep_logits:
-            kept.append(np.asarray(logits, dtype=np.float32))
-    t2 = time.perf_counter()
-    return Generation(tokens, np.concatenate(kept) if keep_logits else None, t1 - t0, t2 - t1)
+        token = step([token])
+        n_read += 1
+        times.append(time.perf_counter())
+    first = times[2] - times[1] if len(times) > 2 else 0.0
+    return Generation(tokens, np.concatenate(kept) if keep_logits else None, times[1] - times[0], first,
+                      times[-1] - times[2] if len(times) > 2 else 0.0, max(len(times) - 3, 0))

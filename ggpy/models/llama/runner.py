@@ -19,6 +19,7 @@ import numpy as np
 import ggpy
 from ggpy.backends import make_backend
 
+from .generate import NonFiniteLogitsError, finite
 from .gguf_file import LlamaGGUF
 from .model import CACHE_TYPES, Inputs, KVCache, flash_attention, forward, new_inputs
 
@@ -29,12 +30,16 @@ KV_PAD = 256            # attention reads the cache rows in use rounded up to th
 
 @dataclass
 class Step:
-    """One built graph: its shape key (n_tokens, n_kv, all_logits), inputs and logits tensor."""
+    """One built graph: its key (n_tokens, n_kv, all_logits, head), inputs, logits tensor and, with a sampling head,
+    the tensors the host reads instead of the logits: `picks` (I32 token ids: the argmax, or the top k in
+    descending order) and `values` (F32, their logits)."""
 
     key: tuple
     graph: ggpy.Graph
     inputs: Inputs
     logits: ggpy.Tensor
+    picks: ggpy.Tensor | None = None
+    values: ggpy.Tensor | None = None
 
 
 @dataclass
@@ -53,12 +58,16 @@ class Stats:
     build_s: float = 0.0        # building graphs (op constructors)
     plan_s: float = 0.0         # planning them and binding their kernels (first compute of a plan)
     compute_s: float = 0.0      # setting inputs, computing, reading logits
+    tokens: int = 0             # single-token evaluations (generation)
+    token_host_s: float = 0.0   # their host time: everything but waiting for the device (a queuing backend's)
 
     def line(self, n_tokens: int) -> str:
         per = (self.build_s + self.plan_s) / max(n_tokens, 1)
+        host = (f"; host time per generated token {self.token_host_s / self.tokens * 1e6:.0f} us"
+                if self.tokens else "")
         return (f"graphs: {self.graphs_built} built ({self.build_s * 1e3:.1f} ms) and planned + bound "
                 f"({self.plan_s * 1e3:.1f} ms); planning per token read {per * 1e3:.3f} ms, compute "
-                f"{self.compute_s / max(n_tokens, 1) * 1e3:.3f} ms")
+                f"{self.compute_s / max(n_tokens, 1) * 1e3:.3f} ms{host}")
 
 
 class GraphModel:
@@ -90,8 +99,9 @@ class GraphModel:
         self.cache.buffer.fill(0, self.cache.buffer.size, 0)    # rows past n_past are read (masked): never NaN
         self.stats = Stats()
         self._lanes = {}          # single token or not -> Lane
+        self._heads = {}          # sampling head -> whether the backend runs it
         for n_tokens in {1, self.n_batch}:
-            worst = self._build((n_tokens, self.n_ctx, n_tokens == 1)).graph
+            worst = self._build((n_tokens, self.n_ctx, n_tokens == 1, ())).graph
             self._lanes[n_tokens == 1] = Lane(ggpy.GraphRunner(None, self.backend, reserve=worst))
         self.stats = Stats()      # the evaluations' alone, not the reserves'
         self.reset()
@@ -99,6 +109,7 @@ class GraphModel:
     def reset(self):
         """Forget every token read."""
         self.n_past = 0
+        self._visible = np.full(self.n_ctx, -np.inf, np.float32)   # the mask row of the next token: 0 up to n_past
 
     @property
     def nbytes(self) -> dict:
@@ -107,20 +118,31 @@ class GraphModel:
                 "compute": sum(b.size for lane in self._lanes.values() for b in lane.runner.allocator.buffers)}
 
     def _build(self, key: tuple) -> Step:
+        """The graph of key (n_tokens, n_kv, all_logits, head): the logits, then with head ("argmax",) or ("top_k", k)
+        the sampling head (Step.picks and values) computed on the backend too."""
         t0 = time.perf_counter()
-        n_tokens, n_kv, all_logits = key
+        n_tokens, n_kv, all_logits, head = key
         inputs = new_inputs(ggpy.Context(), n_tokens, n_kv)
         logits = forward(self.weights, self.hp, self.cache, inputs, all_logits, self.flash_attn)
-        step = Step(key, ggpy.Graph().build_forward_expand(logits), inputs, logits)
+        step = Step(key, ggpy.Graph(), inputs, logits)
+        if head:
+            pick = ggpy.argmax(logits) if head[0] == "argmax" else ggpy.top_k(logits, head[1])
+            step.picks = pick.set_name("picks").set_output()
+            rows = ggpy.reshape_2d(logits, 1, self.hp.n_vocab)
+            step.values = ggpy.get_rows(rows, step.picks).set_name("values").set_output()
+            step.graph.build_forward_expand(step.picks).build_forward_expand(step.values)
+        else:
+            step.graph.build_forward_expand(logits)
         self.stats.graphs_built += 1
         self.stats.build_s += time.perf_counter() - t0
         return step
 
-    def _lane(self, n_tokens: int, all_logits: bool) -> Lane:
+    def _lane(self, n_tokens: int, all_logits: bool, head: tuple = ()) -> Lane:
         """The lane of `n_tokens` tokens after n_past, running its current graph while it fits (n_kv, the cache rows
-        read, is n_past + n_tokens rounded up to KV_PAD), else a new one, planned in the lane's reserved memory."""
+        read, is n_past + n_tokens rounded up to KV_PAD; the same sampling head), else a new one, planned in the
+        lane's reserved memory."""
         n_kv = min(self.n_ctx, -(-(self.n_past + n_tokens) // KV_PAD) * KV_PAD)
-        key = (n_tokens, n_kv, all_logits or n_tokens == 1)
+        key = (n_tokens, n_kv, all_logits or n_tokens == 1, head)
         lane = self._lanes[n_tokens == 1]
         if lane.current is None or lane.current.key != key:
             step = self._build(key)
@@ -131,30 +153,89 @@ class GraphModel:
         return lane
 
     def _inputs(self, inp: Inputs, tokens: list) -> dict:
-        """The graph's inputs (by name) for `tokens` read after n_past."""
+        """The graph's inputs (by name) for `tokens` read after n_past (one token: its mask row is kept up to date,
+        nothing is allocated)."""
         n = len(tokens)
+        self._visible[self.n_past:self.n_past + n] = 0
+        if n == 1:
+            return {"tokens": tokens, "pos": [self.n_past], "kq_mask": self._visible[:inp.n_kv]}
         pos = np.arange(self.n_past, self.n_past + n, dtype=np.int32)
         visible = np.arange(inp.n_kv)[None, :] <= pos[:, None]
         return {"tokens": np.asarray(tokens, dtype=np.int32), "pos": pos,
                 "kq_mask": np.where(visible, 0.0, -np.inf).astype(np.float32).reshape(1, 1, n, inp.n_kv)}
 
-    def _eval_chunk(self, tokens: list, all_logits: bool) -> np.ndarray:
-        lane = self._lane(len(tokens), all_logits)
-        step, run = lane.current, lane.runner
-        t0 = time.perf_counter()
-        logits = run.set(**self._inputs(step.inputs, tokens)).compute().get(step.logits).reshape(-1, self.hp.n_vocab)
-        self.stats.compute_s += time.perf_counter() - t0
+    def _run(self, tokens: list, all_logits: bool, head: tuple = ()) -> Step:
+        """Evaluate one chunk of `tokens` (queued where the backend queues) and return its step."""
+        lane = self._lane(len(tokens), all_logits, head)
+        lane.runner.set(**self._inputs(lane.current.inputs, tokens)).compute()
         self.n_past += len(tokens)
+        return lane.current
+
+    def _eval_chunk(self, tokens: list, all_logits: bool) -> np.ndarray:
+        t0 = time.perf_counter()
+        step = self._run(tokens, all_logits)
+        logits = self._lanes[len(tokens) == 1].runner.get(step.logits).reshape(-1, self.hp.n_vocab)
+        self.stats.compute_s += time.perf_counter() - t0
         return logits
+
+    def _check(self, tokens: list):
+        if not tokens or self.n_past + len(tokens) > self.n_ctx:
+            raise ValueError(f"cannot read {len(tokens)} tokens after {self.n_past} (context {self.n_ctx})")
+        if min(tokens) < 0 or max(tokens) >= self.hp.n_vocab:
+            raise ValueError(f"token ids must lie in [0, {self.hp.n_vocab}), got {min(tokens)}..{max(tokens)}")
 
     def eval(self, tokens, all_logits: bool = True) -> np.ndarray:
         """Logits float32 (len(tokens), n_vocab) of `tokens` read after the cached ones, row i the prediction after
         token i; without all_logits only the last row's (1, n_vocab)."""
         tokens = [int(t) for t in tokens]
-        if not tokens or self.n_past + len(tokens) > self.n_ctx:
-            raise ValueError(f"cannot read {len(tokens)} tokens after {self.n_past} (context {self.n_ctx})")
-        if min(tokens) < 0 or max(tokens) >= self.hp.n_vocab:
-            raise ValueError(f"token ids must lie in [0, {self.hp.n_vocab}), got {min(tokens)}..{max(tokens)}")
+        self._check(tokens)
         chunks = [tokens[i:i + self.n_batch] for i in range(0, len(tokens), self.n_batch)]
         logits = [self._eval_chunk(chunk, all_logits) for chunk in chunks]
         return np.concatenate(logits) if all_logits and len(logits) > 1 else logits[-1]
+
+    def next_token(self, tokens, sampler) -> int:
+        """Read `tokens` after the cached ones and choose the token after them with `sampler` (sampling.Sampler),
+        on the backend as far as it goes (Sampler.device_head: greedy reads the argmax, top-k the k best, so only
+        ids and k logits cross to the host). NonFiniteLogitsError when the logits are not all finite."""
+        tokens = [int(t) for t in tokens]
+        self._check(tokens)
+        head = sampler.device_head()
+        if head is None or not self._runs_head(head):
+            t0 = time.perf_counter()
+            token = sampler(finite(self.eval(tokens, all_logits=False), self.n_past)[-1])
+            self._count(tokens, time.perf_counter() - t0)
+            return token
+        for i in range(0, len(tokens) - self.n_batch, self.n_batch):
+            self._eval_chunk(tokens[i:i + self.n_batch], False)
+        last = tokens[(len(tokens) - 1) // self.n_batch * self.n_batch:]
+        t0 = time.perf_counter()
+        step = self._run(last, False, head)
+        run = self._lanes[len(last) == 1].runner
+        t1 = time.perf_counter()
+        run.synchronize()
+        t2 = time.perf_counter()
+        values = run.get(step.values).reshape(-1)
+        if not np.isfinite(values[0]):          # NaN and +inf rank first: the best is finite iff they are absent
+            raise NonFiniteLogitsError(f"the logits after {self.n_past} tokens are not finite (the largest is "
+                                       f"{values[0]})")
+        picks = run.get(step.picks).reshape(-1)
+        token = int(picks[0]) if head[0] == "argmax" else sampler.choose(picks, values)
+        t3 = time.perf_counter()
+        self.stats.compute_s += t3 - t0
+        self._count(last, (t1 - t0) + (t3 - t2))
+        return token
+
+    def _count(self, tokens: list, host_s: float):
+        """Count a single-token evaluation (generation) and its host time."""
+        if len(tokens) == 1:
+            self.stats.tokens += 1
+            self.stats.token_host_s += host_s
+
+    def _runs_head(self, head: tuple) -> bool:
+        """Whether the backend runs the sampling head's ops (else the logits come to the host)."""
+        hit = self._heads.get(head)
+        if hit is None:
+            probe = ggpy.Context().new_tensor(ggpy.F32, (self.hp.n_vocab, 1))
+            pick = ggpy.argmax(probe) if head[0] == "argmax" else ggpy.top_k(probe, head[1])
+            hit = self._heads[head] = self.backend.supports_op(pick)
+        return hit

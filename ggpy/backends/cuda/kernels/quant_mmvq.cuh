@@ -154,6 +154,7 @@ struct mq_q6_k {
     }
 };
 
+#define MMVQ_LOADS 8                            // 32-blocks of b a warp of mmvq_s loads before quantizing them
 extern __shared__ int4 mmvq_shared[];           // SHARED: this matrix's columns of b as q8_1 (N K int8, N K / 32 float2)
 
 // dst F32 (M, N, B2, B3) = a (K, M, A2, A3) x the quantized columns of b (ne1 = b's ne): src1 the temp block, or with
@@ -169,11 +170,20 @@ template <typename Q, bool GLU, bool SHARED> __device__ void mmvq_k(const Args& 
     if (SHARED) {
         signed char* sq = (signed char*)mmvq_shared;
         float2* sds = (float2*)(sq + N * K);
-        const int kb = K >> 5;
-        for (int w = warp; w < N * kb; w += warps) {
-            const int n = w / kb, k = (w % kb) * 32 + lane;
-            const float x = *(const float*)(a.src1 + k * a.nb1[0] + n * a.nb1[1] + i2 * a.nb1[2] + i3 * a.nb1[3]);
-            quantize_32(x, lane, sq + n * K + k - lane, sds + w);
+        const int kb = K >> 5, blocks = N * kb;
+        const char* b = a.src1 + i2 * a.nb1[2] + i3 * a.nb1[3];
+        for (int w0 = warp; w0 < blocks; w0 += MMVQ_LOADS * warps) {   // a round: every load issued, then quantized
+            float x[MMVQ_LOADS];
+            #pragma unroll
+            for (int i = 0; i < MMVQ_LOADS; ++i) {
+                const int w = w0 + i * warps;
+                x[i] = w < blocks ? *(const float*)(b + ((w % kb) * 32 + lane) * a.nb1[0] + (w / kb) * a.nb1[1]) : 0.f;
+            }
+            #pragma unroll
+            for (int i = 0; i < MMVQ_LOADS; ++i) {
+                const int w = w0 + i * warps;
+                if (w < blocks) quantize_32(x[i], lane, sq + (w / kb) * K + (w % kb) * 32, sds + w);
+            }
         }
         __syncthreads();
         xq = sq;
@@ -190,18 +200,29 @@ template <typename Q, bool GLU, bool SHARED> __device__ void mmvq_k(const Args& 
     float acc[MMV_MAX_N], up[GLU ? MMV_MAX_N : 1];
     #pragma unroll
     for (int n = 0; n < MMV_MAX_N; ++n) { acc[n] = 0.f; if (GLU) up[GLU ? n : 0] = 0.f; }
-    #pragma unroll (GLU ? 2 : 4)                 // the loads of several units in flight at once
-    for (int u = lane; u < units; u += 32) {
-        typename Q::W w, wu;
-        Q::load(row, u, w);
-        if (GLU) Q::load(a.src2 + off, u, wu);
+    // units a lane loads before it multiplies them (more loads in flight, more registers): big products (not SHARED)
+    constexpr int R = SHARED ? 1 : GLU ? 2 : 4;
+    for (int u0 = lane; u0 < units; u0 += 32 * R) {
+        typename Q::W w[R], wu[GLU ? R : 1];
         #pragma unroll
-        for (int n = 0; n < MMV_MAX_N; ++n) {
-            if (n < N) {
-                const signed char* x = xq + (i64)n * K + u * Q::UNIT;
-                const float2* s = xds + (i64)n * (K >> 5) + u * (Q::UNIT >> 5);
-                acc[n] += Q::dot(w, x, s);
-                if (GLU) up[GLU ? n : 0] += Q::dot(wu, x, s);
+        for (int r = 0; r < R; ++r) {
+            if (u0 + 32 * r < units) {
+                Q::load(row, u0 + 32 * r, w[r]);
+                if (GLU) Q::load(a.src2 + off, u0 + 32 * r, wu[GLU ? r : 0]);
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const int u = u0 + 32 * r;
+            if (u >= units) break;
+            #pragma unroll
+            for (int n = 0; n < MMV_MAX_N; ++n) {
+                if (n < N) {
+                    const signed char* x = xq + (i64)n * K + u * Q::UNIT;
+                    const float2* s = xds + (i64)n * (K >> 5) + u * (Q::UNIT >> 5);
+                    acc[n] += Q::dot(w[r], x, s);
+                    if (GLU) up[GLU ? n : 0] += Q::dot(wu[GLU ? r : 0], x, s);
+                }
             }
         }
     }

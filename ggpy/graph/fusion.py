@@ -620,7 +620,8 @@ def _other(node, src):
 
 def _glu(m, spec, scan: _Scan) -> Glu | None:
     """gate and up products of one x (m either, the other later in graph order, its weight ready at m's turn), an
-    activation of gate and mul(act, up) in either order, all of one shape, each the only reader of what it reads."""
+    activation of gate and mul(act, up) in either order, all of one shape, each the only reader of what it reads;
+    the gate's activation before the up product when the gate comes first (Glu.nodes is the graph order)."""
     users = scan.users
     user = only_user(m, users)
     if user is None:
@@ -641,9 +642,11 @@ def _glu(m, spec, scan: _Scan) -> Glu | None:
     if (act.src[0] is not gate or only_user(gate, users) is not act or only_user(act, users) is not mul
             or only_user(up, users) is not mul or not gate.ne == up.ne == act.ne == mul.ne
             or not gate.type == up.type == act.type == mul.type
-            or scan.position[id(other)] < scan.position[id(m)] or not scan.ready(other.src[0], m)):
+            or not scan.ready(other.src[0], m)):
         return None
-    return Glu(m, gate, up, act, mul)
+    found = Glu(m, gate, up, act, mul)
+    order = [scan.position[id(n)] for n in found.nodes]      # the planner's run: in graph order, the head first
+    return found if order == sorted(order) else None
 
 
 def _mul_mat_add(m, spec, scan: _Scan) -> MatMulAdd | None:

@@ -404,3 +404,15 @@ def test_rope_set_rows_refused(case):
     ctx = ggpy.Context()
     out = _kv_write(ctx, 2, between=case == "between", read_again=case == "read_again")[3]
     assert _found(out, "rope_set_rows") == []
+
+
+def test_glu_pattern_needs_its_nodes_in_graph_order():
+    """gate, up, silu, mul in that graph order: the run the planner would give one block is not in graph order."""
+    ctx = ggpy.Context()
+    x, wg, wu = _leafs(ctx, (24, 1), (24, 40), (24, 40))
+    gate, up = ggpy.mul_mat(wg, x), ggpy.mul_mat(wu, x)
+    graph = ggpy.Graph().build_forward_expand(gate)
+    graph.build_forward_expand(up)
+    graph.build_forward_expand(ggpy.mul(ggpy.silu(gate), up))
+    assert [n.op for n in graph.nodes] == ["mul_mat", "mul_mat", "silu", "mul"]
+    assert find_fusions(graph, runs("glu")) == {}

@@ -36,6 +36,8 @@ class GraphRunner:
         if reserve is not None:
             (self.sched or self.allocator).reserve(reserve)
         self.graph = None
+        self._kept = {}             # id(graph) -> its plan's state, for `use` to switch back to (one backend)
+        self._in_flight = False     # a compute queued and not waited for (its staged inputs may be unread)
         if graph is not None:
             self.use(graph)
 
@@ -46,13 +48,26 @@ class GraphRunner:
 
     def use(self, graph) -> GraphRunner:
         """Run `graph` (a Graph, or a function returning one) from now on: planned now (a graph equal in structure
-        and shapes to the one planned before replays its plan)."""
+        and shapes to the one planned before replays its plan). On one backend the last KEPT graphs planned stay
+        ready: switching back to one whose plan still fits the buffers (none grew since) plans nothing, its bound
+        kernels and CUDA graph are replayed (its inputs must be set again: the graphs share the memory)."""
         graph = graph if isinstance(graph, Graph) else graph()
         if not isinstance(graph, Graph):
             raise TypeError(f"GraphRunner runs a ggpy Graph (or a function returning one), got {type(graph).__name__}")
         self.graph = graph
-        self._plan()
+        state = self._kept.get(id(graph))
+        if state is not None and state[0] is graph and state[1] == self._still(graph):
+            self._version, self._inputs, self._outputs, self._input_ids, self._output_ids, self._staging = state[2:]
+            self._unset, self._computed = dict(self._input_ids), False
+        else:
+            self._plan()
         return self
+
+    KEPT = 8
+
+    def _still(self, graph) -> tuple:
+        """What must be unchanged for a kept graph's plan to hold: its version and plan, and the buffers."""
+        return graph.version, id(graph.plan), tuple(id(b) for b in self.allocator.buffers)
 
     def _plan(self):
         g = self.graph
@@ -68,10 +83,15 @@ class GraphRunner:
         self._inputs, self._outputs = _by_name(inputs), _by_name(outputs)
         self._staging = None if self.sched is not None else self.allocator.backend.stage(
             g, inputs, [t for t in g.nodes if t.is_output])
-        self._in_flight = False
         self._input_ids, self._output_ids = {id(t): t for t in inputs}, {id(t): t for t in outputs}
         self._unset = dict(self._input_ids)
         self._computed = False
+        if self.sched is None:
+            self._kept.pop(id(g), None)
+            self._kept[id(g)] = (g, self._still(g), self._version, self._inputs, self._outputs, self._input_ids,
+                                 self._output_ids, self._staging)
+            while len(self._kept) > self.KEPT:
+                del self._kept[next(iter(self._kept))]
 
     def _runs(self) -> list:
         """(backend, planned graph) of each split, in order (the graph itself on one backend)."""

@@ -146,3 +146,33 @@ def test_cuda_runner_equals_cpu_runner(cuda_backend):
             for out in ("p", "energy"):
                 assert np.allclose(got[name][out], got["cpu"][out], rtol=1e-4, atol=1e-6), (name, out)
                 assert close(got[name][out], ref[out], 1e-4), (name, out)
+
+
+def test_switching_back_to_a_kept_graph_plans_nothing():
+    """use(A), use(B), use(A): A's plan and bound kernels are kept (nothing planned again) while the buffers hold; its
+    inputs must be set again (B wrote over the memory); a graph that grows the buffers sends A to be planned again."""
+    cpu = CPUBackend(n_threads=2)
+    wv, iv = weight_values(7), input_values(7)
+    a, w = build(cpu)
+    set_weights(w, wv)
+    ctx = ggpy.Context()
+    x = ctx.new_tensor(ggpy.F32, (HD, N)).set_name("x").set_input()
+    b = ggpy.Graph().build_forward_expand(ggpy.scale(ggpy.mul(x, x), 0.5).set_name("y"))
+    runner = ggpy.GraphRunner(a, cpu)
+    first = run(runner, iv)
+    xv = np.random.default_rng(7).uniform(-1, 1, (N, HD)).astype(np.float32)
+    runner.use(b).set(x=xv).compute()
+    assert close(runner.get("y"), 0.5 * xv * xv)
+    plans = runner.allocator.n_plans
+    runner.use(a)
+    assert runner.allocator.n_plans == plans
+    with pytest.raises(ggpy.AllocationError, match="not set since"):
+        runner.compute()
+    again = run(runner, iv)
+    assert runner.allocator.n_plans == plans
+    assert all(np.array_equal(first[k], again[k]) for k in first)
+    big = ctx.new_tensor(ggpy.F32, (HD * 64, N * 64)).set_name("big").set_input()
+    runner.use(ggpy.Graph().build_forward_expand(ggpy.scale(big, 2.0)))      # the buffers grow
+    runner.use(a)
+    assert runner.allocator.n_plans == plans + 2
+    assert close(run(runner, iv)["p"], reference(wv, iv)["p"])

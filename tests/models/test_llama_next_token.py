@@ -13,12 +13,14 @@ from ggpy.models.llama.sampling import Sampler
 SEED = int(np.random.SeedSequence().entropy % 2**32)
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    """Two GraphModels of one random GGUF: one choosing on the backend, one handing out its logits."""
+@pytest.fixture(scope="module", params=["cpu", "cuda"])
+def pair(request, tmp_path_factory):
+    """Two GraphModels of one random GGUF on one backend: one choosing on the backend, one handing out its logits
+    (cuda: skipped without a GPU)."""
+    backend = request.getfixturevalue("cuda_backend") if request.param == "cuda" else "cpu"
     path = write_tiny_llama(tmp_path_factory.mktemp("model") / "tiny.gguf", seed=SEED, n_layer=2)
     model = open_llama(path)
-    return GraphModel(model, "cpu", 2, n_ctx=64), GraphModel(model, "cpu", 2, n_ctx=64)
+    return GraphModel(model, backend, 2, n_ctx=64), GraphModel(model, backend, 2, n_ctx=64)
 
 
 @pytest.mark.parametrize("temp, top_k, top_p", [(0, 40, 0.95), (0.8, 40, 0.95), (1.5, 5, 1.0), (0.9, 0, 0.9)])

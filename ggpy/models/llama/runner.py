@@ -12,7 +12,7 @@ graph stays planned while prompts come and go.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -44,10 +44,12 @@ class Step:
 
 @dataclass
 class Lane:
-    """A GraphRunner with its memory reserved, and the step whose graph it planned last (None before the first)."""
+    """A GraphRunner with its memory reserved, the step it runs now (None before the first) and the steps it has
+    built, by key: the runner keeps their plans (GraphRunner.KEPT), so a key met again is neither built nor planned."""
 
     runner: ggpy.GraphRunner
     current: Step | None = None
+    steps: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -145,7 +147,10 @@ class GraphModel:
         key = (n_tokens, n_kv, all_logits or n_tokens == 1, head)
         lane = self._lanes[n_tokens == 1]
         if lane.current is None or lane.current.key != key:
-            step = self._build(key)
+            step = lane.steps.pop(key, None) or self._build(key)
+            lane.steps[key] = step
+            while len(lane.steps) > lane.runner.KEPT:
+                del lane.steps[next(iter(lane.steps))]
             t0 = time.perf_counter()
             lane.runner.use(step.graph)
             lane.current = step

@@ -25,12 +25,13 @@ class GraphRunner:
     before the compute that reads it (a new plan may move the inputs: compute refuses inputs not set since).
     """
 
-    def __init__(self, graph, on, *, reserve: Graph | None = None):
+    def __init__(self, graph, on, *, reserve: Graph | None = None, keep: int = 8):
         """graph: a Graph, or a function returning one (called here), or None (nothing to run until `use`). on: a
         Backend; or a Scheduler, or a list of backends in priority order (the CPU last) for a Scheduler of this
         runner's own, for graphs that one backend may not run whole. reserve: a worst-case graph whose memory is
         reserved first, so that the graphs run later (`use`) that need no more are planned without growing the
-        buffers."""
+        buffers. keep: how many planned graphs `use` keeps ready to switch back to (one backend)."""
+        self.keep = keep
         self.sched = Scheduler(on) if isinstance(on, (list, tuple)) else on if isinstance(on, Scheduler) else None
         self.allocator = None if self.sched is not None else GraphAllocator(on)
         if reserve is not None:
@@ -48,7 +49,7 @@ class GraphRunner:
 
     def use(self, graph) -> GraphRunner:
         """Run `graph` (a Graph, or a function returning one) from now on: planned now (a graph equal in structure
-        and shapes to the one planned before replays its plan). On one backend the last KEPT graphs planned stay
+        and shapes to the one planned before replays its plan). On one backend the last `keep` graphs planned stay
         ready: switching back to one whose plan still fits the buffers (none grew since) plans nothing, its bound
         kernels and CUDA graph are replayed (its inputs must be set again: the graphs share the memory)."""
         graph = graph if isinstance(graph, Graph) else graph()
@@ -62,8 +63,6 @@ class GraphRunner:
         else:
             self._plan()
         return self
-
-    KEPT = 8
 
     def _still(self, graph) -> tuple:
         """What must be unchanged for a kept graph's plan to hold: its version and plan, and the buffers."""
@@ -90,7 +89,7 @@ class GraphRunner:
             self._kept.pop(id(g), None)
             self._kept[id(g)] = (g, self._still(g), self._version, self._inputs, self._outputs, self._input_ids,
                                  self._output_ids, self._staging)
-            while len(self._kept) > self.KEPT:
+            while len(self._kept) > self.keep:
                 del self._kept[next(iter(self._kept))]
 
     def _runs(self) -> list:

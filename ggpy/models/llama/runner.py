@@ -25,6 +25,7 @@ from .model import CACHE_TYPES, Inputs, KVCache, flash_attention, forward, new_i
 
 DEFAULT_CTX = 4096      # llama.cpp's default context, when the model's is longer
 DEFAULT_BATCH = 512     # tokens per evaluation of a prompt (llama.cpp's default micro-batch)
+KEEP = 24               # planned graphs a lane keeps: prompt chunks and tokens at that many context sizes
 KV_PAD = 256            # attention reads the cache rows in use rounded up to this (llama.cpp pads likewise)
 
 
@@ -45,7 +46,7 @@ class Step:
 @dataclass
 class Lane:
     """A GraphRunner with its memory reserved, the step it runs now (None before the first) and the steps it has
-    built, by key: the runner keeps their plans (GraphRunner.KEPT), so a key met again is neither built nor planned."""
+    built, by key: the runner keeps their plans (GraphRunner's keep), so a key met again is neither built nor planned."""
 
     runner: ggpy.GraphRunner
     current: Step | None = None
@@ -104,7 +105,7 @@ class GraphModel:
         self._heads = {}          # sampling head -> whether the backend runs it
         for n_tokens in {1, self.n_batch}:
             worst = self._build((n_tokens, self.n_ctx, n_tokens == 1, ())).graph
-            self._lanes[n_tokens == 1] = Lane(ggpy.GraphRunner(None, self.backend, reserve=worst))
+            self._lanes[n_tokens == 1] = Lane(ggpy.GraphRunner(None, self.backend, reserve=worst, keep=KEEP))
         self.stats = Stats()      # the evaluations' alone, not the reserves'
         self.reset()
 
@@ -149,7 +150,7 @@ class GraphModel:
         if lane.current is None or lane.current.key != key:
             step = lane.steps.pop(key, None) or self._build(key)
             lane.steps[key] = step
-            while len(lane.steps) > lane.runner.KEPT:
+            while len(lane.steps) > lane.runner.keep:
                 del lane.steps[next(iter(lane.steps))]
             t0 = time.perf_counter()
             lane.runner.use(step.graph)

@@ -416,3 +416,19 @@ def test_glu_pattern_needs_its_nodes_in_graph_order():
     graph.build_forward_expand(ggpy.mul(ggpy.silu(gate), up))
     assert [n.op for n in graph.nodes] == ["mul_mat", "mul_mat", "silu", "mul"]
     assert find_fusions(graph, runs("glu")) == {}
+
+
+def test_rope_set_rows_index_out_of_range():
+    """The fused KV write refuses a row index outside the cache as set_rows does (RowIndexError naming the node)."""
+    ctx = ggpy.Context()
+    r, rows, written, out, pos, cache = _kv_write(ctx, 2)
+    written.set_name("k_store")
+    graph = ggpy.Graph().build_forward_expand(out)
+    backend = ggpy.CPUBackend(n_threads=1)
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    assert "rope+set_rows" in [step.name for step in backend.program(graph)]
+    r.src[0].set(np.ones((2, 2, 8), np.float32))
+    cache.set(np.zeros((10, 16), np.float16))
+    pos.set(np.array([3, 10], np.int32))
+    with pytest.raises(ggpy.errors.RowIndexError, match="k_store"):
+        backend.compute(graph)

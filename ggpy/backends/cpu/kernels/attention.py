@@ -65,8 +65,14 @@ def _row_q8_0(buf, src, at):
             buf[32 * b + i] = d * np.float32(np.int8(row[34 * b + 2 + i]))
 
 
-ROWS = (_row_float, _row_q8_0)
-"""Row loaders by code: 0 float types, 1 Q8_0."""
+@scalar
+def _row(code, buf, src, at):
+    """buf[:] = the row of src at `at`: code 0 a float row, 1 a Q8_0 row (direct calls: inlined, so the loops
+    vectorise in place; code is a literal, the other branch compiled away)."""
+    if code == 0:
+        _row_float(buf, src, at)
+    else:
+        _row_q8_0(buf, src, at)
 
 
 @njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc", "contract", "nsz", "arcp"})
@@ -75,9 +81,8 @@ def flash_attn_units(kcode, vcode, d, part, q, kf, ks, vf, vs, m, slopes, scale,
     over the keys of tiles c, c + n_chunks, ... With one chunk d[i3, i1, h] is the result (d (S, N, H, Dv), q (S, H, N,
     D)); else part[r, c, h] = (max, sum, accumulator...) (float32 (rows, n_chunks, group, 2 + Dv)). m None or (M3,
     M2, >= N, n_kv). K and V as flat runs of their memory from their first element (C-contiguous: the row loads
-    vectorise), ks / vs = (Sk, Hk, n_kv, strides of dims 3, 2, 1 in the run's elements); kcode / vcode pick their row
-    loader (ROWS)."""
-    load_k, load_v = ROWS[kcode], ROWS[vcode]
+    vectorise), ks / vs = (Sk, Hk, n_kv, strides of dims 3, 2, 1 in the run's elements); kcode / vcode: their row
+    type (_row's code)."""
     n_seq, n_head, n, dk = q.shape
     kv_heads, n_kv = ks[1], ks[2]
     dv = d.shape[3]
@@ -120,7 +125,7 @@ def flash_attn_units(kcode, vcode, d, part, q, kf, ks, vf, vs, m, slopes, scale,
             for jj in range(nt):                # scores
                 if not live[jj]:
                     continue
-                load_k(kbuf, kf, k0 + (t0 + jj) * ks[5])
+                _row(kcode, kbuf, kf, k0 + (t0 + jj) * ks[5])
                 for h in range(group):
                     s = np.float32(0.0)
                     for i in range(dk):
@@ -155,7 +160,7 @@ def flash_attn_units(kcode, vcode, d, part, q, kf, ks, vf, vs, m, slopes, scale,
             for jj in range(nt):                # weighted value rows
                 if not live[jj]:
                     continue
-                load_v(vbuf, vf, v0 + (t0 + jj) * vs[5])
+                _row(vcode, vbuf, vf, v0 + (t0 + jj) * vs[5])
                 for h in range(group):
                     w = sc[h, jj]
                     for i in range(dv):

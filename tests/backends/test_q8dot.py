@@ -144,3 +144,11 @@ def test_fused_glu_and_residual_add_equal_the_nodes_one_by_one(t, n):
                          [f"q8_{t.name}", "silu", f"q8_{t.name}", "mul", f"q8_{t.name}", "add"])
     fused, nodes = results
     assert np.sum((fused - nodes) ** 2) / np.sum(nodes ** 2) < 1e-12
+
+
+def test_autotune_times_q8_beside_the_exact_path():
+    ctx = ggpy.Context()
+    node = ggpy.mul_mat(ctx.new_tensor(ggpy.Q4_K, (512, 96)), ctx.new_tensor(ggpy.F32, (512, 2)))
+    backend = ggpy.CPUBackend(n_threads=2)
+    winner, times = backend.measure_impls(KERNELS["mul_mat"], node, KERNELS["mul_mat"].candidates(node, backend))
+    assert {"dot", "q8"} <= set(times) and all(s > 0 for s in times.values()) and winner in times

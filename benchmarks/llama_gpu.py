@@ -1,13 +1,13 @@
 """Text generation on the GPU: ggpy's llama graph on CUDA beside llama.cpp's llama-bench, on the same files.
 
-    python benchmarks/llama_gpu.py [-m MODEL.gguf ...] [--shapes smollm2,llama1b] [--depths 0,4096] [--gen 128]
+    python benchmarks/llama_gpu.py [-m MODEL.gguf ...] [--models smollm2-q4_1,...] [--depths 0,4096] [--gen 128]
                                    [--rounds 3] [--llama-cpp BIN_DIR] [--out DIR]
 
 Without -m, random models (tests/models/llama_tiny.py; the GPU machine cannot download, and tokens/s do not depend on
 the values) written once into --out: SmolLM2-135M's shape (30 blocks, width 576, 9 query / 3 KV heads, MLP 1536,
 vocabulary 49152, tied output) in Q4_1 and Q8_0, and Llama-3.2-1B's (16 blocks, width 2048, 32 / 8 heads, MLP 8192,
 vocabulary 128256, rope base 500000 with llama3 rope scaling) written F16 and quantized to Q4_K_M and Q8_0 by
-llama.cpp's llama-quantize from --llama-cpp (the 1B shape is skipped without it).
+llama.cpp's llama-quantize from --llama-cpp (skipped without it).
 
 ggpy runs what `ggpy-llama -b cuda --temp 0` runs (GraphModel + generate: F16 KV cache, flash attention when the
 backend has it, the greedy token chosen on the GPU). At each context depth d a round forgets the cache, reads d
@@ -85,14 +85,14 @@ def models(opts) -> list:
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for shape in opts.shapes.split(","):
-        if shape == "smollm2":
-            paths += [write_model(out, shape, w) for w in ("q4_1", "q8_0")]
+    for name in opts.models.split(","):
+        shape, weights = name.split("-", 1)
+        if weights in ("q4_1", "q8_0") and shape == "smollm2":
+            paths.append(write_model(out, shape, weights))
         elif opts.llama_cpp:
-            f16 = write_model(out, shape, "f16")
-            paths += [quantize(f16, k, Path(opts.llama_cpp)) for k in ("Q4_K_M", "Q8_0")]
+            paths.append(quantize(write_model(out, shape, "f16"), weights.upper(), Path(opts.llama_cpp)))
         else:
-            print(f"{shape}: skipped (llama-quantize needs --llama-cpp)", flush=True)
+            print(f"{name}: skipped (llama-quantize needs --llama-cpp)", flush=True)
     return paths
 
 
@@ -172,13 +172,18 @@ def bench_llama_cpp(path: Path, opts) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-m", "--model", action="append", help="GGUF file(s); default: the random models above")
-    p.add_argument("--shapes", default="smollm2,llama1b")
+    p.add_argument("--models", default="smollm2-q4_1,smollm2-q8_0,llama1b-q4_k_m,llama1b-q8_0",
+                   help="random models: SHAPE-TYPE, SHAPE smollm2 or llama1b")
     p.add_argument("--depths", default="0,4096", help="context depths (0,4096)")
     p.add_argument("--gen", type=int, default=128)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--llama-cpp", metavar="BIN_DIR", help="llama.cpp's build/bin (llama-bench, llama-quantize)")
     p.add_argument("--out", default="/tmp/ggpy-bench-models", help="folder of the random models")
+    p.add_argument("--prepare-only", action="store_true", help="write (and quantize) the models, then stop")
     opts = p.parse_args(argv)
+    if opts.prepare_only:
+        print("\n".join(str(m) for m in models(opts)))
+        return 0
     import ggpy
     backend = ggpy.backends.make_backend("cuda")
     print(f"{backend}; pp{PP} and tg{opts.gen} at depths {opts.depths}, {opts.rounds} rounds after a first",
@@ -192,6 +197,7 @@ def main(argv=None) -> int:
             ratio = (f"{r['pp'] / lpp:.2f} | {r['tg'] / ltg:.2f}" if lpp and ltg else "- | -")
             table.append(f"| {path.name} | {d} | {r['pp']:.0f} | {r['tg']:.0f} | {lpp or 0:.0f} | {ltg or 0:.0f} | "
                          f"{ratio} |")
+            print(table[-1], flush=True)
             m = r["memory"]
             extra.append(f"| {path.name} | {d} | {r['host_us']:.0f} | {r['kernels']} | {r['bandwidth'] / 1e9:.0f} | "
                          f"{r['first_token_s'] * 1e3:.0f} | {r['load_s']:.1f} | {m['weights'] / 2**20:.0f} / "

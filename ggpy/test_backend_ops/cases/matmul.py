@@ -196,18 +196,20 @@ def _mul_mat_add(ctx, t, k, m, n, residual_first):
 
 def decode_fusion_cases():
     """The gate / up products with their gated unit and a product with its residual add, one token (mat-vec) to a few
-    and a prompt's worth, float and quantized weights; each against every node's reference in turn."""
+    and a prompt's worth, float and quantized weights; each against every node's reference in turn, and on the CPU
+    run by its fused q8 mat-vec where the weights are quantized and b has at most 8 columns."""
     out = []
     for t in (F32, F16, Q4_0, Q8_0, Q4_K, Q6_K):
         nmse = DECODE_Q8_NMSE if t.quantized else 5e-7
         k0 = 256 if t.block == 256 else 64
         for k, m, n in ((k0, 96, 1), (2 * k0, 33, 3), (k0, 40, 9)):
+            q8 = f"q8_{t.name}\\+" if t.quantized and n <= 8 else None      # the CPU's fused q8 mat-vec
             for act, up_first in (("silu", False), ("silu", True), ("gelu", False)):
                 out.append(OpCase("mul", f"fused,glu,{act},{t.name},K={k},M={m},N={n},up_first={up_first}",
                                   lambda ctx, t=t, k=k, m=m, n=n, a=act, u=up_first: _glu(ctx, t, k, m, n, a, u),
-                                  reference=evaluate, max_nmse=nmse))
+                                  reference=evaluate, max_nmse=nmse, kernel=q8 and f"{q8}glu_{act}"))
             for residual_first in (True, False):
                 out.append(OpCase("add", f"fused,mul_mat+add,{t.name},K={k},M={m},N={n},r_first={residual_first}",
                                   lambda ctx, t=t, k=k, m=m, n=n, r=residual_first: _mul_mat_add(ctx, t, k, m, n, r),
-                                  reference=evaluate, max_nmse=nmse))
+                                  reference=evaluate, max_nmse=nmse, kernel=q8 and f"{q8}add"))
     return out

@@ -84,10 +84,10 @@ class _Ints:
         return self.b.shl(self.b.zext(bits, self.v8), self.splat8(4))
 
     def signed(self, w, y):
-        """(|w|, y with its sign flipped where w < 0): the unsigned-by-signed operands of signed w times y."""
-        neg = self.b.icmp_signed("<", w, self.splat8(0))
-        zero = self.splat8(0)
-        return self.b.select(neg, self.b.sub(zero, w), w), self.b.select(neg, self.b.sub(zero, y), y)
+        """(|w|, y with its sign flipped where w < 0, zero where w == 0: vpabsb, vpsignb): the unsigned-by-signed
+        operands of signed w times y."""
+        mag = self.b.call(self.fn("llvm.abs.v32i8", self.v8, [self.v8, ir.IntType(1)]), [w, ir.Constant(ir.IntType(1), 0)])
+        return mag, self.b.call(self.fn("llvm.x86.avx2.psign.b", self.v8, [self.v8, self.v8]), [y, w])
 
     def madd(self, u, y):
         """<8 x i32>: lane i = sum of u[4i + t] * y[4i + t], t < 4 (u unsigned bytes, y signed; no saturation for
@@ -114,7 +114,7 @@ class _Ints:
 
     def total(self, acc, extra):
         reduce = self.fn("llvm.vector.reduce.fadd.v8f32", self.f32, [self.f32, self.vf])
-        return self.b.fadd(self.b.call(reduce, [ir.Constant(self.f32, 0.0), acc]), extra)
+        return self.b.fadd(self.b.call(reduce, [ir.Constant(self.f32, 0.0), acc], fastmath=("reassoc",)), extra)
 
     def activation(self, xq, xd, xs, t):
         """Activation block t (an integer value): its quants, d and s."""
@@ -182,7 +182,8 @@ def dot_q8_blocks32(typingctx, mode, row, xq, xd, xs, nblocks, size, m_at, qh_at
                 if kind == NIBBLE_WORD_BIT:
                     w = b.or_(w, v.word_bits(b.add(blk, qh_at)))
             b.store(v.scaled(b.load(acc), b.fmul(d, dy), v.madd(w, y)), acc)
-            b.store(b.fadd(b.load(low), b.fmul(m, sy)), low)
+            if kind != INT8:                            # Q8_0's blocks have no offset
+                b.store(b.fadd(b.load(low), b.fmul(m, sy)), low)
         two = ir.Constant(nblocks.type, 2)
         with cgutils.for_range(b, b.sdiv(nblocks, two)) as loop:        # two chains of sums: blocks 2i and 2i + 1
             step(b.mul(loop.index, two), *sums[:2])

@@ -425,33 +425,33 @@ def _bind_quantized(b: BoundNode, d, a, x, temp, prepare: list):
 # -- a block-quantized a on integer dot products ---------------------------------------------------------------
 
 @kernel
-def mul_mat_q8_rows(code, code_up, act, d, a, up, x, res, xf, xq, xd, xs, ith, nth):
+def mul_mat_q8_rows(code, code_up, act, d, a, up, x, res, xf, xq, xds, ith, nth):
     """d[i3, i2, n, r] = dot(row r of a[a3, a2], x[i3, i2, n]) for worker ith's block of the M rows of every matrix, on
     integer dot products: the worker first quantizes the matrix's rows of x into its activation blocks xq[ith],
-    xd[ith], xs[ith] (q8dot.py; a row of x with no unit stride is gathered into xf[ith] first). Fused (arrays with
+    xds[ith] (q8dot.py; a row of x with no unit stride is gathered into xf[ith] first). Fused (arrays with
     elements): with `up` (of type code_up, a's shape), d = act(a . x) * (up . x) (the glu pattern: a the gate); with
     `res` (d's shape), d += res (mul_mat_add)."""
     g, h, f = DOT_Q8[code], DOT_Q8[code_up], EPILOGUE_FUNCS[act]
     zero = np.float32(0.0)
     b3, b2, n, m = d.shape
-    q, qd, qs, row = xq[ith], xd[ith], xs[ith], xf[ith]
+    q, ds, row = xq[ith], xds[ith], xf[ith]
     m0, m1 = block(m, ith, nth)
     for i3 in range(b3):
         for i2 in range(b2):
             for j in range(n):
                 if x.strides[3] == 4:
-                    quantize_row_q8(q[j], qd[j], qs[j], x[i3, i2, j])
+                    quantize_row_q8(q[j], ds[j], x[i3, i2, j])
                 else:
                     row[:] = x[i3, i2, j]
-                    quantize_row_q8(q[j], qd[j], qs[j], row)
+                    quantize_row_q8(q[j], ds[j], row)
             a3, a2 = i3 // (b3 // a.shape[0]), i2 // (b2 // a.shape[1])
             aa = a[a3, a2]
             uu = up[a3, a2] if up.size else aa
             for r in range(m0, m1):
                 for j in range(n):
-                    v = g(aa[r], q[j], qd[j], qs[j])
+                    v = g(aa[r], q[j], ds[j])
                     if up.size:
-                        v = f(v, zero, zero) * h(uu[r], q[j], qd[j], qs[j])
+                        v = f(v, zero, zero) * h(uu[r], q[j], ds[j])
                     if res.size:
                         v += res[i3, i2, j, r]
                     d[i3, i2, j, r] = v
@@ -461,18 +461,17 @@ def _q8_scratch_bytes(node) -> int:
     """One worker's temp for q8: x's rows per matrix as activation blocks (K int8, and two float32 per 32) and a
     float32 row of x."""
     k = node.src[0].ne[0]
-    return _aligned(_x_rows(node) * k) + 2 * _aligned(_x_rows(node) * k // QK * 4) + _aligned(k * 4)
+    return _aligned(_x_rows(node) * k) + _aligned(_x_rows(node) * k // QK * 8) + _aligned(k * 4)
 
 
 def _q8_scratch(temp: np.ndarray, nth: int, x: np.ndarray) -> tuple:
-    """The workers' (xf, xq, xd, xs) in temp (float32), laid out as _q8_scratch_bytes says."""
+    """The workers' (xf, xq, xds) in temp, laid out as _q8_scratch_bytes says."""
     n, k = x.shape[2], x.shape[3]
     raw = temp.view(np.uint8)
-    sizes = (_aligned(k * 4), _aligned(n * k), _aligned(n * k // QK * 4), _aligned(n * k // QK * 4))
+    sizes = (_aligned(k * 4), _aligned(n * k), _aligned(n * k // QK * 8))
     per, out, at = sum(sizes), [], 0
     workers = raw[:nth * per].reshape(nth, per)
-    for size, dtype, shape in zip(sizes, (np.float32, np.int8, np.float32, np.float32), ((k,), (n, k), (n, k // QK),
-                                                                                          (n, k // QK))):
+    for size, dtype, shape in zip(sizes, (np.float32, np.int8, np.float32), ((k,), (n, k), (n, k // QK * 2))):
         count = int(np.prod(shape))
         out.append(workers[:, at:at + count * np.dtype(dtype).itemsize].view(dtype).reshape((nth,) + shape))
         at += size

@@ -3,11 +3,12 @@ into 8-bit blocks of 32 and each weight block's quants multiply them as int8 x i
 block in float32.
 
 Activations (quantize_q8): ggml's q8_1 with float32 scales, stored apart: per 32 values x, d = max|x| / 127, the int8
-quants q = round(x / d) (ties to even) and s = d * sum(q). Every weight type uses these blocks (the K-quants too, one
-activation scale per 32 instead of q8_K's per 256), so a block whose values are d_w * q_w + m_w gives
-d_w * d * sum(q_w q) + m_w * s. The int8 products are x86 instructions named in LLVM IR: vpmaddubsw + vpmaddwd on
-AVX2, vpdpbusd with AVX512-VNNI (+VL) or AVX-VNNI; both multiply unsigned by signed bytes, so signed weights (Q8_0,
-Q6_K's q - 32) go in as |q_w| with the activation's sign flipped where q_w < 0, as ggml does.
+quants q = round(x / d) (ties to even) and s = d * sum(q), the (d, s) of all blocks in one float32 array of pairs.
+Every weight type uses these blocks (the K-quants too, one activation scale per 32 instead of q8_K's per 256), so a
+block whose values are d_w * q_w + m_w gives d_w * d * sum(q_w q) + m_w * s. The int8 products are x86 instructions
+named in LLVM IR: vpmaddubsw + vpmaddwd on AVX2, vpdpbusd with AVX512-VNNI (+VL) or AVX-VNNI; both multiply unsigned
+by signed bytes, so signed weights (Q8_0, Q6_K's q - 32) go in as |q_w| with the activation's sign flipped where
+q_w < 0 (vpsignb), as ggml does.
 """
 import llvmlite.binding as llvm
 import numpy as np
@@ -116,19 +117,22 @@ class _Ints:
         reduce = self.fn("llvm.vector.reduce.fadd.v8f32", self.f32, [self.f32, self.vf])
         return self.b.fadd(self.b.call(reduce, [ir.Constant(self.f32, 0.0), acc], fastmath=("reassoc",)), extra)
 
-    def activation(self, xq, xd, xs, t):
-        """Activation block t (an integer value): its quants, d and s."""
-        n = self.b.mul(t, ir.Constant(t.type, 4))
-        return (self.bytes32(self.b.add(xq, self.b.mul(t, ir.Constant(t.type, QK)))),
-                self.scalar(self.b.add(xd, n), self.f32), self.scalar(self.b.add(xs, n), self.f32))
+    def activation(self, xq, xds, t):
+        """Activation block t (an integer value): its quants and <d, s>."""
+        pair = self.b.load(self.ptr(self.b.add(xds, self.b.mul(t, ir.Constant(t.type, 8))), ir.VectorType(self.f32, 2)),
+                           align=4)
+        return self.bytes32(self.b.add(xq, self.b.mul(t, ir.Constant(t.type, QK)))), pair
+
+    def lane(self, v, i):
+        return self.b.extract_element(v, ir.Constant(self.i32, i))
 
 
 @intrinsic
-def quantize_q8(typingctx, x, xq, xd, xs, nblocks):
-    """The activation blocks (module doc) of the nblocks * 32 float32 at address x: quants at xq, d at xd, s at
-    xs (addresses)."""
+def quantize_q8(typingctx, x, xq, xds, nblocks):
+    """The activation blocks (module doc) of the nblocks * 32 float32 at address x: quants at xq, (d, s) pairs at xds
+    (addresses)."""
     def codegen(context, builder, sig, args):
-        x, xq, xd, xs, nblocks = args
+        x, xq, xds, nblocks = args
         v = _Ints(builder)
         b = builder
         vf32 = ir.VectorType(v.f32, 32)
@@ -146,44 +150,47 @@ def quantize_q8(typingctx, x, xq, xd, xs, nblocks):
             q = b.trunc(q32, v.v8)
             b.store(q, v.ptr(b.add(xq, b.mul(i, ir.Constant(i.type, QK))), v.v8), align=1)
             total = b.call(v.fn("llvm.vector.reduce.add.v32i32", v.i32, [q32.type]), [q32])
-            at = b.mul(i, ir.Constant(i.type, 4))
-            b.store(d, v.ptr(b.add(xd, at), v.f32), align=1)
-            b.store(b.fmul(d, b.sitofp(total, v.f32)), v.ptr(b.add(xs, at), v.f32), align=1)
+            at = b.add(xds, b.mul(i, ir.Constant(i.type, 8)))
+            b.store(d, v.ptr(at, v.f32), align=4)
+            b.store(b.fmul(d, b.sitofp(total, v.f32)), v.ptr(b.add(at, ir.Constant(i.type, 4)), v.f32), align=4)
         return context.get_dummy_value()
     i = types.intp
-    return types.void(i, i, i, i, i), codegen
+    return types.void(i, i, i, i), codegen
 
 
 @intrinsic(prefer_literal=True)
-def dot_q8_blocks32(typingctx, mode, row, xq, xd, xs, nblocks, size, m_at, qh_at, qs_at, center):
+def dot_q8_blocks32(typingctx, mode, has_min, row, xq, xds, nblocks, size, qh_at, qs_at, center):
     """sum over the nblocks 32-blocks of a row (bytes at address row, `size` each) of the block's values . the
-    activation blocks at xq, xd, xs: a block with f16 d at byte 0 holds d * (q - center), or, when m_at > 0, d * q + m
-    with f16 m at byte m_at; its quants are nibbles at qs_at (NIBBLE; NIBBLE_WORD_BIT: fifth bits in the uint32 at
-    qh_at) or int8 at qs_at (INT8, center 0)."""
-    if not isinstance(mode, types.IntegerLiteral):
+    activation blocks at xq, xds: a block with f16 d at byte 0 holds d * (q - center), or, with has_min (a literal),
+    d * q + m with f16 m at byte 2; its quants are nibbles at qs_at (NIBBLE; NIBBLE_WORD_BIT: fifth bits in the uint32
+    at qh_at) or int8 at qs_at (INT8, center 0)."""
+    if not isinstance(mode, types.IntegerLiteral) or not isinstance(has_min, types.IntegerLiteral):
         return None
     kind = mode.literal_value
 
     def codegen(context, builder, sig, args):
-        _, row, xq, xd, xs, nblocks, size, m_at, qh_at, qs_at, center = args
+        _, _, row, xq, xds, nblocks, size, qh_at, qs_at, center = args
         b, v = builder, _Ints(builder)
-        sums = [cgutils.alloca_once_value(b, ir.Constant(t, z)) for t, z in ((v.vf, [0.0] * 8), (v.f32, 0.0)) * 2]
+        v2 = ir.VectorType(v.f32, 2)
+        sums = [cgutils.alloca_once_value(b, ir.Constant(t, z)) for t, z in ((v.vf, [0.0] * 8), (v2, [0.0] * 2)) * 2]
 
         def step(index, acc, low):
             blk = b.add(row, b.mul(index, size))
-            d = v.half(blk)
-            m = b.select(b.icmp_signed(">", m_at, ir.Constant(m_at.type, 0)), v.half(b.add(blk, m_at)),
-                         b.fmul(d, b.fneg(center)))
-            y, dy, sy = v.activation(xq, xd, xs, index)
+            if has_min.literal_value:                    # <d, m> of the block times <d, s> of the activations
+                dm = b.fpext(v.scalar(blk, ir.VectorType(ir.HalfType(), 2)), v2)
+            else:                                        # <d, d>: the offset's -center applied to the sum at the end
+                dm = v.splat(v.half(blk), v2)
+            y, ds = v.activation(xq, xds, index)
+            scales = b.fmul(dm, ds)
             if kind == INT8:
                 w, y = v.signed(v.bytes32(b.add(blk, qs_at)), y)
             else:
                 w = v.nibbles16(b.add(blk, qs_at), 0)
                 if kind == NIBBLE_WORD_BIT:
                     w = b.or_(w, v.word_bits(b.add(blk, qh_at)))
-            b.store(v.scaled(b.load(acc), b.fmul(d, dy), v.madd(w, y)), acc)
-            if kind != INT8:                            # Q8_0's blocks have no offset
-                b.store(b.fadd(b.load(low), b.fmul(m, sy)), low)
+            b.store(v.scaled(b.load(acc), v.lane(scales, 0), v.madd(w, y)), acc)
+            if kind != INT8:                            # Q8_0's blocks have no offset; lane 1 sums m * s
+                b.store(b.fadd(b.load(low), scales), low)
         two = ir.Constant(nblocks.type, 2)
         with cgutils.for_range(b, b.sdiv(nblocks, two)) as loop:        # two chains of sums: blocks 2i and 2i + 1
             step(b.mul(loop.index, two), *sums[:2])
@@ -191,22 +198,23 @@ def dot_q8_blocks32(typingctx, mode, row, xq, xd, xs, nblocks, size, m_at, qh_at
         with b.if_then(b.icmp_signed("!=", b.srem(nblocks, two), ir.Constant(nblocks.type, 0))):
             step(b.sub(nblocks, ir.Constant(nblocks.type, 1)), *sums[:2])
         acc = b.fadd(b.load(sums[0]), b.load(sums[2]))
-        return v.total(acc, b.fadd(b.load(sums[1]), b.load(sums[3])))
+        low = v.lane(b.fadd(b.load(sums[1]), b.load(sums[3])), 1)
+        return v.total(acc, low if has_min.literal_value else b.fmul(low, b.fneg(center)))
     i = types.intp
-    return types.float32(mode, i, i, i, i, i, i, i, i, i, types.float32), codegen
+    return types.float32(mode, has_min, i, i, i, i, i, i, i, types.float32), codegen
 
 
 @intrinsic(prefer_literal=True)
-def dot_q8_blocks256(typingctx, mode, row, xq, xd, xs, nblocks):
+def dot_q8_blocks256(typingctx, mode, row, xq, xds, nblocks):
     """sum over the nblocks 256-blocks of a K-quant row (bytes at address row; mode NIBBLE: Q4_K, NIBBLE_BIT: Q5_K,
-    NIBBLE_2BITS: Q6_K) of the block's values . the activation blocks at xq, xd, xs (quants.py's dequantize_* say
+    NIBBLE_2BITS: Q6_K) of the block's values . the activation blocks at xq, xds (quants.py's dequantize_* say
     where the quants, scales and mins lie)."""
     if not isinstance(mode, types.IntegerLiteral):
         return None
     kind = mode.literal_value
 
     def codegen(context, builder, sig, args):
-        _, row, xq, xd, xs, nblocks = args
+        _, row, xq, xds, nblocks = args
         b, v = builder, _Ints(builder)
         c = lambda n: ir.Constant(row.type, n)        # noqa: E731
         byte = lambda blk, at: b.zext(v.scalar(b.add(blk, c(at)), v.i8), v.i32)        # noqa: E731
@@ -218,7 +226,8 @@ def dot_q8_blocks256(typingctx, mode, row, xq, xd, xs, nblocks):
             first = b.mul(loop.index, c(8))
             total, mins = [b.load(a) for a in acc], [b.load(a) for a in low]
             for j in range(8):                            # the 8 sub-blocks of 32 values, one activation block each
-                y, dy, sy = v.activation(xq, xd, xs, b.add(first, c(j)))
+                y, ds = v.activation(xq, xds, b.add(first, c(j)))
+                dy, sy = v.lane(ds, 0), v.lane(ds, 1)
                 if kind == NIBBLE_2BITS:                  # n, k: half and quarter; scales per 16 values
                     n, k = j // 4, j % 4
                     w = v.low(v.bytes32(b.add(blk, c(64 * n + 32 * (k % 2)))), 4 * (k // 2), 15)
@@ -247,56 +256,54 @@ def dot_q8_blocks256(typingctx, mode, row, xq, xd, xs, nblocks):
                 b.store(value, a)
         return v.total(b.fadd(b.load(acc[0]), b.load(acc[1])), b.fneg(b.fadd(b.load(low[0]), b.load(low[1]))))
     i = types.intp
-    return types.float32(mode, i, i, i, i, i), codegen
+    return types.float32(mode, i, i, i, i), codegen
 
 
-# -- dot_q8_<type>(row, xq, xd, xs): row's values . the activation blocks (xq int8, xd, xs float32 arrays) --------
-
-@scalar
-def dot_q8_q4_0(row, xq, xd, xs):
-    return dot_q8_blocks32(NIBBLE, row.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data, xd.size, 18, 0,
-                           0, 2, np.float32(8.0))
-
+# -- dot_q8_<type>(row, xq, xds): row's values . the activation blocks (xq int8, xds float32 (d, s) pairs) -------
 
 @scalar
-def dot_q8_q4_1(row, xq, xd, xs):
-    return dot_q8_blocks32(NIBBLE, row.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data, xd.size, 20, 2,
-                           0, 4, np.float32(0.0))
+def dot_q8_q4_0(row, xq, xds):
+    return dot_q8_blocks32(NIBBLE, 0, row.ctypes.data, xq.ctypes.data, xds.ctypes.data, xq.size // QK, 18, 0, 2,
+                           np.float32(8.0))
 
 
 @scalar
-def dot_q8_q5_0(row, xq, xd, xs):
-    return dot_q8_blocks32(NIBBLE_WORD_BIT, row.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data,
-                           xd.size, 22, 0, 2, 6, np.float32(16.0))
+def dot_q8_q4_1(row, xq, xds):
+    return dot_q8_blocks32(NIBBLE, 1, row.ctypes.data, xq.ctypes.data, xds.ctypes.data, xq.size // QK, 20, 0, 4,
+                           np.float32(0.0))
 
 
 @scalar
-def dot_q8_q5_1(row, xq, xd, xs):
-    return dot_q8_blocks32(NIBBLE_WORD_BIT, row.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data,
-                           xd.size, 24, 2, 4, 8, np.float32(0.0))
+def dot_q8_q5_0(row, xq, xds):
+    return dot_q8_blocks32(NIBBLE_WORD_BIT, 0, row.ctypes.data, xq.ctypes.data, xds.ctypes.data, xq.size // QK, 22,
+                           2, 6, np.float32(16.0))
 
 
 @scalar
-def dot_q8_q8_0(row, xq, xd, xs):
-    return dot_q8_blocks32(INT8, row.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data, xd.size, 34, 0, 0,
-                           2, np.float32(0.0))
+def dot_q8_q5_1(row, xq, xds):
+    return dot_q8_blocks32(NIBBLE_WORD_BIT, 1, row.ctypes.data, xq.ctypes.data, xds.ctypes.data, xq.size // QK, 24,
+                           4, 8, np.float32(0.0))
 
 
 @scalar
-def dot_q8_q4_k(row, xq, xd, xs):
-    return dot_q8_blocks256(NIBBLE, row.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data, xd.size // 8)
+def dot_q8_q8_0(row, xq, xds):
+    return dot_q8_blocks32(INT8, 0, row.ctypes.data, xq.ctypes.data, xds.ctypes.data, xq.size // QK, 34, 0, 2,
+                           np.float32(0.0))
 
 
 @scalar
-def dot_q8_q5_k(row, xq, xd, xs):
-    return dot_q8_blocks256(NIBBLE_BIT, row.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data,
-                            xd.size // 8)
+def dot_q8_q4_k(row, xq, xds):
+    return dot_q8_blocks256(NIBBLE, row.ctypes.data, xq.ctypes.data, xds.ctypes.data, xq.size // 256)
 
 
 @scalar
-def dot_q8_q6_k(row, xq, xd, xs):
-    return dot_q8_blocks256(NIBBLE_2BITS, row.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data,
-                            xd.size // 8)
+def dot_q8_q5_k(row, xq, xds):
+    return dot_q8_blocks256(NIBBLE_BIT, row.ctypes.data, xq.ctypes.data, xds.ctypes.data, xq.size // 256)
+
+
+@scalar
+def dot_q8_q6_k(row, xq, xds):
+    return dot_q8_blocks256(NIBBLE_2BITS, row.ctypes.data, xq.ctypes.data, xds.ctypes.data, xq.size // 256)
 
 
 DOT_Q8 = tuple({Q4_0: dot_q8_q4_0, Q4_1: dot_q8_q4_1, Q5_0: dot_q8_q5_0, Q5_1: dot_q8_q5_1, Q8_0: dot_q8_q8_0,
@@ -305,6 +312,7 @@ DOT_Q8 = tuple({Q4_0: dot_q8_q4_0, Q4_1: dot_q8_q4_1, Q5_0: dot_q8_q5_0, Q5_1: d
 
 
 @scalar
-def quantize_row_q8(xq, xd, xs, x):
-    """x (float32, contiguous, a multiple of 32 values) into the activation blocks xq (int8), xd, xs (float32)."""
-    quantize_q8(x.ctypes.data, xq.ctypes.data, xd.ctypes.data, xs.ctypes.data, xd.size)
+def quantize_row_q8(xq, xds, x):
+    """x (float32, contiguous, a multiple of 32 values) into the activation blocks xq (int8) and xds (float32 (d, s)
+    pairs, contiguous)."""
+    quantize_q8(x.ctypes.data, xq.ctypes.data, xds.ctypes.data, xq.size // QK)

@@ -56,14 +56,25 @@ def _row_float(buf, src, at):
         buf[i] = _element(row[i])
 
 
+@intrinsic
+def _int8(typingctx, byte):
+    """A byte (uint8) read as int8, as float32 (one sitofp: loops of it vectorise)."""
+    def codegen(context, builder, sig, args):
+        return builder.sitofp(args[0], ir.FloatType())
+    return types.float32(types.uint8), codegen
+
+
 @scalar
 def _row_q8_0(buf, src, at):
     """buf[:] = the Q8_0 row of src (bytes) that starts at byte `at`, dequantized."""
-    row = src[at:at + buf.size // 32 * 34]
-    for b in range(buf.size // 32):
-        d = _half(np.uint16(row[34 * b]) | np.uint16(row[34 * b + 1]) << np.uint16(8))
-        for i in range(32):
-            buf[32 * b + i] = d * np.float32(np.int8(row[34 * b + 2 + i]))
+    nb = buf.size // 32
+    width = buf.size // nb          # 32, but not a constant: LLVM vectorises the loop instead of unrolling it
+    for b in range(nb):
+        d = _half(np.uint16(src[at + 34 * b]) | np.uint16(src[at + 34 * b + 1]) << np.uint16(8))
+        qs = src[at + 34 * b + 2:at + 34 * b + 34]
+        out = buf[32 * b:32 * b + 32]
+        for i in range(width):
+            out[i] = d * _int8(qs[i])
 
 
 @scalar

@@ -40,11 +40,14 @@ def test_decode_patterns_fuse(tmp_path, all_logits, n_tokens):
         assert [re.match(r"n\s*\d+ (\S+)", line).group(1) for line in lines] == run, lines
 
 
-def test_fused_logits_equal_unfused(tmp_path):
-    path = write_tiny_llama(tmp_path / "m.gguf", seed=4, n_layer=2)
+@pytest.mark.parametrize("arch,cache", [("llama", "f16"), ("qwen2", "q8_0")])
+def test_fused_logits_equal_unfused(tmp_path, arch, cache):
+    """A prompt, then decode steps (the fused rope wrote the cache rows they read; into a Q8_0 K cache head by head):
+    the logits of the fused graph are those of the unfused one (qwen2: q/k/v biases as mul_mat_add at one token)."""
+    path = write_tiny_llama(tmp_path / "m.gguf", arch=arch, seed=4, n_layer=2, n_embd=128)
     ids = [int(i) for i in np.random.default_rng(4).integers(0, 100, 6)]
-    fused = GraphModel(open_llama(path), ggpy.CPUBackend(n_threads=2))
-    plain = GraphModel(open_llama(path), ggpy.CPUBackend(n_threads=2, fuse=False))
+    fused, plain = (GraphModel(open_llama(path), ggpy.CPUBackend(n_threads=2, fuse=fuse), cache_type_k=cache)
+                    for fuse in (True, False))
     np.testing.assert_allclose(fused.eval(ids), plain.eval(ids), rtol=1e-5, atol=1e-5)
-    for token in (7, 3):                    # decode steps: the fused rope wrote the cache rows they read
+    for token in (7, 3):
         np.testing.assert_allclose(fused.eval([token]), plain.eval([token]), rtol=1e-5, atol=1e-5)

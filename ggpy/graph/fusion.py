@@ -4,7 +4,7 @@ The pass finds the patterns and checks their structural legality (every intermed
 is not an output; the operands the fused kernel reads are ready at the head's turn; views in between keep the
 memory order). Which patterns a node anchors is the op table's (Op.fuses); whether a backend runs one is a lookup
 in its kernel table (find_fusions' `fused`: the anchor's entry's Fused for the pattern, ggpy/backends/kernel.py),
-which also says which variant it takes (activation, cast, residual) and accepts the types and layouts found; ggml splits
+which also says which variant it takes (activation, cast, residual, scale) and accepts the types and layouts found; ggml splits
 ggml_can_fuse (core) from ggml_cuda_can_fuse (backend) the same way. The graph and its memory plan are untouched:
 the head node is bound to the fused kernel, which writes the pattern's last output, and the planner gives the run
 one block (Backend.fused_groups: each pattern's `nodes`).
@@ -31,7 +31,8 @@ pattern's first node (its head, computed at whose turn the fused kernel runs) bu
 - rms_norm_mul: rms_norm, then mul(weight over ne[0]): RMSNorm with its weight, one row kernel.
 - glu: gate = mul_mat(Wg, x) and up = mul_mat(Wu, x) of one x, an activation of gate and mul(act, up): both products
   and the gated unit at the first product's turn (a decoder's feed-forward).
-- mul_mat_add: mul_mat, then (through same-order views) an add of a residual of the product's shape.
+- mul_mat_add: mul_mat, then (through same-order views) an add of a residual of the product's shape (for one token
+  a bias has that shape too: qwen2's q/k/v biases).
 - rope_set_rows: rope, then (through same-order views) set_rows of its rows into a destination (a KV cache): the
   rotated rows written straight into the destination's rows at the rope's turn.
 """

@@ -229,14 +229,15 @@ class CUDABackend(Backend):
         """Queue every node of a planned graph on the stream, in order (a CUDA graph replay when captured), between
         the copies of its staged inputs and outputs (when a GraphRunner staged them)."""
         self.device.activate()
-        steps, staging = self.program(graph), self._staging(graph)
-        if staging is not None:
-            steps = staging.uploads + steps + staging.downloads
+        staging = self._staging(graph)
         key, now = (self, "cuda_graph"), (graph.version, self.plan_stamp(graph), id(staging))
         hit = graph.backend_cache.get(key) if self.graphs else None
         if hit is not None and hit[0] == now and hit[1] is not None:
             hit[1].launch()
             return
+        steps = self.program(graph)
+        if staging is not None:
+            steps = staging.uploads + steps + staging.downloads
         for run in steps:       # graphs off, capture failed for this plan, or its first compute (warms lazy loading)
             run(self.stream)
         if self.graphs and (hit is None or hit[0] != now):

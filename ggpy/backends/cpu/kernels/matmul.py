@@ -204,12 +204,12 @@ def mul_mat_choose(node, backend) -> str:
 
 def _check_impl(node, impl, backend):
     a = node.src[0]
-    if ((impl in ("dot", "q8") and not a.type.quantized) or (impl == "gemm" and a.type.quantized and not
-                                                              own_gemm.available())
-            or (impl == "q8" and not Q8_AVAILABLE)):
-        raise UnsupportedOpError(f"cpu: mul_mat '{node.name}' (a {a.type.name} ne={a.ne}) cannot run as {impl}: dot "
-                                 "and q8 take a quantized a only, and gemm and q8 need a host with AVX2 (or "
-                                 "AVX-512)")
+    if impl in ("dot", "q8") and not a.type.quantized:
+        raise UnsupportedOpError(f"cpu: mul_mat '{node.name}' (a {a.type.name} ne={a.ne}) cannot run as {impl}: {impl} "
+                                 "takes a quantized a only")
+    if (impl == "gemm" and a.type.quantized and not own_gemm.available()) or (impl == "q8" and not Q8_AVAILABLE):
+        raise UnsupportedOpError(f"cpu: mul_mat '{node.name}' (a {a.type.name} ne={a.ne}) cannot run as {impl}: it "
+                                 "needs a host with AVX2 (or AVX-512)")
     if impl == "gemm" and not a.type.quantized and not _gemm_panels_bytes(node, backend):
         raise UnsupportedOpError(f"cpu: mul_mat '{node.name}' (a ne={node.src[0].ne}, b ne={node.src[1].ne}) "
                                  f"cannot run as gemm: it needs M >= {GEMM_MIN_M}, K >= {GEMM_MIN_K}, at least "

@@ -1,6 +1,6 @@
 """Text generation on the CPU: ggpy's llama graph vs llama.cpp (llama-cpp-python) on the same GGUF, side by side.
 
-    python benchmarks/llama_cpu.py [-m MODEL.gguf] [-t 1,2] [--prompt 512] [--gen 128] [--rounds 3] [--flash-attn]
+    python benchmarks/llama_cpu.py [-m MODEL.gguf] [-t 1,2] [--prompt 512] [--gen 128] [--rounds 3]
 
 Without -m, SmolLM2-135M-Instruct Q4_1 (fetched once into ~/.cache/ggpy). For each thread count, both runtimes
 live in worker processes of their own (their thread pools never share a process) with a context of prompt + gen
@@ -9,8 +9,9 @@ the cache, read the seeded random prompt (prompt processing: only the last token
 does), then read `gen` seeded random tokens one at a time (generation); the same token ids for both. A first round
 is shown apart (ggpy's includes building and planning its two graphs, the prompt's and the single token's, which
 later rounds replay); the table gives tokens/s at the median over the rounds after it and ggpy's over llama.cpp's. Memory: each runtime's weights,
-KV cache (ggpy F32, llama.cpp F16) and compute buffers (ggpy: both planned lanes; llama.cpp: as its log reports
-them), and each process's peak RSS. --flash-attn adds ggpy with its attention as flash_attn_ext ("ggpy -fa").
+KV cache (both F16) and compute buffers (ggpy: both planned lanes; llama.cpp: as its log reports them), and each
+process's peak RSS. Both with flash attention (ggpy's default `-fa auto`; llama.cpp's flash_attn=True), the prompt
+length is the context depth generation runs at.
 """
 from __future__ import annotations
 
@@ -41,15 +42,12 @@ def token_ids(n_vocab: int, n: int, seed: int) -> list:
 class GgpyRuntime:
     """ggpy.models.llama's GraphModel on the CPU backend."""
 
-    flash_attn = False
-
     def __init__(self, opts, threads: int):
         import numba
 
         from ggpy.models.llama.gguf_file import open_llama
         from ggpy.models.llama.runner import GraphModel
-        self.model = GraphModel(open_llama(opts.model), "cpu", threads, opts.prompt + opts.gen, N_BATCH,
-                                self.flash_attn)
+        self.model = GraphModel(open_llama(opts.model), "cpu", threads, opts.prompt + opts.gen, N_BATCH)
         self.n_vocab = self.model.hp.n_vocab
         self.version = f"numpy {np.__version__}, numba {numba.__version__}"
 
@@ -67,12 +65,6 @@ class GgpyRuntime:
         return {"version": self.version, "memory": self.model.nbytes,
                 "planning": f"{s.graphs_built} graphs built in {s.build_s * 1e3:.0f} ms, planned and bound in "
                             f"{s.plan_s * 1e3:.0f} ms"}
-
-
-class GgpyFlashRuntime(GgpyRuntime):
-    """ggpy with flash_attn_ext."""
-
-    flash_attn = True
 
 
 class LlamaCppRuntime:
@@ -97,7 +89,8 @@ class LlamaCppRuntime:
         lowlevel.llama_model_default_params = params
         try:
             self.llm = llama_cpp.Llama(model_path=opts.model, n_ctx=opts.prompt + opts.gen, n_batch=N_BATCH,
-                                       n_ubatch=N_BATCH, n_threads=threads, n_threads_batch=threads, verbose=False)
+                                       n_ubatch=N_BATCH, n_threads=threads, n_threads_batch=threads, flash_attn=True,
+                                       verbose=False)
         finally:
             lowlevel.llama_model_default_params = default
         self.n_vocab = self.llm.n_vocab()
@@ -120,7 +113,7 @@ class LlamaCppRuntime:
                                                     "compute": sizes.get("compute", 0) + sizes.get("output", 0)}}
 
 
-RUNTIMES = {"ggpy": GgpyRuntime, "llama.cpp": LlamaCppRuntime, "ggpy -fa": GgpyFlashRuntime}
+RUNTIMES = {"ggpy": GgpyRuntime, "llama.cpp": LlamaCppRuntime}
 
 
 def _round(runtime, prompt: list, gen: list) -> tuple:
@@ -153,8 +146,7 @@ def worker(conn, kind: str, opts, threads: int):
 def measure(opts, threads: int) -> tuple:
     """({runtime: [(prompt_s, gen_s) of the first round, then of each timed one]}, {runtime: info}) at `threads`
     threads."""
-    kinds = [k for k in RUNTIMES if opts.flash_attn or k != "ggpy -fa"]
-    workers = [Worker(kind, worker, (kind, opts, threads)) for kind in kinds]
+    workers = [Worker(kind, worker, (kind, opts, threads)) for kind in RUNTIMES]
     try:
         n_vocab = workers[0].started
         prompt = token_ids(n_vocab, opts.prompt, 1)
@@ -209,7 +201,6 @@ def main(argv=None):
     p.add_argument("--prompt", type=int, default=512, help="prompt tokens (512)")
     p.add_argument("--gen", type=int, default=128, help="generated tokens (128)")
     p.add_argument("--rounds", type=int, default=3, help="timed rounds after the first (3)")
-    p.add_argument("--flash-attn", action="store_true", help="also ggpy with flash_attn_ext")
     opts = p.parse_args(argv)
     if opts.model is None:
         from ggpy.models.llama.fetch import default_model

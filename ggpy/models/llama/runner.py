@@ -25,6 +25,7 @@ from .model import CACHE_TYPES, Inputs, KVCache, flash_attention, forward, new_i
 
 DEFAULT_CTX = 4096      # llama.cpp's default context, when the model's is longer
 DEFAULT_BATCH = 512     # tokens per evaluation of a prompt (llama.cpp's default micro-batch)
+FLASH_PROMPT_KV = 1024  # CUDA prompt chunks over more cache rows than this attend by mul_mat + soft_max (_flash)
 KEEP = 24               # planned graphs a lane keeps: prompt chunks and tokens at that many context sizes
 KV_PAD = 256            # attention reads the cache rows in use rounded up to this (llama.cpp pads likewise)
 
@@ -103,6 +104,7 @@ class GraphModel:
         self.stats = Stats()
         self._lanes = {}          # single token or not -> Lane
         self._heads = {}          # sampling head -> whether the backend runs it
+        self._ramp = np.where(np.arange(2 * self.n_ctx) <= self.n_ctx, 0.0, -np.inf).astype(np.float32)  # _inputs
         for n_tokens in {1, self.n_batch}:
             worst = self._build((n_tokens, self.n_ctx, n_tokens == 1, ())).graph
             self._lanes[n_tokens == 1] = Lane(ggpy.GraphRunner(None, self.backend, reserve=worst, keep=KEEP))
@@ -112,7 +114,6 @@ class GraphModel:
     def reset(self):
         """Forget every token read."""
         self.n_past = 0
-        self._visible = np.full(self.n_ctx, -np.inf, np.float32)   # the mask row of the next token: 0 up to n_past
 
     @property
     def nbytes(self) -> dict:
@@ -126,7 +127,7 @@ class GraphModel:
         t0 = time.perf_counter()
         n_tokens, n_kv, all_logits, head = key
         inputs = new_inputs(ggpy.Context(), n_tokens, n_kv)
-        logits = forward(self.weights, self.hp, self.cache, inputs, all_logits, self.flash_attn)
+        logits = forward(self.weights, self.hp, self.cache, inputs, all_logits, self._flash(n_tokens, n_kv))
         step = Step(key, ggpy.Graph(), inputs, logits)
         if head:
             pick = ggpy.argmax(logits) if head[0] == "argmax" else ggpy.top_k(logits, head[1])
@@ -139,6 +140,14 @@ class GraphModel:
         self.stats.graphs_built += 1
         self.stats.build_s += time.perf_counter() - t0
         return step
+
+    def _flash(self, n_tokens: int, n_kv: int) -> bool:
+        """Whether a graph of `n_tokens` over `n_kv` cache rows attends by flash_attn_ext (when flash attention is on):
+        on CUDA a prompt chunk over more than FLASH_PROMPT_KV rows takes mul_mat + soft_max_ext (cuBLAS) instead, as
+        measured faster there (pp512 at depth 4096 on an H200: 24.0k vs 13.6k tokens/s; RESULTS.md), unless V is
+        quantized (only flash attention reads it)."""
+        return self.flash_attn and (n_tokens == 1 or n_kv <= FLASH_PROMPT_KV or self.backend.kind != "CUDA"
+                                    or self.cache.v[0].type.quantized)
 
     def _lane(self, n_tokens: int, all_logits: bool, head: tuple = ()) -> Lane:
         """The lane of `n_tokens` tokens after n_past, running its current graph while it fits (n_kv, the cache rows
@@ -159,16 +168,16 @@ class GraphModel:
         return lane
 
     def _inputs(self, inp: Inputs, tokens: list) -> dict:
-        """The graph's inputs (by name) for `tokens` read after n_past (one token: its mask row is kept up to date,
-        nothing is allocated)."""
-        n = len(tokens)
-        self._visible[self.n_past:self.n_past + n] = 0
+        """The graph's inputs (by name) for `tokens` read after n_past. The causal mask is a window of one vector
+        (row i: 0 over cache rows 0..n_past+i, -inf after; row i+1 starts one element earlier): a strided view,
+        nothing computed or allocated per evaluation but the copy into the input."""
+        n, start = len(tokens), self.n_ctx - self.n_past
+        ramp = self._ramp[start:]
+        mask = np.lib.stride_tricks.as_strided(ramp, (1, 1, n, inp.n_kv), (0, 0, -ramp.itemsize, ramp.itemsize))
         if n == 1:
-            return {"tokens": tokens, "pos": [self.n_past], "kq_mask": self._visible[:inp.n_kv]}
-        pos = np.arange(self.n_past, self.n_past + n, dtype=np.int32)
-        visible = np.arange(inp.n_kv)[None, :] <= pos[:, None]
-        return {"tokens": np.asarray(tokens, dtype=np.int32), "pos": pos,
-                "kq_mask": np.where(visible, 0.0, -np.inf).astype(np.float32).reshape(1, 1, n, inp.n_kv)}
+            return {"tokens": tokens, "pos": [self.n_past], "kq_mask": mask}
+        return {"tokens": np.asarray(tokens, dtype=np.int32),
+                "pos": np.arange(self.n_past, self.n_past + n, dtype=np.int32), "kq_mask": mask}
 
     def _run(self, tokens: list, all_logits: bool, head: tuple = ()) -> Step:
         """Evaluate one chunk of `tokens` (queued where the backend queues) and return its step."""

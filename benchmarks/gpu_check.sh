@@ -31,7 +31,7 @@ echo "$bench"
 echo "SUMMARY: tests: $(tail -n 1 /tmp/ggpy-tests.log | tr -d '=') (exit $status) | $bench"
 # text generation (SmolLM2-shaped random Q4_1 model): prompt and generation tokens/s on the GPU
 PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} $PY benchmarks/llama_gpu.py ${LLAMA_BENCH_ARGS:---models smollm2-q4_1 --depths 0 --rounds 2} 2>&1 | tee /tmp/ggpy-llama-bench.log | tail -n 4
-echo "SUMMARY llama: $(grep '^| smollm2-q4_1.gguf | 0 |' /tmp/ggpy-llama-bench.log | tail -n 1)"
+echo "SUMMARY llama: $(grep '^| smollm2-q4_1.gguf | 0 |' /tmp/ggpy-llama-bench.log | head -n 1)"
 # MobileSAM on the GPU (needs torch; mobile_sam and gguf come as wheels in wheels/): correctness vs PyTorch,
 # CUDA graphs, then the side-by-side benchmark (ggpy CUDA vs PyTorch eager and torch.compile)
 if [ -z "${GGPY_SKIP_MOBILESAM:-}" ]; then

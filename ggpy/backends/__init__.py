@@ -8,7 +8,7 @@ from ..errors import OptionError, UnsupportedOpError
 
 def make_backend(name: str, n_threads: int | None = None, **options):
     """A backend by name with its constructor's options: 'cpu' (CPUBackend: n_threads, force, scratch_budget, fuse,
-    autotune), 'cuda' or 'cuda:N' (CUDABackend: allow_tf32, graphs, fuse, force, autotune; the CUDA modules are
+    autotune), 'cuda' or 'cuda:N' (CUDABackend: allow_tf32, graphs, fuse, force, autotune, pdl; the CUDA modules are
     imported only then). n_threads sizes the CPU's workers and is ignored by the other backends, so that a runner can
     pass its --threads whatever the backend; an option the backend does not take is an OptionError naming the ones it
     does."""

@@ -55,7 +55,9 @@ class CUDABackend(Backend):
     force: {op: implementation} runs every node of `op` with that implementation (e.g. {"conv_2d": "im2col"});
     allow_tf32: F32 GEMMs may round their inputs to TF32; graphs: replay each plan as a captured CUDA graph;
     fuse: run the fusion pass's patterns as one kernel each; autotune: time the implementations of a node and
-    the cuBLASLt algorithms of a GEMM once per shape and run the fastest (autotune.py; forced ones are not timed).
+    the cuBLASLt algorithms of a GEMM once per shape and run the fastest (autotune.py; forced ones are not timed);
+    pdl: on sm_90 and later, launch every kernel as a programmatic dependent launch (it starts while the kernel before
+    it runs and waits in grid_dependency() for that one's end: a launch's latency hidden behind the previous kernel).
     """
 
     kind = "CUDA"
@@ -64,7 +66,7 @@ class CUDABackend(Backend):
     measure_errors = autotune.MEASURE_ERRORS
 
     def __init__(self, device: str = "cuda:0", allow_tf32: bool = False, graphs: bool = True, fuse: bool = True,
-                 force: dict | None = None, autotune: bool = False):
+                 force: dict | None = None, autotune: bool = False, pdl: bool = True):
         self.force = self.checked_force(force)
         self.autotune = bool(autotune)
         self.device = get_device(device)
@@ -75,6 +77,8 @@ class CUDABackend(Backend):
         self.stream = Stream(self.device)
         super().__init__(CUDABufferType(self.device, self.stream))
         self.name = f"cuda:{self.device.index}"
+        # programmatic dependent launch (sm_90 on): a kernel launches while the one before it runs (launch.py)
+        self.pdl = bool(pdl) and self.device.cc >= (9, 0)
         self.modules = Modules(self.device)     # the compiled kernel files, loaded when a plan first needs them
 
     # -- what runs where ---------------------------------------------------------------------------
@@ -126,7 +130,8 @@ class CUDABackend(Backend):
     def launch_struct(self, node, name: str, grid, block, args, module: Source | None = None) -> Launch:
         """A Launch of kernel `name` (of the Source `module`, default the .cu file that defines it) taking one argument
         struct `args` (a ctypes Structure) by value; its function is bound when its module is loaded (modules.py)."""
-        launch = Launch(node, name, None, dim3(grid), dim3(block), args, (ctypes.c_void_p * 1)(ctypes.addressof(args)))
+        launch = Launch(node, name, None, dim3(grid), dim3(block), args, (ctypes.c_void_p * 1)(ctypes.addressof(args)),
+                        pdl=self.pdl)
         self.modules.bind(launch, module)
         return launch
 

@@ -29,9 +29,27 @@ class Launch:
     params: object
     resolve: object = None
     shared: int = 0         # bytes of dynamic shared memory (at most 48 KiB: no opt-in attribute is set)
+    pdl: bool = False       # launched with programmatic stream serialization (kernels start with grid_dependency())
 
     def __call__(self, stream: Stream):
         if self.function is None:
             self.function = self.resolve()
+        if self.pdl:
+            check(driver.cuLaunchKernelEx(self._config(stream), self.function, ctypes.addressof(self.params), 0),
+                  f"cuLaunchKernelEx({self.name})")
+            return
         check(driver.cuLaunchKernel(self.function, *self.grid, *self.block, self.shared, stream.handle,
                                     ctypes.addressof(self.params), 0), f"cuLaunchKernel({self.name})")
+
+    def _config(self, stream: Stream):
+        """The CUlaunchConfig of a programmatic dependent launch on `stream`: this kernel may start while the one
+        before it runs; its grid_dependency() waits for that one's end before touching memory."""
+        config = driver.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = self.grid
+        config.blockDimX, config.blockDimY, config.blockDimZ = self.block
+        config.sharedMemBytes, config.hStream = self.shared, stream.handle
+        attr = driver.CUlaunchAttribute()
+        attr.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        config.attrs, config.numAttrs = [attr], 1
+        return config

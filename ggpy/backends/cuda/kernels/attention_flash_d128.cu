@@ -2,20 +2,20 @@
 // type), fa_combine_k, and fa_tc_k for F16 / Q8_0 K and V.
 #include "attention_flash.cuh"
 
-extern "C" __global__ void fa_vec_d128_r1_f32_f32(const FaArgs a) { fa_vec_k<128, 128, 1, float, float>(a); }
-extern "C" __global__ void fa_vec_d128_r1_f16_f16(const FaArgs a) { fa_vec_k<128, 128, 1, half_t, half_t>(a); }
-extern "C" __global__ void fa_vec_d128_r1_q8_0_q8_0(const FaArgs a) { fa_vec_k<128, 128, 1, q8_0_t, q8_0_t>(a); }
-extern "C" __global__ void fa_vec_d128_r2_f32_f32(const FaArgs a) { fa_vec_k<128, 128, 2, float, float>(a); }
-extern "C" __global__ void fa_vec_d128_r2_f16_f16(const FaArgs a) { fa_vec_k<128, 128, 2, half_t, half_t>(a); }
-extern "C" __global__ void fa_vec_d128_r2_q8_0_q8_0(const FaArgs a) { fa_vec_k<128, 128, 2, q8_0_t, q8_0_t>(a); }
-extern "C" __global__ void fa_vec_d128_r4_f32_f32(const FaArgs a) { fa_vec_k<128, 128, 4, float, float>(a); }
-extern "C" __global__ void fa_vec_d128_r4_f16_f16(const FaArgs a) { fa_vec_k<128, 128, 4, half_t, half_t>(a); }
-extern "C" __global__ void fa_vec_d128_r4_q8_0_q8_0(const FaArgs a) { fa_vec_k<128, 128, 4, q8_0_t, q8_0_t>(a); }
-extern "C" __global__ void fa_vec_d128_r8_f32_f32(const FaArgs a) { fa_vec_k<128, 128, 8, float, float>(a); }
-extern "C" __global__ void fa_vec_d128_r8_f16_f16(const FaArgs a) { fa_vec_k<128, 128, 8, half_t, half_t>(a); }
-extern "C" __global__ void fa_vec_d128_r8_q8_0_q8_0(const FaArgs a) { fa_vec_k<128, 128, 8, q8_0_t, q8_0_t>(a); }
-extern "C" __global__ void fa_combine_d128(const FaArgs a) { fa_combine_k<128>(a); }
-extern "C" __global__ void fa_tc_d128_f16_f16(const FaArgs a) { fa_tc_k<128, half_t, half_t>(a); }
-extern "C" __global__ void fa_tc_d128_f16_q8_0(const FaArgs a) { fa_tc_k<128, half_t, q8_0_t>(a); }
-extern "C" __global__ void fa_tc_d128_q8_0_f16(const FaArgs a) { fa_tc_k<128, q8_0_t, half_t>(a); }
-extern "C" __global__ void fa_tc_d128_q8_0_q8_0(const FaArgs a) { fa_tc_k<128, q8_0_t, q8_0_t>(a); }
+extern "C" __global__ void fa_vec_d128_r1_f32_f32(const FaArgs a) { grid_dependency(); fa_vec_k<128, 128, 1, float, float>(a); }
+extern "C" __global__ void fa_vec_d128_r1_f16_f16(const FaArgs a) { grid_dependency(); fa_vec_k<128, 128, 1, half_t, half_t>(a); }
+extern "C" __global__ void fa_vec_d128_r1_q8_0_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<128, 128, 1, q8_0_t, q8_0_t>(a); }
+extern "C" __global__ void fa_vec_d128_r2_f32_f32(const FaArgs a) { grid_dependency(); fa_vec_k<128, 128, 2, float, float>(a); }
+extern "C" __global__ void fa_vec_d128_r2_f16_f16(const FaArgs a) { grid_dependency(); fa_vec_k<128, 128, 2, half_t, half_t>(a); }
+extern "C" __global__ void fa_vec_d128_r2_q8_0_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<128, 128, 2, q8_0_t, q8_0_t>(a); }
+extern "C" __global__ void fa_vec_d128_r4_f32_f32(const FaArgs a) { grid_dependency(); fa_vec_k<128, 128, 4, float, float>(a); }
+extern "C" __global__ void fa_vec_d128_r4_f16_f16(const FaArgs a) { grid_dependency(); fa_vec_k<128, 128, 4, half_t, half_t>(a); }
+extern "C" __global__ void fa_vec_d128_r4_q8_0_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<128, 128, 4, q8_0_t, q8_0_t>(a); }
+extern "C" __global__ void fa_vec_d128_r8_f32_f32(const FaArgs a) { grid_dependency(); fa_vec_k<128, 128, 8, float, float>(a); }
+extern "C" __global__ void fa_vec_d128_r8_f16_f16(const FaArgs a) { grid_dependency(); fa_vec_k<128, 128, 8, half_t, half_t>(a); }
+extern "C" __global__ void fa_vec_d128_r8_q8_0_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<128, 128, 8, q8_0_t, q8_0_t>(a); }
+extern "C" __global__ void fa_combine_d128(const FaArgs a) { grid_dependency(); fa_combine_k<128>(a); }
+extern "C" __global__ void fa_tc_d128_f16_f16(const FaArgs a) { grid_dependency(); fa_tc_k<128, half_t, half_t>(a); }
+extern "C" __global__ void fa_tc_d128_f16_q8_0(const FaArgs a) { grid_dependency(); fa_tc_k<128, half_t, q8_0_t>(a); }
+extern "C" __global__ void fa_tc_d128_q8_0_f16(const FaArgs a) { grid_dependency(); fa_tc_k<128, q8_0_t, half_t>(a); }
+extern "C" __global__ void fa_tc_d128_q8_0_q8_0(const FaArgs a) { grid_dependency(); fa_tc_k<128, q8_0_t, q8_0_t>(a); }

@@ -2,20 +2,20 @@
 // type), fa_combine_k, and fa_tc_k for F16 / Q8_0 K and V.
 #include "attention_flash.cuh"
 
-extern "C" __global__ void fa_vec_d64_r1_f32_f32(const FaArgs a) { fa_vec_k<64, 64, 1, float, float>(a); }
-extern "C" __global__ void fa_vec_d64_r1_f16_f16(const FaArgs a) { fa_vec_k<64, 64, 1, half_t, half_t>(a); }
-extern "C" __global__ void fa_vec_d64_r1_q8_0_q8_0(const FaArgs a) { fa_vec_k<64, 64, 1, q8_0_t, q8_0_t>(a); }
-extern "C" __global__ void fa_vec_d64_r2_f32_f32(const FaArgs a) { fa_vec_k<64, 64, 2, float, float>(a); }
-extern "C" __global__ void fa_vec_d64_r2_f16_f16(const FaArgs a) { fa_vec_k<64, 64, 2, half_t, half_t>(a); }
-extern "C" __global__ void fa_vec_d64_r2_q8_0_q8_0(const FaArgs a) { fa_vec_k<64, 64, 2, q8_0_t, q8_0_t>(a); }
-extern "C" __global__ void fa_vec_d64_r4_f32_f32(const FaArgs a) { fa_vec_k<64, 64, 4, float, float>(a); }
-extern "C" __global__ void fa_vec_d64_r4_f16_f16(const FaArgs a) { fa_vec_k<64, 64, 4, half_t, half_t>(a); }
-extern "C" __global__ void fa_vec_d64_r4_q8_0_q8_0(const FaArgs a) { fa_vec_k<64, 64, 4, q8_0_t, q8_0_t>(a); }
-extern "C" __global__ void fa_vec_d64_r8_f32_f32(const FaArgs a) { fa_vec_k<64, 64, 8, float, float>(a); }
-extern "C" __global__ void fa_vec_d64_r8_f16_f16(const FaArgs a) { fa_vec_k<64, 64, 8, half_t, half_t>(a); }
-extern "C" __global__ void fa_vec_d64_r8_q8_0_q8_0(const FaArgs a) { fa_vec_k<64, 64, 8, q8_0_t, q8_0_t>(a); }
-extern "C" __global__ void fa_combine_d64(const FaArgs a) { fa_combine_k<64>(a); }
-extern "C" __global__ void fa_tc_d64_f16_f16(const FaArgs a) { fa_tc_k<64, half_t, half_t>(a); }
-extern "C" __global__ void fa_tc_d64_f16_q8_0(const FaArgs a) { fa_tc_k<64, half_t, q8_0_t>(a); }
-extern "C" __global__ void fa_tc_d64_q8_0_f16(const FaArgs a) { fa_tc_k<64, q8_0_t, half_t>(a); }
-extern "C" __global__ void fa_tc_d64_q8_0_q8_0(const FaArgs a) { fa_tc_k<64, q8_0_t, q8_0_t>(a); }
+extern "C" __global__ void fa_vec_d64_r1_f32_f32(const FaArgs a) { grid_dependency(); fa_vec_k<64, 64, 1, float, float>(a); }
+extern "C" __global__ void fa_vec_d64_r1_f16_f16(const FaArgs a) { grid_dependency(); fa_vec_k<64, 64, 1, half_t, half_t>(a); }
+extern "C" __global__ void fa_vec_d64_r1_q8_0_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<64, 64, 1, q8_0_t, q8_0_t>(a); }
+extern "C" __global__ void fa_vec_d64_r2_f32_f32(const FaArgs a) { grid_dependency(); fa_vec_k<64, 64, 2, float, float>(a); }
+extern "C" __global__ void fa_vec_d64_r2_f16_f16(const FaArgs a) { grid_dependency(); fa_vec_k<64, 64, 2, half_t, half_t>(a); }
+extern "C" __global__ void fa_vec_d64_r2_q8_0_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<64, 64, 2, q8_0_t, q8_0_t>(a); }
+extern "C" __global__ void fa_vec_d64_r4_f32_f32(const FaArgs a) { grid_dependency(); fa_vec_k<64, 64, 4, float, float>(a); }
+extern "C" __global__ void fa_vec_d64_r4_f16_f16(const FaArgs a) { grid_dependency(); fa_vec_k<64, 64, 4, half_t, half_t>(a); }
+extern "C" __global__ void fa_vec_d64_r4_q8_0_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<64, 64, 4, q8_0_t, q8_0_t>(a); }
+extern "C" __global__ void fa_vec_d64_r8_f32_f32(const FaArgs a) { grid_dependency(); fa_vec_k<64, 64, 8, float, float>(a); }
+extern "C" __global__ void fa_vec_d64_r8_f16_f16(const FaArgs a) { grid_dependency(); fa_vec_k<64, 64, 8, half_t, half_t>(a); }
+extern "C" __global__ void fa_vec_d64_r8_q8_0_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<64, 64, 8, q8_0_t, q8_0_t>(a); }
+extern "C" __global__ void fa_combine_d64(const FaArgs a) { grid_dependency(); fa_combine_k<64>(a); }
+extern "C" __global__ void fa_tc_d64_f16_f16(const FaArgs a) { grid_dependency(); fa_tc_k<64, half_t, half_t>(a); }
+extern "C" __global__ void fa_tc_d64_f16_q8_0(const FaArgs a) { grid_dependency(); fa_tc_k<64, half_t, q8_0_t>(a); }
+extern "C" __global__ void fa_tc_d64_q8_0_f16(const FaArgs a) { grid_dependency(); fa_tc_k<64, q8_0_t, half_t>(a); }
+extern "C" __global__ void fa_tc_d64_q8_0_q8_0(const FaArgs a) { grid_dependency(); fa_tc_k<64, q8_0_t, q8_0_t>(a); }

@@ -1,11 +1,11 @@
 // win_attn for heads of 64 on tensor cores (F16 / BF16 q, k, v).
 #include "attention.cuh"
 
-extern "C" __global__ void win_attn_tc_hd64_f32_f16_f32(const AttnArgs a) { win_attn_tc_k<64, float, half_t, float>(a); }
-extern "C" __global__ void win_attn_tc_hd64_f32_f16_f16(const AttnArgs a) { win_attn_tc_k<64, float, half_t, half_t>(a); }
-extern "C" __global__ void win_attn_tc_hd64_f32_bf16_f32(const AttnArgs a) { win_attn_tc_k<64, float, bf16_t, float>(a); }
-extern "C" __global__ void win_attn_tc_hd64_f32_bf16_bf16(const AttnArgs a) { win_attn_tc_k<64, float, bf16_t, bf16_t>(a); }
-extern "C" __global__ void win_attn_tc_hd64_f16_f16_f32(const AttnArgs a) { win_attn_tc_k<64, half_t, half_t, float>(a); }
-extern "C" __global__ void win_attn_tc_hd64_f16_f16_f16(const AttnArgs a) { win_attn_tc_k<64, half_t, half_t, half_t>(a); }
-extern "C" __global__ void win_attn_tc_hd64_f16_bf16_f32(const AttnArgs a) { win_attn_tc_k<64, half_t, bf16_t, float>(a); }
-extern "C" __global__ void win_attn_tc_hd64_f16_bf16_bf16(const AttnArgs a) { win_attn_tc_k<64, half_t, bf16_t, bf16_t>(a); }
+extern "C" __global__ void win_attn_tc_hd64_f32_f16_f32(const AttnArgs a) { grid_dependency(); win_attn_tc_k<64, float, half_t, float>(a); }
+extern "C" __global__ void win_attn_tc_hd64_f32_f16_f16(const AttnArgs a) { grid_dependency(); win_attn_tc_k<64, float, half_t, half_t>(a); }
+extern "C" __global__ void win_attn_tc_hd64_f32_bf16_f32(const AttnArgs a) { grid_dependency(); win_attn_tc_k<64, float, bf16_t, float>(a); }
+extern "C" __global__ void win_attn_tc_hd64_f32_bf16_bf16(const AttnArgs a) { grid_dependency(); win_attn_tc_k<64, float, bf16_t, bf16_t>(a); }
+extern "C" __global__ void win_attn_tc_hd64_f16_f16_f32(const AttnArgs a) { grid_dependency(); win_attn_tc_k<64, half_t, half_t, float>(a); }
+extern "C" __global__ void win_attn_tc_hd64_f16_f16_f16(const AttnArgs a) { grid_dependency(); win_attn_tc_k<64, half_t, half_t, half_t>(a); }
+extern "C" __global__ void win_attn_tc_hd64_f16_bf16_f32(const AttnArgs a) { grid_dependency(); win_attn_tc_k<64, half_t, bf16_t, float>(a); }
+extern "C" __global__ void win_attn_tc_hd64_f16_bf16_bf16(const AttnArgs a) { grid_dependency(); win_attn_tc_k<64, half_t, bf16_t, bf16_t>(a); }

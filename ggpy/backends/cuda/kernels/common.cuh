@@ -22,6 +22,16 @@ struct Args {
     int ip[6];                                    // integer op parameters (conv: s0 s1 d0 p0 p1 d1; pool: k s p)
 };
 
+// Programmatic dependent launch (sm_90 on, launch.py's attribute): every kernel entry starts here. A kernel launched
+// while the one before it still runs waits for that one to end (its writes visible), then lets the next kernel launch,
+// so a launch's latency overlaps the kernel before it. A no-op for a kernel launched without the attribute.
+__device__ __forceinline__ void grid_dependency() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(half_t h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 template <typename T> __device__ __forceinline__ T from_f(float x);

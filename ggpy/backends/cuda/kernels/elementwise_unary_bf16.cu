@@ -1,51 +1,51 @@
 // The unary ops on BF16, strided and flat (`_c_`).
 #include "elementwise.cuh"
 
-extern "C" __global__ void sqr_bf16(const Args a) { unary<op_sqr, bf16_t>(a); }
-extern "C" __global__ void sqr_c_bf16(const Args a) { unary_c<op_sqr, bf16_t>(a); }
-extern "C" __global__ void sqrt_bf16(const Args a) { unary<op_sqrt, bf16_t>(a); }
-extern "C" __global__ void sqrt_c_bf16(const Args a) { unary_c<op_sqrt, bf16_t>(a); }
-extern "C" __global__ void log_bf16(const Args a) { unary<op_log, bf16_t>(a); }
-extern "C" __global__ void log_c_bf16(const Args a) { unary_c<op_log, bf16_t>(a); }
-extern "C" __global__ void exp_bf16(const Args a) { unary<op_exp, bf16_t>(a); }
-extern "C" __global__ void exp_c_bf16(const Args a) { unary_c<op_exp, bf16_t>(a); }
-extern "C" __global__ void abs_bf16(const Args a) { unary<op_abs, bf16_t>(a); }
-extern "C" __global__ void abs_c_bf16(const Args a) { unary_c<op_abs, bf16_t>(a); }
-extern "C" __global__ void neg_bf16(const Args a) { unary<op_neg, bf16_t>(a); }
-extern "C" __global__ void neg_c_bf16(const Args a) { unary_c<op_neg, bf16_t>(a); }
-extern "C" __global__ void sgn_bf16(const Args a) { unary<op_sgn, bf16_t>(a); }
-extern "C" __global__ void sgn_c_bf16(const Args a) { unary_c<op_sgn, bf16_t>(a); }
-extern "C" __global__ void step_bf16(const Args a) { unary<op_step, bf16_t>(a); }
-extern "C" __global__ void step_c_bf16(const Args a) { unary_c<op_step, bf16_t>(a); }
-extern "C" __global__ void relu_bf16(const Args a) { unary<op_relu, bf16_t>(a); }
-extern "C" __global__ void relu_c_bf16(const Args a) { unary_c<op_relu, bf16_t>(a); }
-extern "C" __global__ void gelu_bf16(const Args a) { unary<op_gelu, bf16_t>(a); }
-extern "C" __global__ void gelu_c_bf16(const Args a) { unary_c<op_gelu, bf16_t>(a); }
-extern "C" __global__ void gelu_erf_bf16(const Args a) { unary<op_gelu_erf, bf16_t>(a); }
-extern "C" __global__ void gelu_erf_c_bf16(const Args a) { unary_c<op_gelu_erf, bf16_t>(a); }
-extern "C" __global__ void gelu_quick_bf16(const Args a) { unary<op_gelu_quick, bf16_t>(a); }
-extern "C" __global__ void gelu_quick_c_bf16(const Args a) { unary_c<op_gelu_quick, bf16_t>(a); }
-extern "C" __global__ void silu_bf16(const Args a) { unary<op_silu, bf16_t>(a); }
-extern "C" __global__ void silu_c_bf16(const Args a) { unary_c<op_silu, bf16_t>(a); }
-extern "C" __global__ void sigmoid_bf16(const Args a) { unary<op_sigmoid, bf16_t>(a); }
-extern "C" __global__ void sigmoid_c_bf16(const Args a) { unary_c<op_sigmoid, bf16_t>(a); }
-extern "C" __global__ void tanh_bf16(const Args a) { unary<op_tanh, bf16_t>(a); }
-extern "C" __global__ void tanh_c_bf16(const Args a) { unary_c<op_tanh, bf16_t>(a); }
-extern "C" __global__ void elu_bf16(const Args a) { unary<op_elu, bf16_t>(a); }
-extern "C" __global__ void elu_c_bf16(const Args a) { unary_c<op_elu, bf16_t>(a); }
-extern "C" __global__ void hardswish_bf16(const Args a) { unary<op_hardswish, bf16_t>(a); }
-extern "C" __global__ void hardswish_c_bf16(const Args a) { unary_c<op_hardswish, bf16_t>(a); }
-extern "C" __global__ void hardsigmoid_bf16(const Args a) { unary<op_hardsigmoid, bf16_t>(a); }
-extern "C" __global__ void hardsigmoid_c_bf16(const Args a) { unary_c<op_hardsigmoid, bf16_t>(a); }
-extern "C" __global__ void softplus_bf16(const Args a) { unary<op_softplus, bf16_t>(a); }
-extern "C" __global__ void softplus_c_bf16(const Args a) { unary_c<op_softplus, bf16_t>(a); }
-extern "C" __global__ void sin_bf16(const Args a) { unary<op_sin, bf16_t>(a); }
-extern "C" __global__ void sin_c_bf16(const Args a) { unary_c<op_sin, bf16_t>(a); }
-extern "C" __global__ void cos_bf16(const Args a) { unary<op_cos, bf16_t>(a); }
-extern "C" __global__ void cos_c_bf16(const Args a) { unary_c<op_cos, bf16_t>(a); }
-extern "C" __global__ void scale_bf16(const Args a) { unary<op_scale, bf16_t>(a); }
-extern "C" __global__ void scale_c_bf16(const Args a) { unary_c<op_scale, bf16_t>(a); }
-extern "C" __global__ void clamp_bf16(const Args a) { unary<op_clamp, bf16_t>(a); }
-extern "C" __global__ void clamp_c_bf16(const Args a) { unary_c<op_clamp, bf16_t>(a); }
-extern "C" __global__ void leaky_relu_bf16(const Args a) { unary<op_leaky_relu, bf16_t>(a); }
-extern "C" __global__ void leaky_relu_c_bf16(const Args a) { unary_c<op_leaky_relu, bf16_t>(a); }
+extern "C" __global__ void sqr_bf16(const Args a) { grid_dependency(); unary<op_sqr, bf16_t>(a); }
+extern "C" __global__ void sqr_c_bf16(const Args a) { grid_dependency(); unary_c<op_sqr, bf16_t>(a); }
+extern "C" __global__ void sqrt_bf16(const Args a) { grid_dependency(); unary<op_sqrt, bf16_t>(a); }
+extern "C" __global__ void sqrt_c_bf16(const Args a) { grid_dependency(); unary_c<op_sqrt, bf16_t>(a); }
+extern "C" __global__ void log_bf16(const Args a) { grid_dependency(); unary<op_log, bf16_t>(a); }
+extern "C" __global__ void log_c_bf16(const Args a) { grid_dependency(); unary_c<op_log, bf16_t>(a); }
+extern "C" __global__ void exp_bf16(const Args a) { grid_dependency(); unary<op_exp, bf16_t>(a); }
+extern "C" __global__ void exp_c_bf16(const Args a) { grid_dependency(); unary_c<op_exp, bf16_t>(a); }
+extern "C" __global__ void abs_bf16(const Args a) { grid_dependency(); unary<op_abs, bf16_t>(a); }
+extern "C" __global__ void abs_c_bf16(const Args a) { grid_dependency(); unary_c<op_abs, bf16_t>(a); }
+extern "C" __global__ void neg_bf16(const Args a) { grid_dependency(); unary<op_neg, bf16_t>(a); }
+extern "C" __global__ void neg_c_bf16(const Args a) { grid_dependency(); unary_c<op_neg, bf16_t>(a); }
+extern "C" __global__ void sgn_bf16(const Args a) { grid_dependency(); unary<op_sgn, bf16_t>(a); }
+extern "C" __global__ void sgn_c_bf16(const Args a) { grid_dependency(); unary_c<op_sgn, bf16_t>(a); }
+extern "C" __global__ void step_bf16(const Args a) { grid_dependency(); unary<op_step, bf16_t>(a); }
+extern "C" __global__ void step_c_bf16(const Args a) { grid_dependency(); unary_c<op_step, bf16_t>(a); }
+extern "C" __global__ void relu_bf16(const Args a) { grid_dependency(); unary<op_relu, bf16_t>(a); }
+extern "C" __global__ void relu_c_bf16(const Args a) { grid_dependency(); unary_c<op_relu, bf16_t>(a); }
+extern "C" __global__ void gelu_bf16(const Args a) { grid_dependency(); unary<op_gelu, bf16_t>(a); }
+extern "C" __global__ void gelu_c_bf16(const Args a) { grid_dependency(); unary_c<op_gelu, bf16_t>(a); }
+extern "C" __global__ void gelu_erf_bf16(const Args a) { grid_dependency(); unary<op_gelu_erf, bf16_t>(a); }
+extern "C" __global__ void gelu_erf_c_bf16(const Args a) { grid_dependency(); unary_c<op_gelu_erf, bf16_t>(a); }
+extern "C" __global__ void gelu_quick_bf16(const Args a) { grid_dependency(); unary<op_gelu_quick, bf16_t>(a); }
+extern "C" __global__ void gelu_quick_c_bf16(const Args a) { grid_dependency(); unary_c<op_gelu_quick, bf16_t>(a); }
+extern "C" __global__ void silu_bf16(const Args a) { grid_dependency(); unary<op_silu, bf16_t>(a); }
+extern "C" __global__ void silu_c_bf16(const Args a) { grid_dependency(); unary_c<op_silu, bf16_t>(a); }
+extern "C" __global__ void sigmoid_bf16(const Args a) { grid_dependency(); unary<op_sigmoid, bf16_t>(a); }
+extern "C" __global__ void sigmoid_c_bf16(const Args a) { grid_dependency(); unary_c<op_sigmoid, bf16_t>(a); }
+extern "C" __global__ void tanh_bf16(const Args a) { grid_dependency(); unary<op_tanh, bf16_t>(a); }
+extern "C" __global__ void tanh_c_bf16(const Args a) { grid_dependency(); unary_c<op_tanh, bf16_t>(a); }
+extern "C" __global__ void elu_bf16(const Args a) { grid_dependency(); unary<op_elu, bf16_t>(a); }
+extern "C" __global__ void elu_c_bf16(const Args a) { grid_dependency(); unary_c<op_elu, bf16_t>(a); }
+extern "C" __global__ void hardswish_bf16(const Args a) { grid_dependency(); unary<op_hardswish, bf16_t>(a); }
+extern "C" __global__ void hardswish_c_bf16(const Args a) { grid_dependency(); unary_c<op_hardswish, bf16_t>(a); }
+extern "C" __global__ void hardsigmoid_bf16(const Args a) { grid_dependency(); unary<op_hardsigmoid, bf16_t>(a); }
+extern "C" __global__ void hardsigmoid_c_bf16(const Args a) { grid_dependency(); unary_c<op_hardsigmoid, bf16_t>(a); }
+extern "C" __global__ void softplus_bf16(const Args a) { grid_dependency(); unary<op_softplus, bf16_t>(a); }
+extern "C" __global__ void softplus_c_bf16(const Args a) { grid_dependency(); unary_c<op_softplus, bf16_t>(a); }
+extern "C" __global__ void sin_bf16(const Args a) { grid_dependency(); unary<op_sin, bf16_t>(a); }
+extern "C" __global__ void sin_c_bf16(const Args a) { grid_dependency(); unary_c<op_sin, bf16_t>(a); }
+extern "C" __global__ void cos_bf16(const Args a) { grid_dependency(); unary<op_cos, bf16_t>(a); }
+extern "C" __global__ void cos_c_bf16(const Args a) { grid_dependency(); unary_c<op_cos, bf16_t>(a); }
+extern "C" __global__ void scale_bf16(const Args a) { grid_dependency(); unary<op_scale, bf16_t>(a); }
+extern "C" __global__ void scale_c_bf16(const Args a) { grid_dependency(); unary_c<op_scale, bf16_t>(a); }
+extern "C" __global__ void clamp_bf16(const Args a) { grid_dependency(); unary<op_clamp, bf16_t>(a); }
+extern "C" __global__ void clamp_c_bf16(const Args a) { grid_dependency(); unary_c<op_clamp, bf16_t>(a); }
+extern "C" __global__ void leaky_relu_bf16(const Args a) { grid_dependency(); unary<op_leaky_relu, bf16_t>(a); }
+extern "C" __global__ void leaky_relu_c_bf16(const Args a) { grid_dependency(); unary_c<op_leaky_relu, bf16_t>(a); }

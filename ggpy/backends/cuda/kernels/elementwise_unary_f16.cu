@@ -1,51 +1,51 @@
 // The unary ops on F16, strided and flat (`_c_`).
 #include "elementwise.cuh"
 
-extern "C" __global__ void sqr_f16(const Args a) { unary<op_sqr, half_t>(a); }
-extern "C" __global__ void sqr_c_f16(const Args a) { unary_c<op_sqr, half_t>(a); }
-extern "C" __global__ void sqrt_f16(const Args a) { unary<op_sqrt, half_t>(a); }
-extern "C" __global__ void sqrt_c_f16(const Args a) { unary_c<op_sqrt, half_t>(a); }
-extern "C" __global__ void log_f16(const Args a) { unary<op_log, half_t>(a); }
-extern "C" __global__ void log_c_f16(const Args a) { unary_c<op_log, half_t>(a); }
-extern "C" __global__ void exp_f16(const Args a) { unary<op_exp, half_t>(a); }
-extern "C" __global__ void exp_c_f16(const Args a) { unary_c<op_exp, half_t>(a); }
-extern "C" __global__ void abs_f16(const Args a) { unary<op_abs, half_t>(a); }
-extern "C" __global__ void abs_c_f16(const Args a) { unary_c<op_abs, half_t>(a); }
-extern "C" __global__ void neg_f16(const Args a) { unary<op_neg, half_t>(a); }
-extern "C" __global__ void neg_c_f16(const Args a) { unary_c<op_neg, half_t>(a); }
-extern "C" __global__ void sgn_f16(const Args a) { unary<op_sgn, half_t>(a); }
-extern "C" __global__ void sgn_c_f16(const Args a) { unary_c<op_sgn, half_t>(a); }
-extern "C" __global__ void step_f16(const Args a) { unary<op_step, half_t>(a); }
-extern "C" __global__ void step_c_f16(const Args a) { unary_c<op_step, half_t>(a); }
-extern "C" __global__ void relu_f16(const Args a) { unary<op_relu, half_t>(a); }
-extern "C" __global__ void relu_c_f16(const Args a) { unary_c<op_relu, half_t>(a); }
-extern "C" __global__ void gelu_f16(const Args a) { unary<op_gelu, half_t>(a); }
-extern "C" __global__ void gelu_c_f16(const Args a) { unary_c<op_gelu, half_t>(a); }
-extern "C" __global__ void gelu_erf_f16(const Args a) { unary<op_gelu_erf, half_t>(a); }
-extern "C" __global__ void gelu_erf_c_f16(const Args a) { unary_c<op_gelu_erf, half_t>(a); }
-extern "C" __global__ void gelu_quick_f16(const Args a) { unary<op_gelu_quick, half_t>(a); }
-extern "C" __global__ void gelu_quick_c_f16(const Args a) { unary_c<op_gelu_quick, half_t>(a); }
-extern "C" __global__ void silu_f16(const Args a) { unary<op_silu, half_t>(a); }
-extern "C" __global__ void silu_c_f16(const Args a) { unary_c<op_silu, half_t>(a); }
-extern "C" __global__ void sigmoid_f16(const Args a) { unary<op_sigmoid, half_t>(a); }
-extern "C" __global__ void sigmoid_c_f16(const Args a) { unary_c<op_sigmoid, half_t>(a); }
-extern "C" __global__ void tanh_f16(const Args a) { unary<op_tanh, half_t>(a); }
-extern "C" __global__ void tanh_c_f16(const Args a) { unary_c<op_tanh, half_t>(a); }
-extern "C" __global__ void elu_f16(const Args a) { unary<op_elu, half_t>(a); }
-extern "C" __global__ void elu_c_f16(const Args a) { unary_c<op_elu, half_t>(a); }
-extern "C" __global__ void hardswish_f16(const Args a) { unary<op_hardswish, half_t>(a); }
-extern "C" __global__ void hardswish_c_f16(const Args a) { unary_c<op_hardswish, half_t>(a); }
-extern "C" __global__ void hardsigmoid_f16(const Args a) { unary<op_hardsigmoid, half_t>(a); }
-extern "C" __global__ void hardsigmoid_c_f16(const Args a) { unary_c<op_hardsigmoid, half_t>(a); }
-extern "C" __global__ void softplus_f16(const Args a) { unary<op_softplus, half_t>(a); }
-extern "C" __global__ void softplus_c_f16(const Args a) { unary_c<op_softplus, half_t>(a); }
-extern "C" __global__ void sin_f16(const Args a) { unary<op_sin, half_t>(a); }
-extern "C" __global__ void sin_c_f16(const Args a) { unary_c<op_sin, half_t>(a); }
-extern "C" __global__ void cos_f16(const Args a) { unary<op_cos, half_t>(a); }
-extern "C" __global__ void cos_c_f16(const Args a) { unary_c<op_cos, half_t>(a); }
-extern "C" __global__ void scale_f16(const Args a) { unary<op_scale, half_t>(a); }
-extern "C" __global__ void scale_c_f16(const Args a) { unary_c<op_scale, half_t>(a); }
-extern "C" __global__ void clamp_f16(const Args a) { unary<op_clamp, half_t>(a); }
-extern "C" __global__ void clamp_c_f16(const Args a) { unary_c<op_clamp, half_t>(a); }
-extern "C" __global__ void leaky_relu_f16(const Args a) { unary<op_leaky_relu, half_t>(a); }
-extern "C" __global__ void leaky_relu_c_f16(const Args a) { unary_c<op_leaky_relu, half_t>(a); }
+extern "C" __global__ void sqr_f16(const Args a) { grid_dependency(); unary<op_sqr, half_t>(a); }
+extern "C" __global__ void sqr_c_f16(const Args a) { grid_dependency(); unary_c<op_sqr, half_t>(a); }
+extern "C" __global__ void sqrt_f16(const Args a) { grid_dependency(); unary<op_sqrt, half_t>(a); }
+extern "C" __global__ void sqrt_c_f16(const Args a) { grid_dependency(); unary_c<op_sqrt, half_t>(a); }
+extern "C" __global__ void log_f16(const Args a) { grid_dependency(); unary<op_log, half_t>(a); }
+extern "C" __global__ void log_c_f16(const Args a) { grid_dependency(); unary_c<op_log, half_t>(a); }
+extern "C" __global__ void exp_f16(const Args a) { grid_dependency(); unary<op_exp, half_t>(a); }
+extern "C" __global__ void exp_c_f16(const Args a) { grid_dependency(); unary_c<op_exp, half_t>(a); }
+extern "C" __global__ void abs_f16(const Args a) { grid_dependency(); unary<op_abs, half_t>(a); }
+extern "C" __global__ void abs_c_f16(const Args a) { grid_dependency(); unary_c<op_abs, half_t>(a); }
+extern "C" __global__ void neg_f16(const Args a) { grid_dependency(); unary<op_neg, half_t>(a); }
+extern "C" __global__ void neg_c_f16(const Args a) { grid_dependency(); unary_c<op_neg, half_t>(a); }
+extern "C" __global__ void sgn_f16(const Args a) { grid_dependency(); unary<op_sgn, half_t>(a); }
+extern "C" __global__ void sgn_c_f16(const Args a) { grid_dependency(); unary_c<op_sgn, half_t>(a); }
+extern "C" __global__ void step_f16(const Args a) { grid_dependency(); unary<op_step, half_t>(a); }
+extern "C" __global__ void step_c_f16(const Args a) { grid_dependency(); unary_c<op_step, half_t>(a); }
+extern "C" __global__ void relu_f16(const Args a) { grid_dependency(); unary<op_relu, half_t>(a); }
+extern "C" __global__ void relu_c_f16(const Args a) { grid_dependency(); unary_c<op_relu, half_t>(a); }
+extern "C" __global__ void gelu_f16(const Args a) { grid_dependency(); unary<op_gelu, half_t>(a); }
+extern "C" __global__ void gelu_c_f16(const Args a) { grid_dependency(); unary_c<op_gelu, half_t>(a); }
+extern "C" __global__ void gelu_erf_f16(const Args a) { grid_dependency(); unary<op_gelu_erf, half_t>(a); }
+extern "C" __global__ void gelu_erf_c_f16(const Args a) { grid_dependency(); unary_c<op_gelu_erf, half_t>(a); }
+extern "C" __global__ void gelu_quick_f16(const Args a) { grid_dependency(); unary<op_gelu_quick, half_t>(a); }
+extern "C" __global__ void gelu_quick_c_f16(const Args a) { grid_dependency(); unary_c<op_gelu_quick, half_t>(a); }
+extern "C" __global__ void silu_f16(const Args a) { grid_dependency(); unary<op_silu, half_t>(a); }
+extern "C" __global__ void silu_c_f16(const Args a) { grid_dependency(); unary_c<op_silu, half_t>(a); }
+extern "C" __global__ void sigmoid_f16(const Args a) { grid_dependency(); unary<op_sigmoid, half_t>(a); }
+extern "C" __global__ void sigmoid_c_f16(const Args a) { grid_dependency(); unary_c<op_sigmoid, half_t>(a); }
+extern "C" __global__ void tanh_f16(const Args a) { grid_dependency(); unary<op_tanh, half_t>(a); }
+extern "C" __global__ void tanh_c_f16(const Args a) { grid_dependency(); unary_c<op_tanh, half_t>(a); }
+extern "C" __global__ void elu_f16(const Args a) { grid_dependency(); unary<op_elu, half_t>(a); }
+extern "C" __global__ void elu_c_f16(const Args a) { grid_dependency(); unary_c<op_elu, half_t>(a); }
+extern "C" __global__ void hardswish_f16(const Args a) { grid_dependency(); unary<op_hardswish, half_t>(a); }
+extern "C" __global__ void hardswish_c_f16(const Args a) { grid_dependency(); unary_c<op_hardswish, half_t>(a); }
+extern "C" __global__ void hardsigmoid_f16(const Args a) { grid_dependency(); unary<op_hardsigmoid, half_t>(a); }
+extern "C" __global__ void hardsigmoid_c_f16(const Args a) { grid_dependency(); unary_c<op_hardsigmoid, half_t>(a); }
+extern "C" __global__ void softplus_f16(const Args a) { grid_dependency(); unary<op_softplus, half_t>(a); }
+extern "C" __global__ void softplus_c_f16(const Args a) { grid_dependency(); unary_c<op_softplus, half_t>(a); }
+extern "C" __global__ void sin_f16(const Args a) { grid_dependency(); unary<op_sin, half_t>(a); }
+extern "C" __global__ void sin_c_f16(const Args a) { grid_dependency(); unary_c<op_sin, half_t>(a); }
+extern "C" __global__ void cos_f16(const Args a) { grid_dependency(); unary<op_cos, half_t>(a); }
+extern "C" __global__ void cos_c_f16(const Args a) { grid_dependency(); unary_c<op_cos, half_t>(a); }
+extern "C" __global__ void scale_f16(const Args a) { grid_dependency(); unary<op_scale, half_t>(a); }
+extern "C" __global__ void scale_c_f16(const Args a) { grid_dependency(); unary_c<op_scale, half_t>(a); }
+extern "C" __global__ void clamp_f16(const Args a) { grid_dependency(); unary<op_clamp, half_t>(a); }
+extern "C" __global__ void clamp_c_f16(const Args a) { grid_dependency(); unary_c<op_clamp, half_t>(a); }
+extern "C" __global__ void leaky_relu_f16(const Args a) { grid_dependency(); unary<op_leaky_relu, half_t>(a); }
+extern "C" __global__ void leaky_relu_c_f16(const Args a) { grid_dependency(); unary_c<op_leaky_relu, half_t>(a); }

@@ -1,51 +1,51 @@
 // The unary ops on F32, strided and flat (`_c_`).
 #include "elementwise.cuh"
 
-extern "C" __global__ void sqr_f32(const Args a) { unary<op_sqr, float>(a); }
-extern "C" __global__ void sqr_c_f32(const Args a) { unary_c<op_sqr, float>(a); }
-extern "C" __global__ void sqrt_f32(const Args a) { unary<op_sqrt, float>(a); }
-extern "C" __global__ void sqrt_c_f32(const Args a) { unary_c<op_sqrt, float>(a); }
-extern "C" __global__ void log_f32(const Args a) { unary<op_log, float>(a); }
-extern "C" __global__ void log_c_f32(const Args a) { unary_c<op_log, float>(a); }
-extern "C" __global__ void exp_f32(const Args a) { unary<op_exp, float>(a); }
-extern "C" __global__ void exp_c_f32(const Args a) { unary_c<op_exp, float>(a); }
-extern "C" __global__ void abs_f32(const Args a) { unary<op_abs, float>(a); }
-extern "C" __global__ void abs_c_f32(const Args a) { unary_c<op_abs, float>(a); }
-extern "C" __global__ void neg_f32(const Args a) { unary<op_neg, float>(a); }
-extern "C" __global__ void neg_c_f32(const Args a) { unary_c<op_neg, float>(a); }
-extern "C" __global__ void sgn_f32(const Args a) { unary<op_sgn, float>(a); }
-extern "C" __global__ void sgn_c_f32(const Args a) { unary_c<op_sgn, float>(a); }
-extern "C" __global__ void step_f32(const Args a) { unary<op_step, float>(a); }
-extern "C" __global__ void step_c_f32(const Args a) { unary_c<op_step, float>(a); }
-extern "C" __global__ void relu_f32(const Args a) { unary<op_relu, float>(a); }
-extern "C" __global__ void relu_c_f32(const Args a) { unary_c<op_relu, float>(a); }
-extern "C" __global__ void gelu_f32(const Args a) { unary<op_gelu, float>(a); }
-extern "C" __global__ void gelu_c_f32(const Args a) { unary_c<op_gelu, float>(a); }
-extern "C" __global__ void gelu_erf_f32(const Args a) { unary<op_gelu_erf, float>(a); }
-extern "C" __global__ void gelu_erf_c_f32(const Args a) { unary_c<op_gelu_erf, float>(a); }
-extern "C" __global__ void gelu_quick_f32(const Args a) { unary<op_gelu_quick, float>(a); }
-extern "C" __global__ void gelu_quick_c_f32(const Args a) { unary_c<op_gelu_quick, float>(a); }
-extern "C" __global__ void silu_f32(const Args a) { unary<op_silu, float>(a); }
-extern "C" __global__ void silu_c_f32(const Args a) { unary_c<op_silu, float>(a); }
-extern "C" __global__ void sigmoid_f32(const Args a) { unary<op_sigmoid, float>(a); }
-extern "C" __global__ void sigmoid_c_f32(const Args a) { unary_c<op_sigmoid, float>(a); }
-extern "C" __global__ void tanh_f32(const Args a) { unary<op_tanh, float>(a); }
-extern "C" __global__ void tanh_c_f32(const Args a) { unary_c<op_tanh, float>(a); }
-extern "C" __global__ void elu_f32(const Args a) { unary<op_elu, float>(a); }
-extern "C" __global__ void elu_c_f32(const Args a) { unary_c<op_elu, float>(a); }
-extern "C" __global__ void hardswish_f32(const Args a) { unary<op_hardswish, float>(a); }
-extern "C" __global__ void hardswish_c_f32(const Args a) { unary_c<op_hardswish, float>(a); }
-extern "C" __global__ void hardsigmoid_f32(const Args a) { unary<op_hardsigmoid, float>(a); }
-extern "C" __global__ void hardsigmoid_c_f32(const Args a) { unary_c<op_hardsigmoid, float>(a); }
-extern "C" __global__ void softplus_f32(const Args a) { unary<op_softplus, float>(a); }
-extern "C" __global__ void softplus_c_f32(const Args a) { unary_c<op_softplus, float>(a); }
-extern "C" __global__ void sin_f32(const Args a) { unary<op_sin, float>(a); }
-extern "C" __global__ void sin_c_f32(const Args a) { unary_c<op_sin, float>(a); }
-extern "C" __global__ void cos_f32(const Args a) { unary<op_cos, float>(a); }
-extern "C" __global__ void cos_c_f32(const Args a) { unary_c<op_cos, float>(a); }
-extern "C" __global__ void scale_f32(const Args a) { unary<op_scale, float>(a); }
-extern "C" __global__ void scale_c_f32(const Args a) { unary_c<op_scale, float>(a); }
-extern "C" __global__ void clamp_f32(const Args a) { unary<op_clamp, float>(a); }
-extern "C" __global__ void clamp_c_f32(const Args a) { unary_c<op_clamp, float>(a); }
-extern "C" __global__ void leaky_relu_f32(const Args a) { unary<op_leaky_relu, float>(a); }
-extern "C" __global__ void leaky_relu_c_f32(const Args a) { unary_c<op_leaky_relu, float>(a); }
+extern "C" __global__ void sqr_f32(const Args a) { grid_dependency(); unary<op_sqr, float>(a); }
+extern "C" __global__ void sqr_c_f32(const Args a) { grid_dependency(); unary_c<op_sqr, float>(a); }
+extern "C" __global__ void sqrt_f32(const Args a) { grid_dependency(); unary<op_sqrt, float>(a); }
+extern "C" __global__ void sqrt_c_f32(const Args a) { grid_dependency(); unary_c<op_sqrt, float>(a); }
+extern "C" __global__ void log_f32(const Args a) { grid_dependency(); unary<op_log, float>(a); }
+extern "C" __global__ void log_c_f32(const Args a) { grid_dependency(); unary_c<op_log, float>(a); }
+extern "C" __global__ void exp_f32(const Args a) { grid_dependency(); unary<op_exp, float>(a); }
+extern "C" __global__ void exp_c_f32(const Args a) { grid_dependency(); unary_c<op_exp, float>(a); }
+extern "C" __global__ void abs_f32(const Args a) { grid_dependency(); unary<op_abs, float>(a); }
+extern "C" __global__ void abs_c_f32(const Args a) { grid_dependency(); unary_c<op_abs, float>(a); }
+extern "C" __global__ void neg_f32(const Args a) { grid_dependency(); unary<op_neg, float>(a); }
+extern "C" __global__ void neg_c_f32(const Args a) { grid_dependency(); unary_c<op_neg, float>(a); }
+extern "C" __global__ void sgn_f32(const Args a) { grid_dependency(); unary<op_sgn, float>(a); }
+extern "C" __global__ void sgn_c_f32(const Args a) { grid_dependency(); unary_c<op_sgn, float>(a); }
+extern "C" __global__ void step_f32(const Args a) { grid_dependency(); unary<op_step, float>(a); }
+extern "C" __global__ void step_c_f32(const Args a) { grid_dependency(); unary_c<op_step, float>(a); }
+extern "C" __global__ void relu_f32(const Args a) { grid_dependency(); unary<op_relu, float>(a); }
+extern "C" __global__ void relu_c_f32(const Args a) { grid_dependency(); unary_c<op_relu, float>(a); }
+extern "C" __global__ void gelu_f32(const Args a) { grid_dependency(); unary<op_gelu, float>(a); }
+extern "C" __global__ void gelu_c_f32(const Args a) { grid_dependency(); unary_c<op_gelu, float>(a); }
+extern "C" __global__ void gelu_erf_f32(const Args a) { grid_dependency(); unary<op_gelu_erf, float>(a); }
+extern "C" __global__ void gelu_erf_c_f32(const Args a) { grid_dependency(); unary_c<op_gelu_erf, float>(a); }
+extern "C" __global__ void gelu_quick_f32(const Args a) { grid_dependency(); unary<op_gelu_quick, float>(a); }
+extern "C" __global__ void gelu_quick_c_f32(const Args a) { grid_dependency(); unary_c<op_gelu_quick, float>(a); }
+extern "C" __global__ void silu_f32(const Args a) { grid_dependency(); unary<op_silu, float>(a); }
+extern "C" __global__ void silu_c_f32(const Args a) { grid_dependency(); unary_c<op_silu, float>(a); }
+extern "C" __global__ void sigmoid_f32(const Args a) { grid_dependency(); unary<op_sigmoid, float>(a); }
+extern "C" __global__ void sigmoid_c_f32(const Args a) { grid_dependency(); unary_c<op_sigmoid, float>(a); }
+extern "C" __global__ void tanh_f32(const Args a) { grid_dependency(); unary<op_tanh, float>(a); }
+extern "C" __global__ void tanh_c_f32(const Args a) { grid_dependency(); unary_c<op_tanh, float>(a); }
+extern "C" __global__ void elu_f32(const Args a) { grid_dependency(); unary<op_elu, float>(a); }
+extern "C" __global__ void elu_c_f32(const Args a) { grid_dependency(); unary_c<op_elu, float>(a); }
+extern "C" __global__ void hardswish_f32(const Args a) { grid_dependency(); unary<op_hardswish, float>(a); }
+extern "C" __global__ void hardswish_c_f32(const Args a) { grid_dependency(); unary_c<op_hardswish, float>(a); }
+extern "C" __global__ void hardsigmoid_f32(const Args a) { grid_dependency(); unary<op_hardsigmoid, float>(a); }
+extern "C" __global__ void hardsigmoid_c_f32(const Args a) { grid_dependency(); unary_c<op_hardsigmoid, float>(a); }
+extern "C" __global__ void softplus_f32(const Args a) { grid_dependency(); unary<op_softplus, float>(a); }
+extern "C" __global__ void softplus_c_f32(const Args a) { grid_dependency(); unary_c<op_softplus, float>(a); }
+extern "C" __global__ void sin_f32(const Args a) { grid_dependency(); unary<op_sin, float>(a); }
+extern "C" __global__ void sin_c_f32(const Args a) { grid_dependency(); unary_c<op_sin, float>(a); }
+extern "C" __global__ void cos_f32(const Args a) { grid_dependency(); unary<op_cos, float>(a); }
+extern "C" __global__ void cos_c_f32(const Args a) { grid_dependency(); unary_c<op_cos, float>(a); }
+extern "C" __global__ void scale_f32(const Args a) { grid_dependency(); unary<op_scale, float>(a); }
+extern "C" __global__ void scale_c_f32(const Args a) { grid_dependency(); unary_c<op_scale, float>(a); }
+extern "C" __global__ void clamp_f32(const Args a) { grid_dependency(); unary<op_clamp, float>(a); }
+extern "C" __global__ void clamp_c_f32(const Args a) { grid_dependency(); unary_c<op_clamp, float>(a); }
+extern "C" __global__ void leaky_relu_f32(const Args a) { grid_dependency(); unary<op_leaky_relu, float>(a); }
+extern "C" __global__ void leaky_relu_c_f32(const Args a) { grid_dependency(); unary_c<op_leaky_relu, float>(a); }

@@ -91,7 +91,7 @@ def source(chain) -> tuple[str, str]:
     strided = not all(_flat(t, last) or _row(t, last) for t in srcs)
     unravel = f"{index} c[4]; unravel(i, a.ne, c);\n        " if strided else ""
     body = "\n        ".join(lines)
-    code = (f"(const EwArgs a) {{\n    for ({index} i = blockIdx.x * blockDim.x + threadIdx.x; i < ({index})a.n; "
+    code = (f"(const EwArgs a) {{\n    grid_dependency();\n    for ({index} i = blockIdx.x * blockDim.x + threadIdx.x; i < ({index})a.n; "
             f"i += gridDim.x * blockDim.x) {{\n        {unravel}{body}\n"
             f"        (({C_TYPES[last.type]}*)a.dst)[i] = from_f<{C_TYPES[last.type]}>(x);\n    }}\n}}\n")
     name = "ew_" + hashlib.sha1(code.encode()).hexdigest()[:16]

@@ -80,40 +80,40 @@ template <typename S> __device__ void set_rows_q8_0_k(const Args& a) {
     }
 }
 
-extern "C" __global__ void copy_f32_f32(const Args a) { copy<float, float>(a); }
-extern "C" __global__ void copy_f32_f16(const Args a) { copy<float, half_t>(a); }
-extern "C" __global__ void copy_f32_bf16(const Args a) { copy<float, bf16_t>(a); }
-extern "C" __global__ void copy_f16_f32(const Args a) { copy<half_t, float>(a); }
-extern "C" __global__ void copy_f16_f16(const Args a) { copy<half_t, half_t>(a); }
-extern "C" __global__ void copy_f16_bf16(const Args a) { copy<half_t, bf16_t>(a); }
-extern "C" __global__ void copy_bf16_f32(const Args a) { copy<bf16_t, float>(a); }
-extern "C" __global__ void copy_bf16_f16(const Args a) { copy<bf16_t, half_t>(a); }
-extern "C" __global__ void copy_bf16_bf16(const Args a) { copy<bf16_t, bf16_t>(a); }
-extern "C" __global__ void copy_i32_i32(const Args a) { copy<int, int>(a); }
-extern "C" __global__ void concat_f32(const Args a) { concat_k<float>(a); }
-extern "C" __global__ void repeat_f32(const Args a) { repeat_k<float>(a); }
-extern "C" __global__ void get_rows_f32(const Args a) { get_rows_k<float, float>(a); }
-extern "C" __global__ void pad_f32(const Args a) { pad_k<float>(a); }
-extern "C" __global__ void concat_f16(const Args a) { concat_k<half_t>(a); }
-extern "C" __global__ void repeat_f16(const Args a) { repeat_k<half_t>(a); }
-extern "C" __global__ void get_rows_f16(const Args a) { get_rows_k<half_t, float>(a); }
-extern "C" __global__ void pad_f16(const Args a) { pad_k<half_t>(a); }
-extern "C" __global__ void concat_bf16(const Args a) { concat_k<bf16_t>(a); }
-extern "C" __global__ void repeat_bf16(const Args a) { repeat_k<bf16_t>(a); }
-extern "C" __global__ void get_rows_bf16(const Args a) { get_rows_k<bf16_t, float>(a); }
-extern "C" __global__ void pad_bf16(const Args a) { pad_k<bf16_t>(a); }
-extern "C" __global__ void concat_i32(const Args a) { concat_k<int>(a); }
-extern "C" __global__ void repeat_i32(const Args a) { repeat_k<int>(a); }
-extern "C" __global__ void get_rows_i32(const Args a) { get_rows_k<int, int>(a); }
-extern "C" __global__ void set_rows_f32_f32(const Args a) { set_rows_k<float, float>(a); }
-extern "C" __global__ void set_rows_f32_f16(const Args a) { set_rows_k<float, half_t>(a); }
-extern "C" __global__ void set_rows_f32_bf16(const Args a) { set_rows_k<float, bf16_t>(a); }
-extern "C" __global__ void set_rows_f16_f32(const Args a) { set_rows_k<half_t, float>(a); }
-extern "C" __global__ void set_rows_f16_f16(const Args a) { set_rows_k<half_t, half_t>(a); }
-extern "C" __global__ void set_rows_f16_bf16(const Args a) { set_rows_k<half_t, bf16_t>(a); }
-extern "C" __global__ void set_rows_bf16_f32(const Args a) { set_rows_k<bf16_t, float>(a); }
-extern "C" __global__ void set_rows_bf16_f16(const Args a) { set_rows_k<bf16_t, half_t>(a); }
-extern "C" __global__ void set_rows_bf16_bf16(const Args a) { set_rows_k<bf16_t, bf16_t>(a); }
-extern "C" __global__ void set_rows_f32_q8_0(const Args a) { set_rows_q8_0_k<float>(a); }
-extern "C" __global__ void set_rows_f16_q8_0(const Args a) { set_rows_q8_0_k<half_t>(a); }
-extern "C" __global__ void set_rows_bf16_q8_0(const Args a) { set_rows_q8_0_k<bf16_t>(a); }
+extern "C" __global__ void copy_f32_f32(const Args a) { grid_dependency(); copy<float, float>(a); }
+extern "C" __global__ void copy_f32_f16(const Args a) { grid_dependency(); copy<float, half_t>(a); }
+extern "C" __global__ void copy_f32_bf16(const Args a) { grid_dependency(); copy<float, bf16_t>(a); }
+extern "C" __global__ void copy_f16_f32(const Args a) { grid_dependency(); copy<half_t, float>(a); }
+extern "C" __global__ void copy_f16_f16(const Args a) { grid_dependency(); copy<half_t, half_t>(a); }
+extern "C" __global__ void copy_f16_bf16(const Args a) { grid_dependency(); copy<half_t, bf16_t>(a); }
+extern "C" __global__ void copy_bf16_f32(const Args a) { grid_dependency(); copy<bf16_t, float>(a); }
+extern "C" __global__ void copy_bf16_f16(const Args a) { grid_dependency(); copy<bf16_t, half_t>(a); }
+extern "C" __global__ void copy_bf16_bf16(const Args a) { grid_dependency(); copy<bf16_t, bf16_t>(a); }
+extern "C" __global__ void copy_i32_i32(const Args a) { grid_dependency(); copy<int, int>(a); }
+extern "C" __global__ void concat_f32(const Args a) { grid_dependency(); concat_k<float>(a); }
+extern "C" __global__ void repeat_f32(const Args a) { grid_dependency(); repeat_k<float>(a); }
+extern "C" __global__ void get_rows_f32(const Args a) { grid_dependency(); get_rows_k<float, float>(a); }
+extern "C" __global__ void pad_f32(const Args a) { grid_dependency(); pad_k<float>(a); }
+extern "C" __global__ void concat_f16(const Args a) { grid_dependency(); concat_k<half_t>(a); }
+extern "C" __global__ void repeat_f16(const Args a) { grid_dependency(); repeat_k<half_t>(a); }
+extern "C" __global__ void get_rows_f16(const Args a) { grid_dependency(); get_rows_k<half_t, float>(a); }
+extern "C" __global__ void pad_f16(const Args a) { grid_dependency(); pad_k<half_t>(a); }
+extern "C" __global__ void concat_bf16(const Args a) { grid_dependency(); concat_k<bf16_t>(a); }
+extern "C" __global__ void repeat_bf16(const Args a) { grid_dependency(); repeat_k<bf16_t>(a); }
+extern "C" __global__ void get_rows_bf16(const Args a) { grid_dependency(); get_rows_k<bf16_t, float>(a); }
+extern "C" __global__ void pad_bf16(const Args a) { grid_dependency(); pad_k<bf16_t>(a); }
+extern "C" __global__ void concat_i32(const Args a) { grid_dependency(); concat_k<int>(a); }
+extern "C" __global__ void repeat_i32(const Args a) { grid_dependency(); repeat_k<int>(a); }
+extern "C" __global__ void get_rows_i32(const Args a) { grid_dependency(); get_rows_k<int, int>(a); }
+extern "C" __global__ void set_rows_f32_f32(const Args a) { grid_dependency(); set_rows_k<float, float>(a); }
+extern "C" __global__ void set_rows_f32_f16(const Args a) { grid_dependency(); set_rows_k<float, half_t>(a); }
+extern "C" __global__ void set_rows_f32_bf16(const Args a) { grid_dependency(); set_rows_k<float, bf16_t>(a); }
+extern "C" __global__ void set_rows_f16_f32(const Args a) { grid_dependency(); set_rows_k<half_t, float>(a); }
+extern "C" __global__ void set_rows_f16_f16(const Args a) { grid_dependency(); set_rows_k<half_t, half_t>(a); }
+extern "C" __global__ void set_rows_f16_bf16(const Args a) { grid_dependency(); set_rows_k<half_t, bf16_t>(a); }
+extern "C" __global__ void set_rows_bf16_f32(const Args a) { grid_dependency(); set_rows_k<bf16_t, float>(a); }
+extern "C" __global__ void set_rows_bf16_f16(const Args a) { grid_dependency(); set_rows_k<bf16_t, half_t>(a); }
+extern "C" __global__ void set_rows_bf16_bf16(const Args a) { grid_dependency(); set_rows_k<bf16_t, bf16_t>(a); }
+extern "C" __global__ void set_rows_f32_q8_0(const Args a) { grid_dependency(); set_rows_q8_0_k<float>(a); }
+extern "C" __global__ void set_rows_f16_q8_0(const Args a) { grid_dependency(); set_rows_q8_0_k<half_t>(a); }
+extern "C" __global__ void set_rows_bf16_q8_0(const Args a) { grid_dependency(); set_rows_q8_0_k<bf16_t>(a); }

@@ -64,18 +64,18 @@ template <typename T, int MODE> __device__ void upscale(const Args& a) {
     }
 }
 
-extern "C" __global__ void pool_2d_max_f32(const Args a) { pool_2d<float, true>(a); }
-extern "C" __global__ void pool_2d_avg_f32(const Args a) { pool_2d<float, false>(a); }
-extern "C" __global__ void upscale_nearest_f32(const Args a) { upscale<float, 0>(a); }
-extern "C" __global__ void upscale_bilinear_f32(const Args a) { upscale<float, 1>(a); }
-extern "C" __global__ void upscale_bilinear_ac_f32(const Args a) { upscale<float, 2>(a); }
-extern "C" __global__ void pool_2d_max_f16(const Args a) { pool_2d<half_t, true>(a); }
-extern "C" __global__ void pool_2d_avg_f16(const Args a) { pool_2d<half_t, false>(a); }
-extern "C" __global__ void upscale_nearest_f16(const Args a) { upscale<half_t, 0>(a); }
-extern "C" __global__ void upscale_bilinear_f16(const Args a) { upscale<half_t, 1>(a); }
-extern "C" __global__ void upscale_bilinear_ac_f16(const Args a) { upscale<half_t, 2>(a); }
-extern "C" __global__ void pool_2d_max_bf16(const Args a) { pool_2d<bf16_t, true>(a); }
-extern "C" __global__ void pool_2d_avg_bf16(const Args a) { pool_2d<bf16_t, false>(a); }
-extern "C" __global__ void upscale_nearest_bf16(const Args a) { upscale<bf16_t, 0>(a); }
-extern "C" __global__ void upscale_bilinear_bf16(const Args a) { upscale<bf16_t, 1>(a); }
-extern "C" __global__ void upscale_bilinear_ac_bf16(const Args a) { upscale<bf16_t, 2>(a); }
+extern "C" __global__ void pool_2d_max_f32(const Args a) { grid_dependency(); pool_2d<float, true>(a); }
+extern "C" __global__ void pool_2d_avg_f32(const Args a) { grid_dependency(); pool_2d<float, false>(a); }
+extern "C" __global__ void upscale_nearest_f32(const Args a) { grid_dependency(); upscale<float, 0>(a); }
+extern "C" __global__ void upscale_bilinear_f32(const Args a) { grid_dependency(); upscale<float, 1>(a); }
+extern "C" __global__ void upscale_bilinear_ac_f32(const Args a) { grid_dependency(); upscale<float, 2>(a); }
+extern "C" __global__ void pool_2d_max_f16(const Args a) { grid_dependency(); pool_2d<half_t, true>(a); }
+extern "C" __global__ void pool_2d_avg_f16(const Args a) { grid_dependency(); pool_2d<half_t, false>(a); }
+extern "C" __global__ void upscale_nearest_f16(const Args a) { grid_dependency(); upscale<half_t, 0>(a); }
+extern "C" __global__ void upscale_bilinear_f16(const Args a) { grid_dependency(); upscale<half_t, 1>(a); }
+extern "C" __global__ void upscale_bilinear_ac_f16(const Args a) { grid_dependency(); upscale<half_t, 2>(a); }
+extern "C" __global__ void pool_2d_max_bf16(const Args a) { grid_dependency(); pool_2d<bf16_t, true>(a); }
+extern "C" __global__ void pool_2d_avg_bf16(const Args a) { grid_dependency(); pool_2d<bf16_t, false>(a); }
+extern "C" __global__ void upscale_nearest_bf16(const Args a) { grid_dependency(); upscale<bf16_t, 0>(a); }
+extern "C" __global__ void upscale_bilinear_bf16(const Args a) { grid_dependency(); upscale<bf16_t, 1>(a); }
+extern "C" __global__ void upscale_bilinear_ac_bf16(const Args a) { grid_dependency(); upscale<bf16_t, 2>(a); }

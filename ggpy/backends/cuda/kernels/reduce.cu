@@ -25,12 +25,12 @@ template <typename T> __device__ void sum_all(const Args& a) {            // one
 
 #undef X
 
-extern "C" __global__ void sum_rows_f32(const Args a) { sum_row<float, false>(a); }
-extern "C" __global__ void mean_f32(const Args a) { sum_row<float, true>(a); }
-extern "C" __global__ void sum_f32(const Args a) { sum_all<float>(a); }
-extern "C" __global__ void sum_rows_f16(const Args a) { sum_row<half_t, false>(a); }
-extern "C" __global__ void mean_f16(const Args a) { sum_row<half_t, true>(a); }
-extern "C" __global__ void sum_f16(const Args a) { sum_all<half_t>(a); }
-extern "C" __global__ void sum_rows_bf16(const Args a) { sum_row<bf16_t, false>(a); }
-extern "C" __global__ void mean_bf16(const Args a) { sum_row<bf16_t, true>(a); }
-extern "C" __global__ void sum_bf16(const Args a) { sum_all<bf16_t>(a); }
+extern "C" __global__ void sum_rows_f32(const Args a) { grid_dependency(); sum_row<float, false>(a); }
+extern "C" __global__ void mean_f32(const Args a) { grid_dependency(); sum_row<float, true>(a); }
+extern "C" __global__ void sum_f32(const Args a) { grid_dependency(); sum_all<float>(a); }
+extern "C" __global__ void sum_rows_f16(const Args a) { grid_dependency(); sum_row<half_t, false>(a); }
+extern "C" __global__ void mean_f16(const Args a) { grid_dependency(); sum_row<half_t, true>(a); }
+extern "C" __global__ void sum_f16(const Args a) { grid_dependency(); sum_all<half_t>(a); }
+extern "C" __global__ void sum_rows_bf16(const Args a) { grid_dependency(); sum_row<bf16_t, false>(a); }
+extern "C" __global__ void mean_bf16(const Args a) { grid_dependency(); sum_row<bf16_t, true>(a); }
+extern "C" __global__ void sum_bf16(const Args a) { grid_dependency(); sum_all<bf16_t>(a); }

@@ -46,15 +46,15 @@ template <typename T, typename D, bool SET> __device__ void rope_k(const Args& a
     }
 }
 
-extern "C" __global__ void rope_f32(const Args a) { rope_k<float, float, false>(a); }
-extern "C" __global__ void rope_f16(const Args a) { rope_k<half_t, half_t, false>(a); }
-extern "C" __global__ void rope_bf16(const Args a) { rope_k<bf16_t, bf16_t, false>(a); }
-extern "C" __global__ void rope_set_rows_f32_f32(const RowsArgs r) { rope_k<float, float, true>(r.a, &r); }
-extern "C" __global__ void rope_set_rows_f32_f16(const RowsArgs r) { rope_k<float, half_t, true>(r.a, &r); }
-extern "C" __global__ void rope_set_rows_f32_bf16(const RowsArgs r) { rope_k<float, bf16_t, true>(r.a, &r); }
-extern "C" __global__ void rope_set_rows_f16_f32(const RowsArgs r) { rope_k<half_t, float, true>(r.a, &r); }
-extern "C" __global__ void rope_set_rows_f16_f16(const RowsArgs r) { rope_k<half_t, half_t, true>(r.a, &r); }
-extern "C" __global__ void rope_set_rows_f16_bf16(const RowsArgs r) { rope_k<half_t, bf16_t, true>(r.a, &r); }
-extern "C" __global__ void rope_set_rows_bf16_f32(const RowsArgs r) { rope_k<bf16_t, float, true>(r.a, &r); }
-extern "C" __global__ void rope_set_rows_bf16_f16(const RowsArgs r) { rope_k<bf16_t, half_t, true>(r.a, &r); }
-extern "C" __global__ void rope_set_rows_bf16_bf16(const RowsArgs r) { rope_k<bf16_t, bf16_t, true>(r.a, &r); }
+extern "C" __global__ void rope_f32(const Args a) { grid_dependency(); rope_k<float, float, false>(a); }
+extern "C" __global__ void rope_f16(const Args a) { grid_dependency(); rope_k<half_t, half_t, false>(a); }
+extern "C" __global__ void rope_bf16(const Args a) { grid_dependency(); rope_k<bf16_t, bf16_t, false>(a); }
+extern "C" __global__ void rope_set_rows_f32_f32(const RowsArgs r) { grid_dependency(); rope_k<float, float, true>(r.a, &r); }
+extern "C" __global__ void rope_set_rows_f32_f16(const RowsArgs r) { grid_dependency(); rope_k<float, half_t, true>(r.a, &r); }
+extern "C" __global__ void rope_set_rows_f32_bf16(const RowsArgs r) { grid_dependency(); rope_k<float, bf16_t, true>(r.a, &r); }
+extern "C" __global__ void rope_set_rows_f16_f32(const RowsArgs r) { grid_dependency(); rope_k<half_t, float, true>(r.a, &r); }
+extern "C" __global__ void rope_set_rows_f16_f16(const RowsArgs r) { grid_dependency(); rope_k<half_t, half_t, true>(r.a, &r); }
+extern "C" __global__ void rope_set_rows_f16_bf16(const RowsArgs r) { grid_dependency(); rope_k<half_t, bf16_t, true>(r.a, &r); }
+extern "C" __global__ void rope_set_rows_bf16_f32(const RowsArgs r) { grid_dependency(); rope_k<bf16_t, float, true>(r.a, &r); }
+extern "C" __global__ void rope_set_rows_bf16_f16(const RowsArgs r) { grid_dependency(); rope_k<bf16_t, half_t, true>(r.a, &r); }
+extern "C" __global__ void rope_set_rows_bf16_bf16(const RowsArgs r) { grid_dependency(); rope_k<bf16_t, bf16_t, true>(r.a, &r); }

@@ -74,27 +74,27 @@ template <typename T, typename P> __device__ void add_rel_pos_k(const Args& a, c
     }
 }
 
-extern "C" __global__ void win_part_f32(const Args a) { win_part<float>(a); }
-extern "C" __global__ void win_unpart_f32(const Args a) { win_unpart<float>(a); }
-extern "C" __global__ void get_rel_pos_f32(const Args a) { get_rel_pos_k<float>(a); }
-extern "C" __global__ void win_part_v_f32(const Args a) { win_vec<float, true>(a); }
-extern "C" __global__ void win_unpart_v_f32(const Args a) { win_vec<float, false>(a); }
-extern "C" __global__ void add_rel_pos_f32_f32(const Args a, const char* ph) { add_rel_pos_k<float, float>(a, ph); }
-extern "C" __global__ void add_rel_pos_f32_f16(const Args a, const char* ph) { add_rel_pos_k<float, half_t>(a, ph); }
-extern "C" __global__ void add_rel_pos_f32_bf16(const Args a, const char* ph) { add_rel_pos_k<float, bf16_t>(a, ph); }
-extern "C" __global__ void win_part_f16(const Args a) { win_part<half_t>(a); }
-extern "C" __global__ void win_unpart_f16(const Args a) { win_unpart<half_t>(a); }
-extern "C" __global__ void get_rel_pos_f16(const Args a) { get_rel_pos_k<half_t>(a); }
-extern "C" __global__ void win_part_v_f16(const Args a) { win_vec<half_t, true>(a); }
-extern "C" __global__ void win_unpart_v_f16(const Args a) { win_vec<half_t, false>(a); }
-extern "C" __global__ void add_rel_pos_f16_f32(const Args a, const char* ph) { add_rel_pos_k<half_t, float>(a, ph); }
-extern "C" __global__ void add_rel_pos_f16_f16(const Args a, const char* ph) { add_rel_pos_k<half_t, half_t>(a, ph); }
-extern "C" __global__ void add_rel_pos_f16_bf16(const Args a, const char* ph) { add_rel_pos_k<half_t, bf16_t>(a, ph); }
-extern "C" __global__ void win_part_bf16(const Args a) { win_part<bf16_t>(a); }
-extern "C" __global__ void win_unpart_bf16(const Args a) { win_unpart<bf16_t>(a); }
-extern "C" __global__ void get_rel_pos_bf16(const Args a) { get_rel_pos_k<bf16_t>(a); }
-extern "C" __global__ void win_part_v_bf16(const Args a) { win_vec<bf16_t, true>(a); }
-extern "C" __global__ void win_unpart_v_bf16(const Args a) { win_vec<bf16_t, false>(a); }
-extern "C" __global__ void add_rel_pos_bf16_f32(const Args a, const char* ph) { add_rel_pos_k<bf16_t, float>(a, ph); }
-extern "C" __global__ void add_rel_pos_bf16_f16(const Args a, const char* ph) { add_rel_pos_k<bf16_t, half_t>(a, ph); }
-extern "C" __global__ void add_rel_pos_bf16_bf16(const Args a, const char* ph) { add_rel_pos_k<bf16_t, bf16_t>(a, ph); }
+extern "C" __global__ void win_part_f32(const Args a) { grid_dependency(); win_part<float>(a); }
+extern "C" __global__ void win_unpart_f32(const Args a) { grid_dependency(); win_unpart<float>(a); }
+extern "C" __global__ void get_rel_pos_f32(const Args a) { grid_dependency(); get_rel_pos_k<float>(a); }
+extern "C" __global__ void win_part_v_f32(const Args a) { grid_dependency(); win_vec<float, true>(a); }
+extern "C" __global__ void win_unpart_v_f32(const Args a) { grid_dependency(); win_vec<float, false>(a); }
+extern "C" __global__ void add_rel_pos_f32_f32(const Args a, const char* ph) { grid_dependency(); add_rel_pos_k<float, float>(a, ph); }
+extern "C" __global__ void add_rel_pos_f32_f16(const Args a, const char* ph) { grid_dependency(); add_rel_pos_k<float, half_t>(a, ph); }
+extern "C" __global__ void add_rel_pos_f32_bf16(const Args a, const char* ph) { grid_dependency(); add_rel_pos_k<float, bf16_t>(a, ph); }
+extern "C" __global__ void win_part_f16(const Args a) { grid_dependency(); win_part<half_t>(a); }
+extern "C" __global__ void win_unpart_f16(const Args a) { grid_dependency(); win_unpart<half_t>(a); }
+extern "C" __global__ void get_rel_pos_f16(const Args a) { grid_dependency(); get_rel_pos_k<half_t>(a); }
+extern "C" __global__ void win_part_v_f16(const Args a) { grid_dependency(); win_vec<half_t, true>(a); }
+extern "C" __global__ void win_unpart_v_f16(const Args a) { grid_dependency(); win_vec<half_t, false>(a); }
+extern "C" __global__ void add_rel_pos_f16_f32(const Args a, const char* ph) { grid_dependency(); add_rel_pos_k<half_t, float>(a, ph); }
+extern "C" __global__ void add_rel_pos_f16_f16(const Args a, const char* ph) { grid_dependency(); add_rel_pos_k<half_t, half_t>(a, ph); }
+extern "C" __global__ void add_rel_pos_f16_bf16(const Args a, const char* ph) { grid_dependency(); add_rel_pos_k<half_t, bf16_t>(a, ph); }
+extern "C" __global__ void win_part_bf16(const Args a) { grid_dependency(); win_part<bf16_t>(a); }
+extern "C" __global__ void win_unpart_bf16(const Args a) { grid_dependency(); win_unpart<bf16_t>(a); }
+extern "C" __global__ void get_rel_pos_bf16(const Args a) { grid_dependency(); get_rel_pos_k<bf16_t>(a); }
+extern "C" __global__ void win_part_v_bf16(const Args a) { grid_dependency(); win_vec<bf16_t, true>(a); }
+extern "C" __global__ void win_unpart_v_bf16(const Args a) { grid_dependency(); win_vec<bf16_t, false>(a); }
+extern "C" __global__ void add_rel_pos_bf16_f32(const Args a, const char* ph) { grid_dependency(); add_rel_pos_k<bf16_t, float>(a, ph); }
+extern "C" __global__ void add_rel_pos_bf16_f16(const Args a, const char* ph) { grid_dependency(); add_rel_pos_k<bf16_t, half_t>(a, ph); }
+extern "C" __global__ void add_rel_pos_bf16_bf16(const Args a, const char* ph) { grid_dependency(); add_rel_pos_k<bf16_t, bf16_t>(a, ph); }

@@ -105,11 +105,11 @@ template <typename T> __device__ void sort_chunk(const Args& a) {
     for (int j = threadIdx.x; j < a.ip[0]; j += blockDim.x) topk_store(a, j, s[j]);
 }
 
-extern "C" __global__ void argmax_f32(const Args a) { best_of_chunk<float>(a); }
-extern "C" __global__ void argmax_f16(const Args a) { best_of_chunk<half_t>(a); }
-extern "C" __global__ void argmax_bf16(const Args a) { best_of_chunk<bf16_t>(a); }
-extern "C" __global__ void argmax_keys(const Args a) { best_of_chunk<u64>(a); }
-extern "C" __global__ void top_k_f32(const Args a) { sort_chunk<float>(a); }
-extern "C" __global__ void top_k_f16(const Args a) { sort_chunk<half_t>(a); }
-extern "C" __global__ void top_k_bf16(const Args a) { sort_chunk<bf16_t>(a); }
-extern "C" __global__ void top_k_keys(const Args a) { sort_chunk<u64>(a); }
+extern "C" __global__ void argmax_f32(const Args a) { grid_dependency(); best_of_chunk<float>(a); }
+extern "C" __global__ void argmax_f16(const Args a) { grid_dependency(); best_of_chunk<half_t>(a); }
+extern "C" __global__ void argmax_bf16(const Args a) { grid_dependency(); best_of_chunk<bf16_t>(a); }
+extern "C" __global__ void argmax_keys(const Args a) { grid_dependency(); best_of_chunk<u64>(a); }
+extern "C" __global__ void top_k_f32(const Args a) { grid_dependency(); sort_chunk<float>(a); }
+extern "C" __global__ void top_k_f16(const Args a) { grid_dependency(); sort_chunk<half_t>(a); }
+extern "C" __global__ void top_k_bf16(const Args a) { grid_dependency(); sort_chunk<bf16_t>(a); }
+extern "C" __global__ void top_k_keys(const Args a) { grid_dependency(); sort_chunk<u64>(a); }

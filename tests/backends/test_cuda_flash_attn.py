@@ -8,7 +8,7 @@ import pytest
 
 import ggpy
 from ggpy.backends.cuda.kernels import attention, attention_flash
-from ggpy.types import F16, F32
+from ggpy.types import F16, F32, Q8_0
 
 HD, HEADS, KV_HEADS = 64, 8, 2
 
@@ -94,3 +94,86 @@ def test_cuda_attention_over_a_cache(cuda_backend, n, n_kv, flash, cache_type):
     np.testing.assert_allclose(out, ref, rtol=tol, atol=tol)
     if flash and n > 1:
         assert not out[1].any()
+
+
+def _q8_0(rng, shape):
+    """(Q8_0 blocks as bytes, their values in float64) of random values of numpy shape `shape`."""
+    d = rng.uniform(0.004, 0.012, shape[:-1] + (shape[-1] // 32, 1)).astype(np.float16)
+    qs = rng.integers(-127, 128, shape[:-1] + (shape[-1] // 32, 32)).astype(np.int8)
+    return np.concatenate([d.view(np.uint8), qs.view(np.uint8)], -1).reshape(-1), (d * qs.astype(np.float64)).reshape(shape)
+
+
+def _reference(q, k, v, mask, scale, max_bias, softcap):
+    """ggml's flash_attn_ext in float64: q (S, H, N, D), k and v (Sk, Hk, n_kv, D), mask (Mw, Mh, rows, n_kv) or None
+    -> (S, N, H, Dv); a row whose scores are all -inf gives zeros."""
+    s_, h_, n = q.shape[:3]
+    hs, ss = np.arange(h_), np.arange(s_)
+    kk, vv = (x[ss // (s_ // x.shape[0])][:, hs // (h_ // x.shape[1])] for x in (k, v))
+    x = np.einsum("shnd,shjd->shnj", q, kk) * (scale / softcap if softcap else scale)
+    x = softcap * np.tanh(x) if softcap else x
+    if mask is not None:
+        nlog2 = 2 ** int(np.floor(np.log2(h_)))
+        m0, m1 = 2.0 ** (-max_bias / nlog2), 2.0 ** (-max_bias / 2 / nlog2)
+        slope = np.where(hs < nlog2, m0 ** (hs + 1), m1 ** (2 * (hs - nlog2) + 1)) if max_bias else np.ones(h_)
+        mk = mask[ss % mask.shape[0]][:, hs % mask.shape[1], :n]
+        x = x + np.where(np.isinf(mk), -np.inf, slope[None, :, None, None] * mk)
+    mx = x.max(-1, keepdims=True)
+    p = np.exp(x - np.where(np.isfinite(mx), mx, 0))
+    total = p.sum(-1, keepdims=True)
+    p = np.divide(p, total, out=np.zeros_like(p), where=total > 0)
+    return np.einsum("shnj,shjd->snhd", p, vv)
+
+
+TC_CASES = [  # D, n, n_kv, H, Hk, S, Sk, K type, V type, mask (type, Mh, Mw), max_bias, softcap, K 8-byte aligned
+    (64, 40, 1000, 9, 3, 1, 1, F16, F16, (F16, 1, 1), 0.0, 0.0, False),
+    (128, 64, 2100, 32, 8, 1, 1, F16, F16, (F32, 1, 1), 0.0, 0.0, False),
+    (128, 33, 300, 8, 2, 2, 1, Q8_0, F16, (F32, 2, 2), 8.0, 0.0, False),
+    (64, 17, 77, 4, 4, 1, 1, F16, Q8_0, None, 0.0, 30.0, True),
+    (64, 100, 1500, 12, 3, 1, 1, Q8_0, Q8_0, (F16, 1, 1), 0.0, 0.0, False),
+]
+
+
+@pytest.mark.parametrize("case", TC_CASES, ids=lambda c: f"D{c[0]}-n{c[1]}-kv{c[2]}-H{c[3]}/{c[4]}-{c[7].name}"
+                         f"-{c[8].name}-bias{c[10]}-cap{c[11]}")
+def test_cuda_flash_attn_tensor_cores_vs_float64(cuda_backend, case):
+    """fa_mma_k (with its key chunks merged where split) against float64: grouped-query heads, Q8_0 K or V, a mask of
+    random values and -inf (a fully masked row), per-head and per-sequence masks with ALiBi, softcap, K/V sequences
+    broadcast, keys not a multiple of 64, K rows aligned to 8 bytes only (a view at an offset)."""
+    d, n, n_kv, h, hk, s, sk, kt, vt, mask_of, max_bias, softcap, offset = case
+    rng = np.random.default_rng(n + n_kv)
+    ctx = ggpy.Context()
+    q = ctx.new_tensor(F32, (d, n, h, s)).set_input()
+    kin = ctx.new_tensor(kt, (d + (4 if offset else 0), n_kv, hk, sk)).set_input()
+    k = ggpy.view_4d(kin, d, n_kv, hk, sk, kin.nb[1], kin.nb[2], kin.nb[3], 8 if offset else 0)
+    v = ctx.new_tensor(vt, (d, n_kv, hk, sk)).set_input()
+    mask = ctx.new_tensor(mask_of[0], (n_kv, n + 3, *mask_of[1:])).set_input() if mask_of else None
+    out = ggpy.flash_attn_ext(q, k, v, mask, d ** -0.5, max_bias, softcap)
+    graph = ggpy.Graph().build_forward_expand(out)
+    ggpy.GraphAllocator(cuda_backend).alloc_graph(graph)
+    assert attention_flash.choose(out, cuda_backend) == "tc"
+    qv = rng.uniform(-1, 1, (s, h, n, d))
+    kv = []
+    for t in (kin, v):
+        if t.type == Q8_0:
+            raw, vals = _q8_0(rng, tuple(reversed(t.ne)))
+            t.set(raw)
+        else:
+            vals = rng.uniform(-1, 1, tuple(reversed(t.ne))).astype(np.float16)
+            t.set(vals)
+        kv.append(vals.astype(np.float64)[..., 4:] if t is kin and offset else vals.astype(np.float64))
+    q.set(qv.astype(np.float32))
+    mv = None
+    if mask is not None:
+        mv = rng.uniform(-2, 0, tuple(reversed(mask.ne)))
+        i, j = np.indices(mv.shape[2:])
+        mv[..., j > n_kv - n + i] = -np.inf
+        mv[..., 1, :] = -np.inf
+        mv = mv.astype(np.float16 if mask.type == F16 else np.float32)
+        mask.set(mv)
+        mv = mv.astype(np.float64)
+    cuda_backend.compute(graph)
+    ref = _reference(qv.astype(np.float32).astype(np.float64), *kv, mv, d ** -0.5, max_bias, softcap)
+    got = out.numpy().reshape(ref.shape)
+    np.testing.assert_allclose(got, ref, rtol=4e-3, atol=4e-3)
+    if mask is not None:
+        assert not got[:, 1].any()

@@ -5,8 +5,9 @@ implementations:
 that about TARGET_BLOCKS blocks run; a block takes RB (query head, query row) pairs of one KV head's group, so the
 group's query heads read each key once; with several chunks every block writes its partial (max, sum, Dv
 accumulator) into the temp block and fa_combine_d{D} merges them. F32 math on F32, F16 or Q8_0 K and V (any pair).
-`tc` (fa_tc_d{D}_{K type}_{V type}): F16 or Q8_0 K and V on tensor cores, a warp per 16 query rows of one head
-(prompt chunks); q is rounded to F16 after scaling, Q8_0 values and P to F16, accumulation in F32.
+`tc` (fa_mma_d{D}_{K type}_{V type}, attention_fa_mma.cuh): F16 or Q8_0 K and V on tensor cores for prompt chunks, a
+warp per 16 (query head, row) pairs of one KV head's group, the keys split in chunks (tc_split) merged by
+fa_mma_combine_d{D}; q is rounded to F16 after scaling, Q8_0 values, P and the mask to F16, accumulation in F32.
 choose: tc for TC_TYPES K and V and at least TC_MIN_N query rows, else vec. Head dims HEAD_DIMS with D == Dv; others
 refused.
 """
@@ -27,7 +28,8 @@ WARPS = 4                       # warps per block (FA_WARPS, TC_WARPS in the .cu
 TILE = 32 * WARPS               # keys a block walks per pass: a chunk is a multiple of it
 TARGET_BLOCKS = 264             # about two blocks per SM of an H100 / H200
 TC_MIN_N = 16                   # query rows from which F16 K/V run on tensor cores
-TC_ROWS = 16 * WARPS            # query rows per block of fa_tc_k
+TC_ROWS = 16 * WARPS            # (query head, row) pairs per block of fa_mma_k
+TC_TARGET, TC_MIN_CHUNK = 396, 256     # fa_mma_k: about TC_TARGET blocks, chunks of at least TC_MIN_CHUNK keys
 ALIGN = {F32: 16, F16: 8, Q8_0: 2}     # bytes K's and V's rows are aligned to (vector loads)
 _I64_3 = ctypes.c_int64 * 3
 
@@ -69,6 +71,15 @@ def split(node) -> tuple[int, int, int, int]:
     return rb, z, chunk, _cdiv(nkv, chunk)
 
 
+def tc_split(node) -> tuple[int, int, int]:
+    """fa_mma_k's (blocks of TC_ROWS pairs per KV head, keys per chunk (a multiple of 64), chunks)."""
+    q, k = node.src[:2]
+    z = _cdiv(q.ne[2] // k.ne[2] * q.ne[1], TC_ROWS)
+    want = max(1, min(_cdiv(TC_TARGET, z * k.ne[2] * q.ne[3]), k.ne[1] // TC_MIN_CHUNK))
+    chunk = _cdiv(_cdiv(k.ne[1], want), 64) * 64
+    return z, chunk, _cdiv(k.ne[1], chunk)
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -78,9 +89,7 @@ def temp_size(node, impl: str, backend) -> int:
     if not accepts(node, impl, backend):
         raise UnsupportedOpError(f"cuda: flash_attn_ext '{node.name}' cannot run as {impl}: tc takes F16 or Q8_0 K "
                                  "and V and q strides of 8 bytes")
-    if impl == "tc":
-        return 0
-    chunks = split(node)[3]
+    chunks = tc_split(node)[2] if impl == "tc" else split(node)[3]
     q, v = node.src[0], node.src[2]
     return 0 if chunks == 1 else q.ne[1] * q.ne[2] * q.ne[3] * chunks * (v.ne[0] + 2) * 4
 
@@ -88,15 +97,16 @@ def temp_size(node, impl: str, backend) -> int:
 def kernel_name(node, impl) -> str:
     q, k, v = node.src[:3]
     types = f"{SUFFIX[k.type]}_{SUFFIX[v.type]}"
-    return f"fa_tc_d{q.ne[0]}_{types}" if impl == "tc" else f"fa_vec_d{q.ne[0]}_r{split(node)[0]}_{types}"
+    return f"fa_mma_d{q.ne[0]}_{types}" if impl == "tc" else f"fa_vec_d{q.ne[0]}_r{split(node)[0]}_{types}"
 
 
 def kernel_names() -> set:
     """Every kernel this module launches (for the sources test)."""
     names = {f"fa_vec_d{d}_r{r}_{SUFFIX[k]}_{SUFFIX[v]}" for d in HEAD_DIMS for r in ROWS for k in KV_TYPES
              for v in KV_TYPES}
-    names |= {f"fa_tc_d{d}_{SUFFIX[k]}_{SUFFIX[v]}" for d in HEAD_DIMS for k in TC_TYPES for v in TC_TYPES}
-    return names | {f"fa_combine_d{d}" for d in HEAD_DIMS}
+    names |= {f"fa_{t}_d{d}_{SUFFIX[k]}_{SUFFIX[v]}" for t in ("tc", "mma") for d in HEAD_DIMS for k in TC_TYPES
+              for v in TC_TYPES}
+    return names | {f"fa_{c}_d{d}" for c in ("combine", "mma_combine") for d in HEAD_DIMS}
 
 
 def _args(node) -> FaArgs:
@@ -125,12 +135,15 @@ def steps(backend, node, impl: str) -> list:
     n, h, s = q.ne[1:]
     block = (32 * WARPS, 1, 1)
     if impl == "tc":
-        return [backend.launch_struct(node, kernel_name(node, impl), (-(-n // TC_ROWS), h, s), block, a)]
-    rb, z, a.chunk, a.nchunks = split(node)
+        z, a.chunk, a.nchunks = tc_split(node)
+        grid, combine = (z * a.nchunks, k.ne[2], s), f"fa_mma_combine_d{v.ne[0]}"
+    else:
+        z, a.chunk, a.nchunks = split(node)[1:]
+        grid, combine = (a.nchunks, k.ne[2] * s, z), f"fa_combine_d{v.ne[0]}"
     if a.nchunks > 1:
         a.part = backend.temp_ptr(node)
-    out = [backend.launch_struct(node, kernel_name(node, impl), (a.nchunks, k.ne[2] * s, z), block, a)]
+    out = [backend.launch_struct(node, kernel_name(node, impl), grid, block, a)]
     if a.nchunks > 1:
-        out.append(backend.launch_struct(node, f"fa_combine_d{v.ne[0]}", (n * h * s, 1, 1), (v.ne[0], 1, 1), a))
+        out.append(backend.launch_struct(node, combine, (n * h * s, 1, 1), (v.ne[0], 1, 1), a))
     return out
 

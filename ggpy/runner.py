@@ -192,6 +192,19 @@ class GraphRunner:
         self.synchronize()
         return self._staging.read(t) if self._staging is not None and self._staging.has(t) else t.numpy()
 
+    def staged(self, key) -> np.ndarray | None:
+        """The pinned host array (numpy, shape reversed(ne)) that a named input (or output) of the planned graph is
+        staged in, for a caller's per-token loop: an input written there counts as set and is uploaded by the next
+        compute (write it only when nothing is in flight: after `synchronize`); an output's holds its values once
+        the compute that downloads it is waited for. Valid until another plan (`use` of another graph). None where
+        the runner does not stage the tensor (a CPU backend, a Scheduler, a big tensor)."""
+        self._ensure()
+        t = self._inputs.get(key) or self._outputs.get(key) if isinstance(key, str) else key
+        if self._staging is None or t is None or not self._staging.has(t):
+            return None
+        self._unset.pop(id(t), None)
+        return self._staging.view(t)
+
     def profile(self) -> list:
         """Evaluate once, timing every kernel: [Timing(node, kernel name, seconds)] in order (Backend.profile)."""
         self._ready()

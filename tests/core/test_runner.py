@@ -176,3 +176,22 @@ def test_switching_back_to_a_kept_graph_plans_nothing():
     runner.use(a)
     assert runner.allocator.n_plans == plans + 2
     assert close(run(runner, iv)["p"], reference(wv, iv)["p"])
+
+
+def test_staged_arrays_are_the_inputs_and_outputs(cuda_backend):
+    """GraphRunner.staged: inputs written into the pinned arrays count as set and are what the compute reads; the
+    outputs' arrays hold the values once waited for; a CPU runner stages nothing."""
+    graph, w = build(cuda_backend)
+    set_weights(w, weight_values(3))
+    runner = ggpy.GraphRunner(graph, cuda_backend)
+    cpu_graph, cpu_w = build(CPUBackend(n_threads=2))
+    assert ggpy.GraphRunner(cpu_graph, CPUBackend(n_threads=2)).staged("ids") is None
+    for k in range(2):
+        iv = input_values(10 + k)
+        for name in ("ids", "bias"):
+            runner.staged(name)[...] = np.asarray(iv[name]).reshape(runner.staged(name).shape)
+        runner.compute().synchronize()
+        ref = reference(weight_values(3), iv)
+        for out in ("p", "energy"):
+            view = runner.staged(out)
+            assert view is not None and close(view.reshape(ref[out].shape), ref[out], 1e-4), out

@@ -67,6 +67,10 @@ class Staging:
         """Stage `array` (checked as Tensor.set checks it) for the next evaluation's upload of `tensor`."""
         np.copyto(self._views[id(tensor)], tensor.checked_values(array), casting="unsafe")
 
+    def view(self, tensor) -> np.ndarray:
+        """`tensor`'s pinned values themselves (full reversed(ne)): written, the next upload takes them unchecked."""
+        return self._views[id(tensor)]
+
     def read(self, tensor) -> np.ndarray:
         """A copy of `tensor`'s values as the last finished evaluation downloaded them (shape tensor.shape)."""
         return self._views[id(tensor)].reshape(tensor.shape).copy()

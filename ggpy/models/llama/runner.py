@@ -52,6 +52,7 @@ class Lane:
     runner: ggpy.GraphRunner
     current: Step | None = None
     steps: dict = field(default_factory=dict)
+    views: list | None = None   # a token step's pinned tokens, pos, mask, picks, values (GraphModel._views)
 
 
 @dataclass
@@ -163,7 +164,7 @@ class GraphModel:
                 del lane.steps[next(iter(lane.steps))]
             t0 = time.perf_counter()
             lane.runner.use(step.graph)
-            lane.current = step
+            lane.current, lane.views = step, self._views(lane.runner, step)
             self.stats.plan_s += time.perf_counter() - t0
         return lane
 
@@ -179,10 +180,26 @@ class GraphModel:
         return {"tokens": np.asarray(tokens, dtype=np.int32),
                 "pos": np.arange(self.n_past, self.n_past + n, dtype=np.int32), "kq_mask": mask}
 
+    @staticmethod
+    def _views(runner, step: Step) -> list | None:
+        """A single-token step's staged inputs (tokens, pos, mask) and sampling outputs (picks, values) as flat pinned
+        arrays (GraphRunner.staged: the token loop writes and reads them with no check or allocation), or None."""
+        if step.inputs.n_tokens != 1 or step.picks is None:
+            return None
+        inp = step.inputs
+        views = [runner.staged(t) for t in (inp.tokens, inp.pos, inp.mask, step.picks, step.values)]
+        return None if any(v is None for v in views) else [v.reshape(-1) for v in views]
+
     def _run(self, tokens: list, all_logits: bool, head: tuple = ()) -> Step:
         """Evaluate one chunk of `tokens` (queued where the backend queues) and return its step."""
         lane = self._lane(len(tokens), all_logits, head)
-        lane.runner.set(**self._inputs(lane.current.inputs, tokens)).compute()
+        if lane.views is not None and len(tokens) == 1:
+            tok, pos, mask = lane.views[:3]
+            start = self.n_ctx - self.n_past
+            tok[0], pos[0], mask[:] = tokens[0], self.n_past, self._ramp[start:start + len(mask)]
+        else:
+            lane.runner.set(**self._inputs(lane.current.inputs, tokens))
+        lane.runner.compute()
         self.n_past += len(tokens)
         return lane.current
 
@@ -225,15 +242,15 @@ class GraphModel:
         last = tokens[(len(tokens) - 1) // self.n_batch * self.n_batch:]
         t0 = time.perf_counter()
         step = self._run(last, False, head)
-        run = self._lanes[len(last) == 1].runner
+        lane = self._lanes[len(last) == 1]
         t1 = time.perf_counter()
-        run.synchronize()
+        lane.runner.synchronize()
         t2 = time.perf_counter()
-        values = run.get(step.values).reshape(-1)
+        picks, values = lane.views[3:] if lane.views else (lane.runner.get(t).reshape(-1) for t in (step.picks,
+                                                                                                 step.values))
         if not np.isfinite(values[0]):          # NaN and +inf rank first: the best is finite iff they are absent
             raise NonFiniteLogitsError(f"the logits after {self.n_past} tokens are not finite (the largest is "
                                        f"{values[0]})")
-        picks = run.get(step.picks).reshape(-1)
         token = int(picks[0]) if head[0] == "argmax" else sampler.choose(picks, values)
         t3 = time.perf_counter()
         self.stats.compute_s += t3 - t0

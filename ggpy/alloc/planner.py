@@ -7,7 +7,8 @@ no other consumer and no views, has the same layout, and is neither a leaf, an i
 outputs are never freed. When the backend computes a run of nodes with one fused kernel at the first
 one's turn (backend.fused_groups), the first node's block fits the run's largest node and each later node takes
 over its predecessor's block, as in place: the kernel writes the run's result where it was planned while its
-sources and scratch were live.
+sources and scratch were live; the nodes it writes before their own turn (backend.fused_early) get their blocks at
+its turn.
 """
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ def plan_graph(graph, backend, signature, *, reuse: bool = True, guard_bytes: in
     for run in (backend.fused_groups(graph) if reuse else []):
         fused_after.update((id(b), a) for a, b in zip(run, run[1:]))
         run_bytes[id(run[0])] = max(n.nbytes for n in run)
+    early = backend.fused_early(graph) if reuse else {}
     released = set()
     timeline = []
     live = [0]
@@ -110,6 +112,11 @@ def plan_graph(graph, backend, signature, *, reuse: bool = True, guard_bytes: in
             before = live[0]
             allocate(node, t0, took)
             out_bytes = live[0] - before
+        for t in early.get(id(node), ()):
+            if owned(t) and id(t) not in block_of:
+                before = live[0]
+                allocate(t, t0)
+                out_bytes += live[0] - before
         temp_size = backend.temp_size(node)
         if temp_size:
             size = align_up(temp_size, align) + 2 * guard

@@ -174,6 +174,11 @@ class Backend:
         node's turn through one block, writing the last one's result: the planner gives each run one block."""
         return [f.nodes for f in self.fusions(graph).values() if len(f.nodes) > 1]
 
+    def fused_early(self, graph) -> dict:
+        """{id(head): the nodes a fused kernel writes at its head's turn, before their own} (the planner gives them
+        their blocks then)."""
+        return {k: f.early for k, f in self.fusions(graph).items() if hasattr(f, "early")}
+
     def fused_runs(self, graph) -> list:
         """Every node each fused kernel computes (views left out), for dumps."""
         return [f.computed for f in self.fusions(graph).values()]

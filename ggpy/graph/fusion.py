@@ -35,6 +35,9 @@ pattern's first node (its head, computed at whose turn the fused kernel runs) bu
   a bias has that shape too: qwen2's q/k/v biases).
 - rope_set_rows: rope, then (through same-order views) set_rows of its rows into a destination (a KV cache): the
   rotated rows written straight into the destination's rows at the rope's turn.
+- norm_mat_vec: rms_norm -> mul(weight) = h read only as src1 of mul_mats (llama's q, k, v; the output head), or of a
+  glu's gate / up pair: every product (or the gated unit) at the norm's turn, h not materialised; the results (and h,
+  the kernel's scratch) are planned at the norm's turn (`early`).
 """
 from __future__ import annotations
 
@@ -682,9 +685,43 @@ def _rope_set_rows(rope, spec, scan: _Scan) -> RopeSetRows | None:
     return RopeSetRows(rope, user, tuple(views))
 
 
+@dataclass
+class NormMatVec:
+    """rms_norm(x) -> mul(w) = h read only by `products` (mul_mats of h as src1, graph order), which may be a `glu`'s
+    gate and up: computed at the norm's turn, writing each product's memory (or the glu's mul)."""
+    head: Tensor
+    mul: Tensor
+    products: tuple
+    glu: Glu | None = None
+    pattern = "norm_mat_vec"
+    anchor = property(lambda self: self.head)
+    weight = property(lambda self: self.mul.src[1])
+    nodes = property(lambda self: [self.head])
+    computed = property(lambda self: [self.head, self.mul, *(self.glu.nodes if self.glu else self.products)])
+    last = property(lambda self: self.computed[-1])
+    skipped = property(lambda self: self.computed[1:])
+    outputs = property(lambda self: [self.glu.mul] if self.glu else list(self.products))
+    early = property(lambda self: [self.mul] + self.outputs)    # planned at the head's turn (h: the kernel's scratch)
+
+    def name(self, head_kernel: str) -> str:
+        return f"{head_kernel}+mul+" + (f"glu_{self.glu.act}" if self.glu else f"mat_vec{len(self.products)}")
+
+
+def _norm_mat_vec(norm, spec, scan: _Scan) -> NormMatVec | None:
+    """rms_norm -> mul(w) (as rms_norm_mul) whose result is read only as src1 of mul_mats with weights ready at the norm's
+    turn; the glu of two of them when they form one."""
+    mul = _scale_after(norm, norm, scan)
+    readers = scan.users.get(id(mul), []) if mul is not None and not mul.is_output else []
+    if not readers or any(r.op != "mul_mat" or r.src[1] is not mul or r.src[0] is mul or id(r) in scan.taken
+                          or not scan.ready(r.src[0], norm) for r in readers):
+        return None
+    glu = _glu(readers[0], spec, scan) if len(readers) == 2 else None
+    return NormMatVec(norm, mul, tuple(readers), glu)
+
+
 PATTERNS = {"epilogue": _epilogue, "norm_affine": _norm_affine, "attention": _attention, "chain": _chain,
             "add_rms_norm": _add_rms_norm, "rms_norm_mul": _rms_norm_mul, "glu": _glu, "mul_mat_add": _mul_mat_add,
-            "rope_set_rows": _rope_set_rows}
+            "rope_set_rows": _rope_set_rows, "norm_mat_vec": _norm_mat_vec}
 """pattern name -> finder(anchor, the backend's Fused, _Scan): the pattern anchored at `anchor`, or None."""
 
 

@@ -53,9 +53,10 @@ def test_no_epilogue_after_the_dot_product_kernel():
 
 
 def test_decode_patterns_of_a_llama_block():
-    """One token through a llama block with Q4_K weights: rms_norm + weight, the K rows roped into an F16 cache, the
-    output projection + residual and the down projection + residual in the integer dot-product kernel, gate / up +
-    silu * up in one launch, and the second residual add with the next norm and its weight."""
+    """One token through a llama block with Q4_K weights: rms_norm + weight with the two products reading it (k and,
+    here, o: norm_mat_vec), the K rows roped into an F16 cache, the down projection + residual in the integer
+    dot-product kernel, gate / up + silu * up in one launch, and both residual adds with the next norm and its
+    weight."""
     ctx = ggpy.Context()
     d, f, hd = 256, 512, 64
     w = {k: ctx.new_tensor(ggpy.Q4_K, ne) for k, ne in (("k", (d, d)), ("o", (d, d)), ("g", (d, f)), ("u", (d, f)),
@@ -73,7 +74,7 @@ def test_decode_patterns_of_a_llama_block():
     out = ggpy.mul(ggpy.rms_norm(ggpy.add(s2, x), 1e-5), n3)
     graph = ggpy.Graph().build_forward_expand(kv).build_forward_expand(out)
     found = sorted((f.pattern, tuple(n.op for n in f.computed)) for f in TableOnly().fusions(graph).values())
-    assert found == sorted([("rms_norm_mul", ("rms_norm", "mul")), ("rope_set_rows", ("rope", "set_rows")),
-                            ("mul_mat_add", ("mul_mat", "add")), ("rms_norm_mul", ("rms_norm", "mul")),
+    assert found == sorted([("norm_mat_vec", ("rms_norm", "mul", "mul_mat", "mul_mat")),
+                            ("rope_set_rows", ("rope", "set_rows")), ("add_rms_norm", ("add", "rms_norm", "mul")),
                             ("glu", ("mul_mat", "silu", "mul_mat", "mul")), ("mul_mat_add", ("mul_mat", "add")),
                             ("add_rms_norm", ("add", "rms_norm", "mul"))]), found

@@ -3,7 +3,7 @@ weights."""
 from __future__ import annotations
 
 from ... import ops
-from ...types import BF16, F16, F32, Q4_0, Q4_K, Q6_K, Q8_0, QUANT_TYPES
+from ...types import BF16, F16, F32, Q4_0, Q4_1, Q4_K, Q6_K, Q8_0, QUANT_TYPES
 from ..harness import OpCase
 from ..references import evaluate
 from .util import layout, leaf
@@ -47,7 +47,7 @@ def cases():
                                       layout(ctx, F32, ne_a, ha), layout(ctx, F32, ne_b, hb)),
                                   flops=_flops, max_nmse=5e-7))
     out += epilogue_cases() + cast_epilogue_cases() + quant_cases() + mmvq_cases() + gqa_cases()
-    out += decode_fusion_cases()
+    out += decode_fusion_cases() + norm_mat_vec_cases()
     out.append(OpCase("mul_mat", "f32,perf,K=1024,M=1024,N=1024",
                       lambda ctx: ops.mul_mat(layout(ctx, F32, (1024, 1024)), layout(ctx, F32, (1024, 1024))),
                       flops=_flops, max_nmse=5e-7, tags=("perf",)))
@@ -212,4 +212,34 @@ def decode_fusion_cases():
                 out.append(OpCase("add", f"fused,mul_mat+add,{t.name},K={k},M={m},N={n},r_first={residual_first}",
                                   lambda ctx, t=t, k=k, m=m, n=n, r=residual_first: _mul_mat_add(ctx, t, k, m, n, r),
                                   reference=evaluate, max_nmse=nmse, kernel=q8 and f"{q8}add"))
+    return out
+
+
+def _norm_mat_vec(ctx, types, k, ms, n, glu):
+    """h = rms_norm(x) * w read only by mat-vecs of weights `types` ne = (k, m) for m in ms (the norm_mat_vec pattern):
+    the products concatenated over ne[0], or with glu silu(first) * second."""
+    h = ops.mul(ops.rms_norm(leaf(ctx, F32, (k, n)), 1e-6), leaf(ctx, F32, (k,)))
+    ys = [ops.mul_mat(leaf(ctx, t, (k, m)), h) for t, m in zip(types, ms)]
+    if glu:
+        return ops.mul(ops.silu(ys[0]), ys[1])
+    out = ys[0]
+    for y in ys[1:]:
+        out = ops.concat(out, y, 0)
+    return out
+
+
+def norm_mat_vec_cases():
+    """An RMSNorm read only by products: llama's q, k, v (one weight type, or Q4_K with a Q6_K v), the gate / up pair
+    of its feed-forward, its output head; small weights (CUDA: one launch) and big ones (over 4 MiB: the norm
+    quantized once, then the products)."""
+    out = []
+    for types, k, ms, glu in (((Q4_1,) * 3, 576, (576, 192, 192), False), ((Q4_K, Q4_K, Q6_K), 512, (256, 64, 64), False),
+                              ((Q4_0, Q4_0), 576, (96, 96), True), ((Q8_0,), 576, (8192,), False),
+                              ((Q8_0, Q8_0), 1024, (4096, 4096), True)):
+        for n in (1, 3):
+            names = "+".join(t.name for t in types)
+            out.append(OpCase("mul" if glu else "concat" if len(types) > 1 else "mul_mat",
+                              f"fused,norm_mat_vec,{names},K={k},M={ms},N={n},glu={glu}",
+                              lambda ctx, ts=types, k=k, ms=ms, n=n, g=glu: _norm_mat_vec(ctx, ts, k, ms, n, g),
+                              reference=evaluate, max_nmse=DECODE_Q8_NMSE))
     return out

@@ -13,18 +13,22 @@ is one matrix and b's rows are uniform; else dims 2 and 3 as one strided batch w
 stride 0 when it is broadcast); else the dim with more matrices strided-batched and the other looped (a dim
 where a repeats r > 1 times over several matrices is always looped). A fused bias add runs as cuBLASLt's BIAS
 epilogue, a fused residual add as its C matrix (the fusion pass's epilogue pattern); the mul_mat entry also runs the
-attention pattern, by kernels/attention.py's win_attn.
+attention pattern, by kernels/attention.py's win_attn; the rms_norm entry (norm.py) runs the norm_mat_vec pattern by
+norm_mat_vec_run here (the products of an RMSNorm in one launch, quant_norm.cu).
 """
 from __future__ import annotations
 
+import ctypes
+from itertools import accumulate
+
 from ....errors import UnsupportedOpError
-from ....types import F32
+from ....types import F32, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 from ...kernel import Fused
 from ..cublas import MISSING, WORKSPACE, Gemm
 from ..gemm_plan import align_temp, contiguous, gemm_type, operand_layout
 from ..registry import register
 from . import attention, quant
-from .common import FLOATS, SUFFIX, apart, extent, tensor_ptr
+from .common import FLOATS, SUFFIX, Args, apart, extent, pack_args, tensor_ptr
 
 def refusal(node) -> str | None:
     a, b = node.src[:2]
@@ -207,6 +211,59 @@ def glu_run(backend, f) -> list | None:
     if steps is not None:
         steps[-1].name = f.name(kernel_name(f.head, "mmvq"))
     return steps
+
+
+NMV_TYPES = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)     # quant_norm.cu's weight type ids
+NMV_MAX = 4
+
+
+class NormVecArgs(ctypes.Structure):
+    """quant_norm.cu's NormVecArgs: x, the norm's weight and eps in Args, then each product's weight, result, row stride,
+    last row (counting the products before it) and weight type."""
+    _fields_ = [("a", Args), ("mat", ctypes.c_void_p * NMV_MAX), ("out", ctypes.c_void_p * NMV_MAX),
+                ("nb1", ctypes.c_int64 * NMV_MAX), ("end", ctypes.c_int * NMV_MAX), ("type", ctypes.c_int * NMV_MAX)]
+
+
+def norm_mat_vec_accepts(f) -> bool:
+    """F32 x of one matrix, norm, mul and weight; at most NMV_MAX products that mmvq runs, of 2-D weights of NMV_TYPES,
+    contiguous results; a glu that glu_accepts."""
+    x = f.head.src[0]
+    return (all(t.type == F32 for t in (x, f.head, f.mul, f.weight)) and f.weight.is_contiguous()
+            and x.ne[2] == x.ne[3] == 1 and len(f.products) <= NMV_MAX and (f.glu is None or glu_accepts(f.glu))
+            and all(quant.mmvq_fits(m) and m.src[0].type in NMV_TYPES and m.src[0].ne[2:] == (1, 1)
+                    and m.is_contiguous() for m in f.products))
+
+
+def norm_mat_vec_run(backend, f) -> list | None:
+    """norm_mmvq[_glu] (one launch; each block normalises and quantizes x in shared memory) where every product is
+    small (quant.mmvq_shared), else rms_norm_mul_q8_1 into h's memory and each product's mmvq[_glu] from it; where
+    everything is on this GPU, the weights' rows aligned for the loads and the results and h clear of x, the weights
+    and each other."""
+    x, h, glu = f.head.src[0], f.mul, f.glu
+    mats = [glu.w_gate, glu.w_up] if glu else [m.src[0] for m in f.products]
+    written = f.outputs + [h]
+    if not backend.on_device(x, f.weight, *mats, *written) or not all(map(quant.mmvq_aligned, mats)) or not all(
+            apart(t, [extent(s) for s in [x, f.weight, *mats, *written] if s is not t]) for t in written):
+        return None
+    args = pack_args(tensor_ptr(h), h, [(tensor_ptr(x), x), (tensor_ptr(f.weight), f.weight)], (f.head.op_params["eps"],))
+    name = f.name(f"rms_norm_{SUFFIX[F32]}")
+    if not all(map(quant.mmvq_shared, f.products)):
+        steps = [backend.launch_struct(f.head, "rms_norm_mul_q8_1", 1, 256, args)]
+        for m in ([glu.head] if glu else f.products):
+            dst = glu.mul if glu else m
+            steps += quant.mmvq_steps(backend, m, dst, gate=glu and glu.w_gate, up=glu and glu.w_up, q8=tensor_ptr(h))
+        steps[0].name = name
+        return steps
+    rows = list(accumulate(w.ne[1] for w in mats[:1 if glu else None]))
+    pad = lambda v: v + v[-1:] * (NMV_MAX - len(v))       # noqa: E731
+    p = NormVecArgs(args, (ctypes.c_void_p * NMV_MAX)(*pad([tensor_ptr(w) for w in mats])),
+                    (ctypes.c_void_p * NMV_MAX)(*pad([tensor_ptr(t) for t in f.outputs])),
+                    (ctypes.c_int64 * NMV_MAX)(*pad([w.nb[1] for w in mats])), (ctypes.c_int * NMV_MAX)(*pad(rows)),
+                    (ctypes.c_int * NMV_MAX)(*pad([NMV_TYPES.index(w.type) for w in mats])))
+    launch = backend.launch_struct(f.head, f"norm_mmvq{'_glu' if glu else ''}", -(-rows[-1] // quant.MMVQ_SHARED_WARPS),
+                                   32 * quant.MMVQ_SHARED_WARPS, p)
+    launch.shared, launch.name = quant.mmvq_shared(f.products[0]), name
+    return [launch]
 
 
 def mul_mat_add_accepts(f) -> bool:

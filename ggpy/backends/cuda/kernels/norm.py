@@ -10,6 +10,7 @@ import ctypes
 from ....types import F32
 from ...kernel import Fused
 from ..registry import register
+from . import matmul
 from .common import FLOATS, SUFFIX, Args, apart, extent, pack_args, row_launch, rows, tensor_ptr, vector_rows
 from .epilogue import act_id
 
@@ -151,4 +152,5 @@ register(ops=("norm", "rms_norm", "group_norm"), refusal=refusal, name=kernel_na
          params=params, launch_config=launch_config,
          fuses={"norm_affine": Fused(norm_affine_run, accepts=norm_affine_accepts, act=True),
                 "add_rms_norm": Fused(add_rms_norm_run, accepts=add_rms_norm_accepts, scale=True),
+                "norm_mat_vec": Fused(matmul.norm_mat_vec_run, accepts=matmul.norm_mat_vec_accepts),
                 "rms_norm_mul": Fused(rms_norm_mul_run, accepts=rms_norm_mul_accepts)})

@@ -106,11 +106,12 @@ def mmvq_aligned(a) -> bool:
     return tensor_ptr(a) % align == 0 and all(nb % align == 0 for nb in a.nb[1:])
 
 
-def mmvq_steps(backend, node, dst=None, dst_ptr=None, residual=None, gate=None, up=None) -> list:
+def mmvq_steps(backend, node, dst=None, dst_ptr=None, residual=None, gate=None, up=None, q8=None) -> list:
     """quantize_q8_1 of b into the node's temp block, then mmvq (or mmvq_s alone, mmvq_shared) writing `dst` (default
     the node; its layout, at dst_ptr) plus `residual` (F32, dst's layout); or, with `gate` and `up` (weights of one
-    type and layout, the node one of their products), the glu kernel writing silu(gate x) * (up x). Rows the kernel
-    cannot load: mmv (the exact kernel) when nothing is fused, else None."""
+    type and layout, the node one of their products), the glu kernel writing silu(gate x) * (up x); with `q8` (the
+    address of b's columns already quantized in the temp block's layout), mmvq alone. Rows the kernel cannot load:
+    mmv (the exact kernel) when nothing is fused, else None."""
     a, b = node.src[:2]
     a = a if gate is None else gate
     if not (mmvq_aligned(a) and (up is None or mmvq_aligned(up))):
@@ -120,19 +121,19 @@ def mmvq_steps(backend, node, dst=None, dst_ptr=None, residual=None, gate=None, 
     extra = [] if src2 is None else [(tensor_ptr(src2), src2)]
     glu, iop = "glu_" if up is not None else "", MMVQ_RESIDUAL if residual is not None else 0
     dst_ptr = tensor_ptr(dst) if dst_ptr is None else dst_ptr
-    smem = mmvq_shared(node)
+    smem = mmvq_shared(node) if q8 is None else 0
     if smem:
         grid = (-(-a.ne[1] // MMVQ_SHARED_WARPS), b.ne[2] * b.ne[3])
         product = backend.launch(node, f"mmvq_s_{glu}{SUFFIX[a.type]}", dst_ptr, dst, [(tensor_ptr(a), a),
                                  (tensor_ptr(b), b)] + extra, config=(grid, 32 * MMVQ_SHARED_WARPS), iop=iop)
         product.shared = smem
         return [product]
-    temp, cols = backend.temp_ptr(node), b.nelements // b.ne[0]
-    q8 = SimpleNamespace(ne=b.ne, nb=b.nb, nelements=cols * b.ne[0])
+    temp, cols = q8 or backend.temp_ptr(node), b.nelements // b.ne[0]
     warps = cols * b.ne[0] // 32
-    quantize = backend.launch(node, "quantize_q8_1_f32", temp, q8, [(tensor_ptr(b), b)],
-                              config=(min(-(-warps // (QUANTIZE_BLOCK // 32)), 1 << 16), QUANTIZE_BLOCK))
+    quantize = [] if q8 else [backend.launch(node, "quantize_q8_1_f32", temp, SimpleNamespace(
+        ne=b.ne, nb=b.nb, nelements=cols * b.ne[0]), [(tensor_ptr(b), b)], config=(
+        min(-(-warps // (QUANTIZE_BLOCK // 32)), 1 << 16), QUANTIZE_BLOCK))]
     grid = (-(-a.ne[1] // MMV_WARPS), b.ne[2] * b.ne[3])
     product = backend.launch(node, f"mmvq_{glu}{SUFFIX[a.type]}", dst_ptr, dst, [(tensor_ptr(a), a), (temp, b)] + extra,
                              config=(grid, 32 * MMV_WARPS), iop=iop)
-    return [quantize, product]
+    return quantize + [product]

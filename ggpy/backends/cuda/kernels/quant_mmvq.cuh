@@ -157,58 +157,41 @@ struct mq_q6_k {
 #define MMVQ_LOADS 8                            // 32-blocks of b a warp of mmvq_s loads before quantizing them
 extern __shared__ int4 mmvq_shared[];           // SHARED: this matrix's columns of b as q8_1 (N K int8, N K / 32 float2)
 
-// dst F32 (M, N, B2, B3) = a (K, M, A2, A3) x the quantized columns of b (ne1 = b's ne): src1 the temp block, or with
-// SHARED b itself (F32, nb1), its N columns of matrix (i2, i3) quantized by the block into shared memory first. A
-// warp per row m, blockIdx.y the matrix (i2, i3) of b, a broadcast over it; GLU: src2 the up rows (a's layout), dst =
-// silu(a x) * (up x); else iop MMVQ_RESIDUAL: dst = a x + src2 (F32, dst's layout)
-template <typename Q, bool GLU, bool SHARED> __device__ void mmvq_k(const Args& a) {
+// N columns of K values at(k, n) quantized to q8_1 by the block's warps (column n's int8 at q + n K, its (d, d sum q)
+// at ds + n K / 32: the temp block's layout); a round issues every load, then quantizes
+template <typename F> __device__ __forceinline__ void quantize_cols(int K, int N, F at, signed char* q, float2* ds) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    const i64 i2 = blockIdx.y % a.ne1[2], i3 = blockIdx.y / a.ne1[2];
-    const int K = (int)a.ne0[0], N = (int)a.ne1[1], units = K / Q::UNIT;
-    const signed char* xq;
-    const float2* xds;
-    if (SHARED) {
-        signed char* sq = (signed char*)mmvq_shared;
-        float2* sds = (float2*)(sq + N * K);
-        const int kb = K >> 5, blocks = N * kb;
-        const char* b = a.src1 + i2 * a.nb1[2] + i3 * a.nb1[3];
-        for (int w0 = warp; w0 < blocks; w0 += MMVQ_LOADS * warps) {   // a round: every load issued, then quantized
-            float x[MMVQ_LOADS];
-            #pragma unroll
-            for (int i = 0; i < MMVQ_LOADS; ++i) {
-                const int w = w0 + i * warps;
-                x[i] = w < blocks ? *(const float*)(b + ((w % kb) * 32 + lane) * a.nb1[0] + (w / kb) * a.nb1[1]) : 0.f;
-            }
-            #pragma unroll
-            for (int i = 0; i < MMVQ_LOADS; ++i) {
-                const int w = w0 + i * warps;
-                if (w < blocks) quantize_32(x[i], lane, sq + (w / kb) * K + (w % kb) * 32, sds + w);
-            }
+    const int kb = K >> 5, blocks = N * kb;
+    for (int w0 = warp; w0 < blocks; w0 += MMVQ_LOADS * warps) {
+        float x[MMVQ_LOADS];
+        #pragma unroll
+        for (int i = 0; i < MMVQ_LOADS; ++i) {
+            const int w = w0 + i * warps;
+            x[i] = w < blocks ? at((w % kb) * 32 + lane, w / kb) : 0.f;
         }
-        __syncthreads();
-        xq = sq;
-        xds = sds;
-    } else {
-        const i64 c0 = (i64)N * blockIdx.y, C = a.ne1[1] * a.ne1[2] * a.ne1[3];
-        xq = (const signed char*)a.src1 + c0 * K;
-        xds = (const float2*)(a.src1 + C * K) + c0 * (K >> 5);
+        #pragma unroll
+        for (int i = 0; i < MMVQ_LOADS; ++i) {
+            const int w = w0 + i * warps;
+            if (w < blocks) quantize_32(x[i], lane, q + (w / kb) * K + (w % kb) * 32, ds + w);
+        }
     }
-    const i64 m = (i64)blockIdx.x * warps + warp;
-    if (m >= a.ne0[1]) return;
-    const i64 off = m * a.nb0[1] + i2 / (a.ne1[2] / a.ne0[2]) * a.nb0[2] + i3 / (a.ne1[3] / a.ne0[3]) * a.nb0[3];
-    const char* row = a.src0 + off;
+}
+
+// a warp's row of a (and with GLU the up row urow) times the N quantized columns (xq, xds: quantize_cols' layout),
+// R units a lane loads before it multiplies them; put(n, row . x_n, urow . x_n) on every lane once summed
+template <typename Q, bool GLU, int R, typename P> __device__ __forceinline__ void mmvq_row(
+        const char* row, const char* urow, const signed char* xq, const float2* xds, int K, int N, P put) {
+    const int lane = threadIdx.x & 31, units = K / Q::UNIT;
     float acc[MMV_MAX_N], up[GLU ? MMV_MAX_N : 1];
     #pragma unroll
     for (int n = 0; n < MMV_MAX_N; ++n) { acc[n] = 0.f; if (GLU) up[GLU ? n : 0] = 0.f; }
-    // units a lane loads before it multiplies them (more loads in flight, more registers): big products (not SHARED)
-    constexpr int R = SHARED ? 1 : GLU ? 2 : 4;
     for (int u0 = lane; u0 < units; u0 += 32 * R) {
         typename Q::W w[R], wu[GLU ? R : 1];
         #pragma unroll
         for (int r = 0; r < R; ++r) {
             if (u0 + 32 * r < units) {
                 Q::load(row, u0 + 32 * r, w[r]);
-                if (GLU) Q::load(a.src2 + off, u0 + 32 * r, wu[GLU ? r : 0]);
+                if (GLU) Q::load(urow, u0 + 32 * r, wu[GLU ? r : 0]);
             }
         }
         #pragma unroll
@@ -234,11 +217,45 @@ template <typename Q, bool GLU, bool SHARED> __device__ void mmvq_k(const Args& 
             v += __shfl_xor_sync(0xffffffffu, v, o);
             if (GLU) g += __shfl_xor_sync(0xffffffffu, g, o);
         }
-        if (lane == 0) {
-            const i64 o = m * a.nb[0] + n * a.nb[1] + i2 * a.nb[2] + i3 * a.nb[3];
-            if (GLU) v = v / (1.f + __expf(-v)) * g;
-            else if (a.iop & MMVQ_RESIDUAL) v += *(const float*)(a.src2 + o);
-            *(float*)(a.dst + o) = v;
-        }
+        put(n, v, g);
     }
+}
+
+__device__ __forceinline__ float silu_mul(float v, float g) { return v / (1.f + __expf(-v)) * g; }
+
+// dst F32 (M, N, B2, B3) = a (K, M, A2, A3) x the quantized columns of b (ne1 = b's ne): src1 the temp block, or with
+// SHARED b itself (F32, nb1), its N columns of matrix (i2, i3) quantized by the block into shared memory first. A
+// warp per row m, blockIdx.y the matrix (i2, i3) of b, a broadcast over it; GLU: src2 the up rows (a's layout), dst =
+// silu(a x) * (up x); else iop MMVQ_RESIDUAL: dst = a x + src2 (F32, dst's layout)
+template <typename Q, bool GLU, bool SHARED> __device__ void mmvq_k(const Args& a) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const i64 i2 = blockIdx.y % a.ne1[2], i3 = blockIdx.y / a.ne1[2];
+    const int K = (int)a.ne0[0], N = (int)a.ne1[1];
+    const signed char* xq;
+    const float2* xds;
+    if (SHARED) {
+        signed char* sq = (signed char*)mmvq_shared;
+        float2* sds = (float2*)(sq + N * K);
+        const char* b = a.src1 + i2 * a.nb1[2] + i3 * a.nb1[3];
+        quantize_cols(K, N, [&](int k, int n) { return *(const float*)(b + k * a.nb1[0] + n * a.nb1[1]); }, sq, sds);
+        __syncthreads();
+        xq = sq;
+        xds = sds;
+    } else {
+        const i64 c0 = (i64)N * blockIdx.y, C = a.ne1[1] * a.ne1[2] * a.ne1[3];
+        xq = (const signed char*)a.src1 + c0 * K;
+        xds = (const float2*)(a.src1 + C * K) + c0 * (K >> 5);
+    }
+    const i64 m = (i64)blockIdx.x * warps + warp;
+    if (m >= a.ne0[1]) return;
+    const i64 off = m * a.nb0[1] + i2 / (a.ne1[2] / a.ne0[2]) * a.nb0[2] + i3 / (a.ne1[3] / a.ne0[3]) * a.nb0[3];
+    // units a lane loads before it multiplies them (more loads in flight, more registers): big products (not SHARED)
+    mmvq_row<Q, GLU, SHARED ? 1 : GLU ? 2 : 4>(a.src0 + off, GLU ? a.src2 + off : nullptr, xq, xds, K, N,
+                                               [&](int n, float v, float g) {
+        if (lane != 0) return;
+        const i64 o = m * a.nb[0] + n * a.nb[1] + i2 * a.nb[2] + i3 * a.nb[3];
+        if (GLU) v = silu_mul(v, g);
+        else if (a.iop & MMVQ_RESIDUAL) v += *(const float*)(a.src2 + o);
+        *(float*)(a.dst + o) = v;
+    });
 }

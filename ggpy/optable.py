@@ -80,7 +80,7 @@ def _table() -> dict:
     add("norm", "group_norm", inplace=True)
     add("softmax", "soft_max", ("soft_max", "soft_max_ext"), inplace=True)
     add("softmax", "diag_mask_inf", inplace=True)
-    add("rope", "rope", ("rope", "rope_ext"), inplace=True, fuses=("rope_set_rows",))  # each pair is read before it is written
+    add("rope", "rope", ("rope", "rope_ext"), inplace=True, fuses=("rope_kv", "rope_set_rows"))  # each pair is read before it is written
     add("attention", "flash_attn_ext", quantized=(1, 2))     # K and V of a Q8_0 cache
     add("matmul", "mul_mat", quantized=(0,), fuses=("epilogue", "attention", "glu", "mul_mat_add"), bias="row")
     for name in ("im2col", "conv_1d", "conv_transpose_2d"):

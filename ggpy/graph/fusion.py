@@ -38,6 +38,9 @@ pattern's first node (its head, computed at whose turn the fused kernel runs) bu
 - norm_mat_vec: rms_norm -> mul(weight) = h read only as src1 of mul_mats (llama's q, k, v; the output head), or of a
   glu's gate / up pair: every product (or the gated unit) at the norm's turn, h not materialised; the results (and h,
   the kernel's scratch) are planned at the norm's turn (`early`).
+- rope_kv: a q rope, the k rope of the same positions and parameters that a rope_set_rows writes into a cache, and the
+  set_rows of v at the same indices into another: all three at the q rope's turn (k and v ready then, e.g. written
+  early by norm_mat_vec), each cache read by its set_rows alone.
 """
 from __future__ import annotations
 
@@ -445,13 +448,21 @@ class _Scan:
         self.users = consumers(graph)
         self.position = {id(n): i for i, n in enumerate(graph.nodes)}
         self.fusions, self.taken = {}, set()     # {id(head): fusion} found so far, the nodes they compute after it
+        self.early = {}         # {id(node): the head of the fusion whose kernel writes it at its turn (its `early`)}
 
     def ready(self, v, head) -> bool:
         """Whether v is computed before `head` runs (a fused kernel runs at its head's turn). A view is ready with
-        what it shows: its operand's (not its base's: a cpy / set_rows result writes a leaf's memory)."""
-        while is_view(v) and v.src and v.src[0] is not None:
-            v = v.src[0]
-        return self.position.get(id(v), -1) < self.position[id(head)]
+        what it shows: its operand's (not its base's: a cpy / set_rows result writes a leaf's memory); a node a fused
+        kernel writes at an earlier head's turn (the fusion's `early`) is ready from then on."""
+        v = _operand(v)
+        return self.position.get(id(self.early.get(id(v), v)), -1) < self.position[id(head)]
+
+
+def _operand(v):
+    """What a view shows: its operand's value (through views), else v."""
+    while is_view(v) and v.src and v.src[0] is not None:
+        v = v.src[0]
+    return v
 
 
 def _same_order_view(view, head) -> bool:
@@ -719,9 +730,44 @@ def _norm_mat_vec(norm, spec, scan: _Scan) -> NormMatVec | None:
     return NormMatVec(norm, mul, tuple(readers), glu)
 
 
+@dataclass
+class RopeKV:
+    """The q rope (`head`), `k` (a RopeSetRows: the k rope into the K cache) and `v_store` (set_rows of v into the V
+    cache at k's indices), computed at the q rope's turn: the q rope's memory and both caches' rows written."""
+    head: Tensor
+    k: RopeSetRows
+    v_store: Tensor
+    needs: tuple = ()       # k's and v's operands an earlier fused kernel writes (its `early`): run where it ran
+    pattern = "rope_kv"
+    anchor = last = property(lambda self: self.head)
+    nodes = property(lambda self: [self.head])
+    computed = property(lambda self: [self.head, *self.k.computed, self.v_store])
+    skipped = property(lambda self: [self.k.head, *self.k.skipped, self.v_store])
+
+    def name(self, head_kernel: str) -> str:
+        return f"{head_kernel}+rope_kv"
+
+
+def _rope_kv(q, spec, scan: _Scan) -> RopeKV | None:
+    """The q rope, then the first later rope of its positions, factors, parameters and type, a rope_set_rows with its
+    sources ready at q's turn, and the first later set_rows of a v ready then at the same indices; each cache a leaf
+    read by its set_rows alone (its rows are written before that node's turn)."""
+    after = scan.nodes[scan.position[id(q)] + 1:]
+    k = next((n for n in after if n.op == "rope" and [id(s) for s in n.src[1:]] == [id(s) for s in q.src[1:]]), None)
+    ks = _rope_set_rows(k, spec, scan) if k is not None and k.type == q.type and k.op_params == q.op_params else None
+    if ks is None or id(k) in scan.taken or not scan.ready(k.src[0], q) or not scan.ready(ks.idx, q):
+        return None
+    vs = next((n for n in after if n.op == "set_rows" and n.src[1] is ks.idx and n is not ks.set_rows), None)
+    if vs is None or not scan.ready(vs.src[0], q) or any(s.src[2].op is not None or scan.users.get(id(s.src[2])) != [s]
+                                                         for s in (ks.set_rows, vs)):
+        return None
+    return RopeKV(q, ks, vs, tuple(t for t in map(_operand, (k.src[0], vs.src[0])) if scan.early.get(id(t), t) is not t))
+
+
 PATTERNS = {"epilogue": _epilogue, "norm_affine": _norm_affine, "attention": _attention, "chain": _chain,
             "add_rms_norm": _add_rms_norm, "rms_norm_mul": _rms_norm_mul, "glu": _glu, "mul_mat_add": _mul_mat_add,
-            "rope_set_rows": _rope_set_rows, "norm_mat_vec": _norm_mat_vec}
+            "rope_set_rows": _rope_set_rows, "norm_mat_vec": _norm_mat_vec,
+            "rope_kv": _rope_kv}
 """pattern name -> finder(anchor, the backend's Fused, _Scan): the pattern anchored at `anchor`, or None."""
 
 
@@ -741,5 +787,6 @@ def find_fusions(graph, fused: Callable) -> dict:
             if found is not None and spec.accepts(found):
                 scan.fusions[id(found.head)] = found
                 scan.taken.update(id(n) for n in found.skipped)
+                scan.early.update((id(n), found.head) for n in getattr(found, "early", ()))
                 break
     return scan.fusions

@@ -90,7 +90,7 @@ def _expected_kernels() -> set:
     names |= {f"mmv_{a}_{b}" for a, b in product(f, f)} | {f"copy_f32_{t.name}" for t in QUANTIZE_TO}
     names |= {"quantize_q8_1_f32", "norm_mmvq", "norm_mmvq_glu", "rms_norm_mul_q8_1"}
     names |= {"add_rms_norm_f32", "add_rms_norm_mul_f32"} | {f"rms_norm_mul_{t}" for t in f}
-    names |= {f"rope_set_rows_{a}_{b}" for a, b in product(f, f)}
+    names |= {f"rope_set_rows_{a}_{b}" for a, b in product(f, f)} | {f"rope_kv_{t}" for t in f}
     names |= {"argmax_keys", "top_k_keys"}
     for c in ("", "c_"):
         names |= {f"{op}_{c}{a}_{b}" for op in generated.BINARY for a, b in product(f, f)}

@@ -100,4 +100,20 @@ def set_rows_cases():
                               ne=ne, n=n_dims, m=mode, r=n_rows, p=own_pos, ff=ff: _rope_set_rows(ctx, t, ct, ne, n, m,
                                                                                                  r, p, ff),
                               fill=_kv_fill(n_rows), reference=evaluate, kernel="rope\\+set_rows"))
+    for (hd, hq, hk, n), mode, cache_t in (((64, 9, 3, 1), 0, F16), ((64, 4, 2, 5), 2, F32), ((32, 6, 2, 3), 0, BF16)):
+        out.append(OpCase("concat", f"fused,rope_kv,{cache_t.name},hd={hd},heads={hq}/{hk},n={n},mode={mode}", lambda ctx,
+                          s=(hd, hq, hk, n), m=mode, ct=cache_t: _rope_kv(ctx, *s, m, ct), fill=_kv_fill(n + 9),
+                          reference=evaluate, max_nmse=1e-5))
     return out
+
+
+def _rope_kv(ctx, hd, hq, hk, n, mode, cache_t):
+    """rope(q) and rope(k) at the positions 'idx', k and v written into caches of n + 9 rows at those rows (the rope_kv
+    pattern): the q rope and both whole caches in one F32 vector."""
+    idx, ff = leaf(ctx, I32, (n,)).set_name("idx"), leaf(ctx, F32, (hd // 2,)).set_name("ff")
+    q, k = (ops.rope_ext(leaf(ctx, F32, (hd, h, n)), idx, ff, hd, mode, 4096, *YARN[1][:2], 0.0, 1.0, 32.0, 1.0)
+            for h in (hq, hk))
+    kc, vc = (ops.set_rows(leaf(ctx, cache_t, (hd * hk, n + 9)), rows, idx)
+              for rows in (ops.reshape_2d(k, hd * hk, n), leaf(ctx, F32, (hd * hk, n))))
+    parts = [ops.reshape_1d(q, q.nelements)] + [ops.reshape_1d(ops.cast(c, F32), c.nelements) for c in (kc, vc)]
+    return ops.concat(ops.concat(parts[0], parts[1], 0), parts[2], 0)

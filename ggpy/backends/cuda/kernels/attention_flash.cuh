@@ -3,7 +3,8 @@
 //   one KV head for RB (query head, row) pairs of its group (blockIdx.z the pairs, blockIdx.y KV head and sequence);
 //   each warp takes 32 keys at a time, a lane a key for the scores (q in shared memory), then the lanes split Dv for
 //   P.V; an online softmax per warp, the warps merged at the end; one chunk writes dst, several write their partial
-//   (max, sum, accumulator) in the temp block for fa_combine_k. F32 math on F32, F16 or Q8_0 K and V.
+//   (max, sum, accumulator) in the temp block, merged by the last block of the pairs to arrive (a.count) or else by
+//   fa_combine_k. F32 math on F32, F16 or Q8_0 K and V.
 // fa_tc_k: prompt chunks with F16 or Q8_0 K and V on tensor cores (mma.sync m16n8k16, F32 accumulation): one warp
 //   per 16 query rows of one head, keys in chunks of 64 in shared memory as F16 (win_attn_tc_k's layout; q and
 //   Q8_0 values rounded to F16).
@@ -22,6 +23,7 @@ struct FaArgs {
     int chunk, nchunks;         // fa_vec_k: keys per block, blocks along the keys
     float scale, softcap, m0, m1;
     int nlog2;                  // ALiBi: slope m0^(h+1) for h < nlog2, else m1^(2(h-nlog2)+1) (m0 = m1 = 1: none)
+    int* count;                 // fa_vec_k: chunks arrived per (blockIdx.y, blockIdx.z), zero between kernels (or null)
 };
 
 #define FA_WARPS 4
@@ -59,6 +61,24 @@ __device__ __forceinline__ float fa_warp_sum(float x) {
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
+}
+
+// element d of output row `row` ((i3 n + i1) h + hq) from the chunks' partials: sum_c acc_c e^(m_c - M) over
+// sum_c l_c e^(m_c - M) (read past L1: other blocks wrote them)
+template <int DV> __device__ void fa_combine_row(const FaArgs& a, i64 row, int d) {
+    const float NEG = __int_as_float(0xff800000);
+    const int hq = (int)(row % a.h), i1 = (int)(row / a.h % a.n), i3 = (int)(row / a.h / a.n);
+    const float* pr = a.part + row * a.nchunks * (DV + 2);
+    float M = NEG, L = 0.f, A = 0.f;
+    for (int c = 0; c < a.nchunks; ++c) M = fmaxf(M, __ldcg(pr + c * (DV + 2)));
+    for (int c = 0; c < a.nchunks; ++c) {
+        const float mc = __ldcg(pr + c * (DV + 2));
+        if (mc == NEG) continue;
+        const float e = expf(mc - M);
+        L += __ldcg(pr + c * (DV + 2) + 1) * e;
+        A += __ldcg(pr + c * (DV + 2) + 2 + d) * e;
+    }
+    *(float*)(a.dst + hq * a.ds[0] + i1 * a.ds[1] + i3 * a.ds[2] + d * 4) = L > 0.f ? A / L : 0.f;
 }
 
 template <int D, int DV, int RB, typename TK, typename TV> __device__ void fa_vec_k(const FaArgs& a) {
@@ -172,29 +192,26 @@ template <int D, int DV, int RB, typename TK, typename TV> __device__ void fa_ve
             pr[2 + d] = A;
         }
     }
+    if (a.nchunks == 1 || !a.count) return;
+    __shared__ bool last;                                       // the chunks' last block merges their partials
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int* c = a.count + blockIdx.y * gridDim.z + blockIdx.z;
+        last = atomicAdd(c, 1) == a.nchunks - 1;
+        if (last) *c = 0;                                       // every block of these pairs has counted
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int t = threadIdx.x; t < np * DV; t += blockDim.x) {
+        const int p = p0 + t / DV, i1 = p / group;
+        fa_combine_row<DV>(a, ((i64)i3 * a.n + i1) * a.h + g * group + p % group, t % DV);
+    }
 }
 
-// the chunks' partials of one output row (blockIdx.x = (i3 n + i1) h + hq) merged: sum_c acc_c e^(m_c - M) over
-// sum_c l_c e^(m_c - M)
 template <int DV> __device__ void fa_combine_k(const FaArgs& a) {
-    const float NEG = __int_as_float(0xff800000);
-    const i64 row = blockIdx.x;
-    const int hq = (int)(row % a.h), i1 = (int)(row / a.h % a.n), i3 = (int)(row / a.h / a.n);
-    const float* pr = a.part + row * a.nchunks * (DV + 2);
-    float M = NEG, L = 0.f;
-    for (int c = 0; c < a.nchunks; ++c) M = fmaxf(M, pr[c * (DV + 2)]);
-    for (int c = 0; c < a.nchunks; ++c) {
-        const float mc = pr[c * (DV + 2)];
-        if (mc != NEG) L += pr[c * (DV + 2) + 1] * expf(mc - M);
-    }
-    for (int d = threadIdx.x; d < DV; d += blockDim.x) {
-        float A = 0.f;
-        for (int c = 0; c < a.nchunks; ++c) {
-            const float mc = pr[c * (DV + 2)];
-            if (mc != NEG) A += pr[c * (DV + 2) + 2 + d] * expf(mc - M);
-        }
-        *(float*)(a.dst + hq * a.ds[0] + i1 * a.ds[1] + i3 * a.ds[2] + d * 4) = L > 0.f ? A / L : 0.f;
-    }
+    for (int d = threadIdx.x; d < DV; d += blockDim.x) fa_combine_row<DV>(a, blockIdx.x, d);
 }
 
 // elements d, d + 1 of a K / V row as two F16 (fa_tc_k's shared memory): F16 as stored, Q8_0 dequantized and rounded

@@ -4,7 +4,9 @@ implementations:
 `vec` (fa_vec_d{D}_r{RB}_{K type}_{V type}): the keys split in chunks of a multiple of TILE over blockIdx.x, enough chunks
 that about TARGET_BLOCKS blocks run; a block takes RB (query head, query row) pairs of one KV head's group, so the
 group's query heads read each key once; with several chunks every block writes its partial (max, sum, Dv
-accumulator) into the temp block and fa_combine_d{D} merges them. F32 math on F32, F16 or Q8_0 K and V (any pair).
+accumulator) into the temp block and the last block of the chunks to finish merges them (one launch: an arrival
+counter per block of pairs in memory of the backend's, zero between kernels), else (over COUNTERS) fa_combine_d{D}.
+F32 math on F32, F16 or Q8_0 K and V (any pair).
 `tc` (fa_mma_d{D}_{K type}_{V type}, attention_fa_mma.cuh): F16 or Q8_0 K and V on tensor cores for prompt chunks, a
 warp per 16 (query head, row) pairs of one KV head's group, the keys split in chunks (tc_split) merged by
 fa_mma_combine_d{D}; q is rounded to F16 after scaling, Q8_0 values, P and the mask to F16, accumulation in F32.
@@ -30,6 +32,7 @@ TARGET_BLOCKS = 264             # about two blocks per SM of an H100 / H200
 TC_MIN_N = 16                   # query rows from which F16 K/V run on tensor cores
 TC_ROWS = 16 * WARPS            # (query head, row) pairs per block of fa_mma_k
 TC_TARGET, TC_MIN_CHUNK = 396, 256     # fa_mma_k: about TC_TARGET blocks, chunks of at least TC_MIN_CHUNK keys
+COUNTERS = 1 << 12              # fa_vec_k's per-backend counters: a launch of more (blockIdx.y, z) runs fa_combine
 ALIGN = {F32: 16, F16: 8, Q8_0: 2}     # bytes K's and V's rows are aligned to (vector loads)
 _I64_3 = ctypes.c_int64 * 3
 
@@ -42,7 +45,7 @@ class FaArgs(ctypes.Structure):
                 ("hk", ctypes.c_int), ("sr", ctypes.c_int), ("mh", ctypes.c_int), ("mw", ctypes.c_int),
                 ("mask_f16", ctypes.c_int), ("chunk", ctypes.c_int), ("nchunks", ctypes.c_int),
                 ("scale", ctypes.c_float), ("softcap", ctypes.c_float), ("m0", ctypes.c_float), ("m1", ctypes.c_float),
-                ("nlog2", ctypes.c_int)]
+                ("nlog2", ctypes.c_int), ("count", ctypes.c_void_p)]
 
 
 def _tc_fits(node) -> bool:
@@ -78,6 +81,14 @@ def tc_split(node) -> tuple[int, int, int]:
     want = max(1, min(_cdiv(TC_TARGET, z * k.ne[2] * q.ne[3]), k.ne[1] // TC_MIN_CHUNK))
     chunk = _cdiv(_cdiv(k.ne[1], want), 64) * 64
     return z, chunk, _cdiv(k.ne[1], chunk)
+
+
+def _counters(backend) -> int:
+    """The address of the backend's COUNTERS arrival counters of fa_vec_k (zeroed once; each kernel leaves them 0)."""
+    if getattr(backend, "fa_counters", None) is None:
+        backend.fa_counters = backend.buffer_type.alloc_buffer(COUNTERS * 4)
+        backend.fa_counters.fill(0, COUNTERS * 4, 0)
+    return backend.fa_counters.ptr
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -142,8 +153,9 @@ def steps(backend, node, impl: str) -> list:
         grid, combine = (a.nchunks, k.ne[2] * s, z), f"fa_combine_d{v.ne[0]}"
     if a.nchunks > 1:
         a.part = backend.temp_ptr(node)
+        a.count = _counters(backend) if impl == "vec" and grid[1] * grid[2] <= COUNTERS else None
     out = [backend.launch_struct(node, kernel_name(node, impl), grid, block, a)]
-    if a.nchunks > 1:
+    if a.nchunks > 1 and not a.count:
         out.append(backend.launch_struct(node, combine, (n * h * s, 1, 1), (v.ne[0], 1, 1), a))
     return out
 

@@ -226,12 +226,12 @@ class NormVecArgs(ctypes.Structure):
 
 def norm_mat_vec_accepts(f) -> bool:
     """F32 x of one matrix, norm, mul and weight; at most NMV_MAX products that mmvq runs, of 2-D weights of NMV_TYPES,
-    contiguous results; a glu that glu_accepts."""
+    contiguous weights and results; a glu that glu_accepts."""
     x = f.head.src[0]
     return (all(t.type == F32 for t in (x, f.head, f.mul, f.weight)) and f.weight.is_contiguous()
             and x.ne[2] == x.ne[3] == 1 and len(f.products) <= NMV_MAX and (f.glu is None or glu_accepts(f.glu))
             and all(quant.mmvq_fits(m) and m.src[0].type in NMV_TYPES and m.src[0].ne[2:] == (1, 1)
-                    and m.is_contiguous() for m in f.products))
+                    and m.src[0].is_contiguous() and m.is_contiguous() for m in f.products))
 
 
 def norm_mat_vec_run(backend, f) -> list | None:

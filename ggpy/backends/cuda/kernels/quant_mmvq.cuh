@@ -59,7 +59,7 @@ template <int N> __device__ __forceinline__ int dp4(const int* q, const int* x) 
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: a unit is one 32-block of SIZE bytes: d (and m at 2), QH: the 32 fifth bits, QS the
 // quants (nibbles: element j low in byte j & 15 when j < 16, else high; Q8_0: int8); ALIGN4: 4-byte loads
 template <int SIZE, int QS, int QH, bool MIN, int OFFSET, bool ALIGN4> struct q32 {
-    static constexpr int UNIT = 32;
+    static constexpr int UNIT = 32, BYTES = 8 * SIZE;          // BYTES: of 256 elements
     struct W { float d, m; int q[8]; };
     static __device__ __forceinline__ void load(const char* row, int u, W& w) {
         const char* b = row + (i64)u * SIZE;
@@ -96,7 +96,7 @@ typedef q32<34, 2, 0, false, 0, false> mq_q8_0;
 // halves of the 32 bytes at QS + 32 j (16-byte aligned: 128-bit loads), Q5_K's fifth bits bits 2j, 2j + 1 of the
 // 32 bytes at 16; value d sc q - dmin m per sub-block (scale_min_k4)
 template <int SIZE, bool HIGH> struct qk45 {
-    static constexpr int UNIT = 64;
+    static constexpr int UNIT = 64, BYTES = SIZE;
     struct W { float d0, d1, m0, m1; int q[16]; };
     static __device__ __forceinline__ void load(const char* row, int u, W& w) {
         const char* b = row + (i64)(u >> 2) * SIZE;
@@ -130,7 +130,7 @@ typedef qk45<176, true> mq_q5_k;
 // 32 bytes of ql at 64h + 32(k & 1) (low nibbles for k < 2), 2 high bits at 2k of the 32 bytes of qh at 128 + 32h,
 // minus 32; int8 scales 8h + 2k (elements 0-15) and 8h + 2k + 1 (16-31), d at 208. Blocks are 2-byte aligned.
 struct mq_q6_k {
-    static constexpr int UNIT = 32;
+    static constexpr int UNIT = 32, BYTES = 210;
     struct W { float d0, d1; int q[8]; };
     static __device__ __forceinline__ void load(const char* row, int u, W& w) {
         const char* b = row + (i64)(u >> 3) * 210;
@@ -223,6 +223,11 @@ template <typename Q, bool GLU, int R, typename P> __device__ __forceinline__ vo
 
 __device__ __forceinline__ float silu_mul(float v, float g) { return v / (1.f + __expf(-v)) * g; }
 
+// a warp's weight row (its bytes) asked into L1 before the block quantizes b: their latencies overlap (a line a lane)
+__device__ __forceinline__ void prefetch_row(const char* row, i64 bytes) {
+    for (i64 o = (threadIdx.x & 31) * 128; o < bytes; o += 32 * 128) asm volatile("prefetch.global.L1 [%0];" :: "l"(row + o));
+}
+
 // dst F32 (M, N, B2, B3) = a (K, M, A2, A3) x the quantized columns of b (ne1 = b's ne): src1 the temp block, or with
 // SHARED b itself (F32, nb1), its N columns of matrix (i2, i3) quantized by the block into shared memory first. A
 // warp per row m, blockIdx.y the matrix (i2, i3) of b, a broadcast over it; GLU: src2 the up rows (a's layout), dst =
@@ -231,9 +236,15 @@ template <typename Q, bool GLU, bool SHARED> __device__ void mmvq_k(const Args& 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const i64 i2 = blockIdx.y % a.ne1[2], i3 = blockIdx.y / a.ne1[2];
     const int K = (int)a.ne0[0], N = (int)a.ne1[1];
+    const i64 m = (i64)blockIdx.x * warps + warp;
+    const i64 off = m * a.nb0[1] + i2 / (a.ne1[2] / a.ne0[2]) * a.nb0[2] + i3 / (a.ne1[3] / a.ne0[3]) * a.nb0[3];
     const signed char* xq;
     const float2* xds;
     if (SHARED) {
+        if (m < a.ne0[1]) {
+            prefetch_row(a.src0 + off, (i64)K * Q::BYTES / 256);
+            if (GLU) prefetch_row(a.src2 + off, (i64)K * Q::BYTES / 256);
+        }
         signed char* sq = (signed char*)mmvq_shared;
         float2* sds = (float2*)(sq + N * K);
         const char* b = a.src1 + i2 * a.nb1[2] + i3 * a.nb1[3];
@@ -246,9 +257,7 @@ template <typename Q, bool GLU, bool SHARED> __device__ void mmvq_k(const Args& 
         xq = (const signed char*)a.src1 + c0 * K;
         xds = (const float2*)(a.src1 + C * K) + c0 * (K >> 5);
     }
-    const i64 m = (i64)blockIdx.x * warps + warp;
     if (m >= a.ne0[1]) return;
-    const i64 off = m * a.nb0[1] + i2 / (a.ne1[2] / a.ne0[2]) * a.nb0[2] + i3 / (a.ne1[3] / a.ne0[3]) * a.nb0[3];
     // units a lane loads before it multiplies them (more loads in flight, more registers): big products (not SHARED)
     mmvq_row<Q, GLU, SHARED ? 1 : GLU ? 2 : 4>(a.src0 + off, GLU ? a.src2 + off : nullptr, xq, xds, K, N,
                                                [&](int n, float v, float g) {

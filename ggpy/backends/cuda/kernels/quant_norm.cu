@@ -33,19 +33,24 @@ __device__ __forceinline__ void norm_q8_1(const Args& a, signed char* q, float2*
     quantize_cols(K, N, [&](int k, int n) { return NMV_X(k, n) * inv[n] * w[k]; }, q, ds);
 }
 
+// a warp per row m over the products' rows (contiguous weights: a row's bytes are its stride), prefetched first
 template <bool GLU> __device__ void norm_mmvq_k(const NormVecArgs& p) {
     const int K = (int)p.a.ne0[0], N = (int)p.a.ne0[1], lane = threadIdx.x & 31;
+    const int m = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int j = 0;
+    while (j < NMV_MAX - 1 && m >= p.end[j]) ++j;
+    const int first = j ? p.end[j - 1] : 0, r = m - first, M = p.end[j] - first;
+    const char* row = p.mat[j] + r * p.nb1[j];
+    const char* urow = GLU ? p.mat[1] + r * p.nb1[1] : nullptr;
+    if (m < p.end[j]) {
+        prefetch_row(row, p.nb1[j]);
+        if (GLU) prefetch_row(urow, p.nb1[1]);
+    }
     signed char* sq = (signed char*)mmvq_shared;
     float2* sds = (float2*)(sq + N * K);
     norm_q8_1(p.a, sq, sds);
     __syncthreads();
-    const int m = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    int j = 0;
-    while (j < NMV_MAX - 1 && m >= p.end[j]) ++j;
     if (m >= p.end[j]) return;
-    const int first = j ? p.end[j - 1] : 0, r = m - first, M = p.end[j] - first;
-    const char* row = p.mat[j] + r * p.nb1[j];
-    const char* urow = GLU ? p.mat[1] + r * p.nb1[1] : nullptr;
     float* out = (float*)p.out[j];
     auto put = [&](int n, float v, float g) { if (lane == 0) out[r + (i64)n * M] = GLU ? silu_mul(v, g) : v; };
 #define NMV_CASE(i, Q) case i: mmvq_row<Q, GLU, 1>(row, urow, sq, sds, K, N, put); break;

@@ -3,9 +3,10 @@
 //   group's heads share every K / V tile) and one chunk of the keys (blockIdx.x = pair block * nchunks + chunk);
 //   K and V tiles of 64 keys go to shared memory as F16 (F16 by cp.async, the next K tile loading during the softmax
 //   and P.V, the next V tile during the scores; Q8_0 dequantized and rounded), read by ldmatrix (V transposed) into
-//   mma.sync m16n8k16 (F32 accumulation); q (scaled, in log2 units) and P rounded to F16, the mask to F16; the
-//   online softmax in registers with exp2; a warp skips a tile its mask hides entirely. One chunk writes dst, several
-//   write (max, sum, accumulator) partials to the temp block, merged by fa_mma_combine_k.
+//   mma.sync m16n8k16 (F32 accumulation); q (scaled, in log2 units) and P rounded to F16; the mask tile to F16 in
+//   shared memory (the next tile's rows prefetched to L1); the online softmax in registers with exp2; a block skips a
+//   tile its mask hides entirely. One chunk writes dst, several write (max, sum, accumulator) partials to the temp
+//   block, merged by fa_mma_combine_k.
 // A row whose scores are all -inf gives zeros (as the CPU kernel).
 #pragma once
 #include "attention_flash.cuh"
@@ -68,33 +69,50 @@ template <int D, int P> struct FaTile<D, P, q8_0_t> {
 };
 
 // the mask at keys j0 .. j0 + 63 of the block's pairs pb0 .. pb0 + 63 as F16 into Ms (-inf past c1 and for pairs
-// past the last); whether this thread stored a finite value (mvec: 16-byte F32 / 8-byte F16 loads)
+// past the last); whether this thread stored a finite value. A thread's 8 quads of keys (pairs tid / 16 + 8 t, keys
+// 4 (tid % 16) ..: 16-byte F32 / 8-byte F16 loads where mvec) are all loaded before any is stored.
 __device__ __forceinline__ bool fa_mask_tile(const FaArgs& a, half_t (*Ms)[FA_MMA_KC + 8], int pb0, int kh, int i3,
                                              int j0, int c1, bool mvec) {
+    constexpr int T = 16 * FA_MMA_KC / 4 / 32;
     const float NEG = __int_as_float(0xff800000);
-    const int group = a.h / a.hk;
-    bool any = false;
-    for (int c = threadIdx.x; c < FA_MMA_WARPS * 16 * FA_MMA_KC / 4; c += FA_MMA_WARPS * 32) {
-        const int r = c / (FA_MMA_KC / 4), j = j0 + c % (FA_MMA_KC / 4) * 4, p = pb0 + r;
-        float x[4] = {NEG, NEG, NEG, NEG};
-        if (p < group * a.n) {
-            const char* mr = a.mask ? a.mask + (p / group) * a.ms[0] + ((kh * group + p % group) % a.mh) * a.ms[1] +
-                                      (i3 % a.mw) * a.ms[2] : 0;
-            if (mr && mvec && j + 3 < c1) {
-                const float4 v = a.mask_f16 ? load4<half_t>(mr + j * 2) : *(const float4*)(mr + j * 4);
-                x[0] = v.x; x[1] = v.y; x[2] = v.z; x[3] = v.w;
-            } else {
-                #pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    if (j + e < c1) x[e] = mr ? fa_mask(a, mr, j + e) : 0.f;
-            }
+    const int group = a.h / a.hk, j = j0 + threadIdx.x % (FA_MMA_KC / 4) * 4;
+    float4 x[T];
+    #pragma unroll
+    for (int t = 0; t < T; ++t) {
+        const int p = pb0 + threadIdx.x / (FA_MMA_KC / 4) + t * (FA_MMA_WARPS * 32) / (FA_MMA_KC / 4);
+        x[t] = make_float4(NEG, NEG, NEG, NEG);
+        if (p >= group * a.n) continue;
+        const char* mr = a.mask ? a.mask + (p / group) * a.ms[0] + ((kh * group + p % group) % a.mh) * a.ms[1] +
+                                  (i3 % a.mw) * a.ms[2] : 0;
+        if (mr && mvec && j + 3 < c1) {
+            x[t] = a.mask_f16 ? load4<half_t>(mr + j * 2) : *(const float4*)(mr + j * 4);
+        } else {
+            float* v = (float*)&x[t];
+            #pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (j + e < c1) v[e] = mr ? fa_mask(a, mr, j + e) : 0.f;
         }
-        const uint2 u = make_uint2(fa_h2(x[0], x[1]), fa_h2(x[2], x[3]));
-        *(uint2*)&Ms[r][j - j0] = u;
+    }
+    bool any = false;
+    #pragma unroll
+    for (int t = 0; t < T; ++t) {
+        const uint2 u = make_uint2(fa_h2(x[t].x, x[t].y), fa_h2(x[t].z, x[t].w));
+        *(uint2*)&Ms[threadIdx.x / (FA_MMA_KC / 4) + t * (FA_MMA_WARPS * 32) / (FA_MMA_KC / 4)][j - j0] = u;
         any |= u.x != 0xfc00fc00u || u.y != 0xfc00fc00u;
     }
     return any;
 }
+// the mask rows of the tile at j0 pulled towards L1 (a 128-byte line a thread) while this tile is computed
+__device__ __forceinline__ void fa_mask_prefetch(const FaArgs& a, int pb0, int kh, int i3, int j0, int c1) {
+    const int group = a.h / a.hk, p = pb0 + (threadIdx.x >> 1);
+    const int j = min(j0 + (threadIdx.x & 1) * (a.mask_f16 ? 64 : 32), c1 - 1);
+    if (a.mask && p < group * a.n && j0 < c1) {
+        const char* mr = a.mask + (p / group) * a.ms[0] + ((kh * group + p % group) % a.mh) * a.ms[1] +
+                         (i3 % a.mw) * a.ms[2] + j * (a.mask_f16 ? 2 : 4);
+        asm volatile("prefetch.global.L1 [%0];" :: "l"(mr));
+    }
+}
+__device__ __forceinline__ float fa_exp2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 
 template <int D, typename TK, typename TV> __device__ void fa_mma_k(const FaArgs& a) {
     constexpr int KC = FA_MMA_KC, P = D + 8;                  // row padding (halves): ldmatrix without bank conflicts
@@ -140,6 +158,7 @@ template <int D, typename TK, typename TV> __device__ void fa_mma_k(const FaArgs
     fa_commit();
     for (int j0 = c0; j0 < c1; j0 += KC) {
         const bool any = fa_mask_tile(a, Ms, pb0, kh, i3, j0, c1, mvec);
+        fa_mask_prefetch(a, pb0, kh, i3, j0 + KC, c1);
         fa_wait1();                                           // K's tile (V's may still be loading)
         const bool live = __syncthreads_or(any) && p0 < npair;    // else nothing of the tile for this warp
         float s[KC / 8][4];
@@ -167,7 +186,8 @@ template <int D, typename TK, typename TV> __device__ void fa_mma_k(const FaArgs
                 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
                     const int i = r >> 1;
-                    const half_t mh = Ms[warp * 16 + g + 8 * i][nb * 8 + t4 * 2 + (r & 1)];
+                    const unsigned m2 = *(const unsigned*)&Ms[warp * 16 + g + 8 * i][nb * 8 + t4 * 2];
+                    const half_t mh = (half_t)(m2 >> (16 * (r & 1)));
                     float v = a.softcap > 0.f ? a.softcap * LOG2E * tanhf(s[nb][r]) : s[nb][r];
                     v = mh == 0xfc00u ? NEG : v + slope[i] * to_f(mh);
                     s[nb][r] = v;
@@ -178,7 +198,7 @@ template <int D, typename TK, typename TV> __device__ void fa_mma_k(const FaArgs
                 cmax[i] = fmaxf(cmax[i], __shfl_xor_sync(0xffffffffu, cmax[i], 1));
                 cmax[i] = fmaxf(cmax[i], __shfl_xor_sync(0xffffffffu, cmax[i], 2));
                 const float mn = fmaxf(m[i], cmax[i]);
-                const float c = mn == NEG ? 1.f : exp2f(m[i] - mn);
+                const float c = mn == NEG ? 1.f : fa_exp2(m[i] - mn);
                 m[i] = mn;
                 cmax[i] = mn == NEG ? 0.f : mn;                   // the exponent's offset
                 l[i] *= c;
@@ -189,7 +209,7 @@ template <int D, typename TK, typename TV> __device__ void fa_mma_k(const FaArgs
             for (int nb = 0; nb < KC / 8; ++nb)
                 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
-                    s[nb][r] = exp2f(s[nb][r] - cmax[r >> 1]);
+                    s[nb][r] = fa_exp2(s[nb][r] - cmax[r >> 1]);
                     l[r >> 1] += s[nb][r];
                 }
             #pragma unroll

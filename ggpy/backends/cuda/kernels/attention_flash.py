@@ -31,7 +31,7 @@ TILE = 32 * WARPS               # keys a block walks per pass: a chunk is a mult
 TARGET_BLOCKS = 264             # about two blocks per SM of an H100 / H200
 TC_MIN_N = 16                   # query rows from which F16 K/V run on tensor cores
 TC_ROWS = 16 * WARPS            # (query head, row) pairs per block of fa_mma_k
-TC_TARGET, TC_MIN_CHUNK = 396, 256     # fa_mma_k: about TC_TARGET blocks, chunks of at least TC_MIN_CHUNK keys
+TC_TARGET, TC_MIN_CHUNK = {64: 792, 128: 264}, 256   # fa_mma_k: blocks per head dim (H200), keys per chunk at least
 COUNTERS = 1 << 12              # fa_vec_k's per-backend counters: a launch of more (blockIdx.y, z) runs fa_combine
 ALIGN = {F32: 16, F16: 8, Q8_0: 2}     # bytes K's and V's rows are aligned to (vector loads)
 _I64_3 = ctypes.c_int64 * 3
@@ -75,10 +75,11 @@ def split(node) -> tuple[int, int, int, int]:
 
 
 def tc_split(node) -> tuple[int, int, int]:
-    """fa_mma_k's (blocks of TC_ROWS pairs per KV head, keys per chunk (a multiple of 64), chunks)."""
+    """fa_mma_k's (blocks of TC_ROWS pairs per KV head, keys per chunk (a multiple of 64), chunks): as many chunks as
+    keep to about TC_TARGET[D] blocks, of at least TC_MIN_CHUNK keys."""
     q, k = node.src[:2]
     z = _cdiv(q.ne[2] // k.ne[2] * q.ne[1], TC_ROWS)
-    want = max(1, min(_cdiv(TC_TARGET, z * k.ne[2] * q.ne[3]), k.ne[1] // TC_MIN_CHUNK))
+    want = max(1, min(TC_TARGET[q.ne[0]] // (z * k.ne[2] * q.ne[3]), k.ne[1] // TC_MIN_CHUNK))
     chunk = _cdiv(_cdiv(k.ne[1], want), 64) * 64
     return z, chunk, _cdiv(k.ne[1], chunk)
 

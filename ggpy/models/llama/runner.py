@@ -25,7 +25,7 @@ from .model import CACHE_TYPES, Inputs, KVCache, flash_attention, forward, new_i
 
 DEFAULT_CTX = 4096      # llama.cpp's default context, when the model's is longer
 DEFAULT_BATCH = 512     # tokens per evaluation of a prompt (llama.cpp's default micro-batch)
-FLASH_PROMPT_KV = 1024  # CUDA prompt chunks over more cache rows than this attend by mul_mat + soft_max (_flash)
+FLASH_PROMPT_KV = 1 << 31  # CUDA prompt chunks over more cache rows attend by mul_mat + soft_max (_flash): none
 KEEP = 24               # planned graphs a lane keeps: prompt chunks and tokens at that many context sizes
 KV_PAD = 256            # attention reads the cache rows in use rounded up to this (llama.cpp pads likewise)
 
@@ -144,9 +144,9 @@ class GraphModel:
 
     def _flash(self, n_tokens: int, n_kv: int) -> bool:
         """Whether a graph of `n_tokens` over `n_kv` cache rows attends by flash_attn_ext (when flash attention is on):
-        on CUDA a prompt chunk over more than FLASH_PROMPT_KV rows takes mul_mat + soft_max_ext (cuBLAS) instead, as
-        measured faster there (pp512 at depth 4096 on an H200: 24.0k vs 13.6k tokens/s; RESULTS.md), unless V is
-        quantized (only flash attention reads it)."""
+        on CUDA a prompt chunk over more than FLASH_PROMPT_KV rows would take mul_mat + soft_max_ext (cuBLAS) instead,
+        unless V is quantized (only flash attention reads it): none since the tensor-core flash kernel fa_mma_k (the op
+        alone at n_q 512, n_kv 4608 on an H200: 116 vs 510 us SmolLM2-shaped; benchmarks/cuda_fa_prompt.py)."""
         return self.flash_attn and (n_tokens == 1 or n_kv <= FLASH_PROMPT_KV or self.backend.kind != "CUDA"
                                     or self.cache.v[0].type.quantized)
 

@@ -31,7 +31,7 @@ def test_a_token_splits_the_keys_and_a_prompt_runs_on_tensor_cores():
     assert attention_flash.choose(prompt, None) == "tc" and attention_flash.temp_size(prompt, "tc", None) == 0
     assert attention_flash.choose(_node(100, 300, kv_type=F32), None) == "vec"
     assert "head dims" in attention.flash_attn_refusal(_node(1, 64, hd=80))
-    assert attention_flash.kernel_names() >= {"fa_vec_d128_r8_q8_0_f16", "fa_combine_d64", "fa_tc_d128_q8_0_q8_0"}
+    assert attention_flash.kernel_names() >= {"fa_vec_d128_r8_q8_0_f16", "fa_combine_d64", "fa_mma_d128_q8_0_q8_0"}
 
 
 def _run(backend, n, n_kv, flash: bool, cache_type, mask_type, seed: int):

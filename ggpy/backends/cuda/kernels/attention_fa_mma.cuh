@@ -6,7 +6,7 @@
 //   mma.sync m16n8k16 (F32 accumulation); q (scaled, in log2 units) and P rounded to F16; the mask tile to F16 in
 //   shared memory (the next tile's rows prefetched to L1); the online softmax in registers with exp2; a block skips a
 //   tile its mask hides entirely. One chunk writes dst, several write (max, sum, accumulator) partials to the temp
-//   block, merged by fa_mma_combine_k.
+//   block (fa_vec_k's layout), merged by fa_combine_k.
 // A row whose scores are all -inf gives zeros (as the CPU kernel).
 #pragma once
 #include "attention_flash.cuh"
@@ -259,21 +259,4 @@ template <int D, typename TK, typename TV> __device__ void fa_mma_k(const FaArgs
         for (int nd = 0; nd < D / 8; ++nd)
             *(float2*)(out + nd * 8 + t4 * 2) = make_float2(o[nd][2 * i] * inv, o[nd][2 * i + 1] * inv);
     }
-}
-
-// the chunks' partials of one output row (blockIdx.x = (i3 n + i1) h + hq) merged: sum_c acc_c e^(m_c - M) over
-// sum_c l_c e^(m_c - M)
-template <int DV> __device__ void fa_mma_combine_k(const FaArgs& a) {
-    const float NEG = __int_as_float(0xff800000);
-    const i64 row = blockIdx.x;
-    const int hq = (int)(row % a.h), i1 = (int)(row / a.h % a.n), i3 = (int)(row / a.h / a.n);
-    const float* pr = a.part + row * a.nchunks * (DV + 2);
-    float M = NEG, L = 0.f, A = 0.f;
-    for (int c = 0; c < a.nchunks; ++c) M = fmaxf(M, pr[c * (DV + 2)]);
-    for (int c = 0; c < a.nchunks; ++c) {
-        const float mc = pr[c * (DV + 2)], w = mc == NEG ? 0.f : expf(mc - M);
-        L += pr[c * (DV + 2) + 1] * w;
-        A += pr[c * (DV + 2) + 2 + threadIdx.x] * w;
-    }
-    *(float*)(a.dst + hq * a.ds[0] + i1 * a.ds[1] + i3 * a.ds[2] + threadIdx.x * 4) = L > 0.f ? A / L : 0.f;
 }

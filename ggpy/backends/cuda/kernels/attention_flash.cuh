@@ -1,13 +1,11 @@
-// flash_attn_ext (kernels/attention_flash.py): FaArgs (twin of the ctypes struct) and three kernels.
+// flash_attn_ext (kernels/attention_flash.py): FaArgs (twin of the ctypes struct) and the kernels of few query rows
+// (prompt chunks: attention_fa_mma.cuh).
 // fa_vec_k: few query rows (a generated token), the keys split in chunks over blockIdx.x; a block takes one chunk of
 //   one KV head for RB (query head, row) pairs of its group (blockIdx.z the pairs, blockIdx.y KV head and sequence);
 //   each warp takes 32 keys at a time, a lane a key for the scores (q in shared memory), then the lanes split Dv for
 //   P.V; an online softmax per warp, the warps merged at the end; one chunk writes dst, several write their partial
 //   (max, sum, accumulator) in the temp block, merged by the last block of the pairs to arrive (a.count) or else by
 //   fa_combine_k. F32 math on F32, F16 or Q8_0 K and V.
-// fa_tc_k: prompt chunks with F16 or Q8_0 K and V on tensor cores (mma.sync m16n8k16, F32 accumulation): one warp
-//   per 16 query rows of one head, keys in chunks of 64 in shared memory as F16 (win_attn_tc_k's layout; q and
-//   Q8_0 values rounded to F16).
 // A row whose scores are all -inf gives zeros (as the CPU kernel).
 #pragma once
 #include "attention.cuh"
@@ -212,137 +210,4 @@ template <int D, int DV, int RB, typename TK, typename TV> __device__ void fa_ve
 
 template <int DV> __device__ void fa_combine_k(const FaArgs& a) {
     for (int d = threadIdx.x; d < DV; d += blockDim.x) fa_combine_row<DV>(a, blockIdx.x, d);
-}
-
-// elements d, d + 1 of a K / V row as two F16 (fa_tc_k's shared memory): F16 as stored, Q8_0 dequantized and rounded
-template <typename T> __device__ __forceinline__ unsigned fa_pair(const char* r, int d);
-template <> __device__ __forceinline__ unsigned fa_pair<half_t>(const char* r, int d) { return *(const unsigned*)(r + d * 2); }
-template <> __device__ __forceinline__ unsigned fa_pair<q8_0_t>(const char* r, int d) {
-    const char* b = r + (d >> 5) * 34;
-    const float s = to_f(*(const half_t*)b);
-    const signed char* x = (const signed char*)b + 2 + (d & 31);
-    return pack2<half_t>(s * x[0], s * x[1]);
-}
-
-template <int HD, typename TK, typename TV> __device__ void fa_tc_k(const FaArgs& a) {
-    constexpr int KC = 64, KP = HD + 8, VP = KC + 8;         // row paddings (halves) against bank conflicts
-    __shared__ __align__(16) unsigned short Ks[KC][KP];
-    __shared__ __align__(16) unsigned short Vt[HD][VP];
-    const float NEG = __int_as_float(0xff800000);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const int h = blockIdx.y, i3 = blockIdx.z, N = a.n, NK = a.nkv, kh = h / (a.h / a.hk);
-    const int q0 = (blockIdx.x * TC_WARPS + warp) * 16;
-    const char* qb = a.q + h * a.qs[1] + i3 * a.qs[2];
-    const char* kb = a.k + kh * a.ks[1] + (i3 / a.sr) * a.ks[2];
-    const char* vb = a.v + kh * a.vs[1] + (i3 / a.sr) * a.vs[2];
-    const float qscale = a.softcap > 0.f ? a.scale / a.softcap : a.scale, slope = fa_slope(a, h);
-    unsigned qa[HD / 16][4];                                  // A fragments of the scaled Q (16 x HD, row-major)
-    #pragma unroll
-    for (int ks = 0; ks < HD / 16; ++ks)
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const int row = q0 + g + (r & 1) * 8, col = ks * 16 + t4 * 2 + (r >> 1) * 8;
-            float2 x = make_float2(0.f, 0.f);
-            if (row < N) x = *(const float2*)(qb + row * a.qs[0] + col * 4);
-            qa[ks][r] = pack2<half_t>(x.x * qscale, x.y * qscale);
-        }
-    const char* mrow[2];
-    #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const int row = q0 + g + i * 8;
-        mrow[i] = a.mask && row < N ? a.mask + row * a.ms[0] + (h % a.mh) * a.ms[1] + (i3 % a.mw) * a.ms[2] : 0;
-    }
-    float o[HD / 8][4], m[2] = {NEG, NEG}, l[2] = {0.f, 0.f};
-    #pragma unroll
-    for (int nd = 0; nd < HD / 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
-    for (int j0 = 0; j0 < NK; j0 += KC) {
-        const int kc = min(KC, NK - j0);
-        __syncthreads();                                      // the previous chunk is read by everyone
-        for (int i = threadIdx.x; i < KC * HD / 2; i += blockDim.x) {
-            const int j = i / (HD / 2), d = (i % (HD / 2)) * 2;
-            unsigned kv = 0u, vv = 0u;
-            if (j < kc) {
-                kv = fa_pair<TK>(kb + (i64)(j0 + j) * a.ks[0], d);
-                vv = fa_pair<TV>(vb + (i64)(j0 + j) * a.vs[0], d);
-            }
-            *(unsigned*)&Ks[j][d] = kv;
-            Vt[d][j] = (unsigned short)(vv & 0xffffu);
-            Vt[d + 1][j] = (unsigned short)(vv >> 16);
-        }
-        __syncthreads();
-        if (q0 >= N) continue;                                // no query of this warp (barriers still met)
-        float s[KC / 8][4];
-        #pragma unroll
-        for (int nb = 0; nb < KC / 8; ++nb) {
-            s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
-            #pragma unroll
-            for (int ks = 0; ks < HD / 16; ++ks) {
-                const unsigned b[2] = {*(const unsigned*)&Ks[nb * 8 + g][ks * 16 + t4 * 2],
-                                       *(const unsigned*)&Ks[nb * 8 + g][ks * 16 + t4 * 2 + 8]};
-                mma16816<half_t>(s[nb], qa[ks], b);
-            }
-        }
-        float cmax[2] = {NEG, NEG};
-        #pragma unroll
-        for (int nb = 0; nb < KC / 8; ++nb)
-            #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int j = j0 + nb * 8 + t4 * 2 + (r & 1), i = r >> 1;
-                float v = NEG;
-                if (j < NK) {
-                    v = a.softcap > 0.f ? a.softcap * tanhf(s[nb][r]) : s[nb][r];
-                    if (mrow[i]) v += slope * fa_mask(a, mrow[i], j);
-                }
-                s[nb][r] = v;
-                cmax[i] = fmaxf(cmax[i], v);
-            }
-        #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            cmax[i] = fmaxf(cmax[i], __shfl_xor_sync(0xffffffffu, cmax[i], 1));
-            cmax[i] = fmaxf(cmax[i], __shfl_xor_sync(0xffffffffu, cmax[i], 2));
-            if (cmax[i] > m[i]) {                             // a new running max: rescale what was summed so far
-                const float c = m[i] == NEG ? 0.f : expf(m[i] - cmax[i]);
-                l[i] *= c;
-                #pragma unroll
-                for (int nd = 0; nd < HD / 8; ++nd) { o[nd][2 * i] *= c; o[nd][2 * i + 1] *= c; }
-                m[i] = cmax[i];
-            }
-        }
-        #pragma unroll
-        for (int nb = 0; nb < KC / 8; ++nb)
-            #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int i = r >> 1;
-                const float p = s[nb][r] == NEG ? 0.f : expf(s[nb][r] - m[i]);
-                l[i] += p;
-                s[nb][r] = p;
-            }
-        #pragma unroll
-        for (int kk = 0; kk < KC / 16; ++kk) {
-            const unsigned pa[4] = {pack2<half_t>(s[2 * kk][0], s[2 * kk][1]), pack2<half_t>(s[2 * kk][2], s[2 * kk][3]),
-                                    pack2<half_t>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                    pack2<half_t>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-            #pragma unroll
-            for (int nd = 0; nd < HD / 8; ++nd) {
-                const unsigned b[2] = {*(const unsigned*)&Vt[nd * 8 + g][kk * 16 + t4 * 2],
-                                       *(const unsigned*)&Vt[nd * 8 + g][kk * 16 + t4 * 2 + 8]};
-                mma16816<half_t>(o[nd], pa, b);
-            }
-        }
-    }
-    if (q0 >= N) return;
-    #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    }
-    #pragma unroll
-    for (int nd = 0; nd < HD / 8; ++nd)
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const int i = r >> 1, row = q0 + g + i * 8;
-            if (row < N)
-                *(float*)(a.dst + h * a.ds[0] + row * a.ds[1] + i3 * a.ds[2] + (nd * 8 + t4 * 2 + (r & 1)) * 4) =
-                    l[i] > 0.f ? o[nd][r] / l[i] : 0.f;
-        }
 }

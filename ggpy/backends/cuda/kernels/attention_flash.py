@@ -9,7 +9,7 @@ counter per block of pairs in memory of the backend's, zero between kernels), el
 F32 math on F32, F16 or Q8_0 K and V (any pair).
 `tc` (fa_mma_d{D}_{K type}_{V type}, attention_fa_mma.cuh): F16 or Q8_0 K and V on tensor cores for prompt chunks, a
 warp per 16 (query head, row) pairs of one KV head's group, the keys split in chunks (tc_split) merged by
-fa_mma_combine_d{D}; q is rounded to F16 after scaling, Q8_0 values, P and the mask to F16, accumulation in F32.
+fa_combine_d{D}; q is rounded to F16 after scaling, Q8_0 values, P and the mask to F16, accumulation in F32.
 choose: tc for TC_TYPES K and V and at least TC_MIN_N query rows, else vec. Head dims HEAD_DIMS with D == Dv; others
 refused.
 """
@@ -26,7 +26,7 @@ HEAD_DIMS = (64, 128)
 KV_TYPES = (F32, F16, Q8_0)     # K's and V's types (any pair)
 TC_TYPES = (F16, Q8_0)          # K's and V's types of the tensor-core kernel (F32 stays exact on vec)
 ROWS = (1, 2, 4, 8)             # (query head, row) pairs per block of fa_vec_k (RB)
-WARPS = 4                       # warps per block (FA_WARPS, TC_WARPS in the .cuh)
+WARPS = 4                       # warps per block (FA_WARPS, FA_MMA_WARPS in the .cuh)
 TILE = 32 * WARPS               # keys a block walks per pass: a chunk is a multiple of it
 TARGET_BLOCKS = 264             # about two blocks per SM of an H100 / H200
 TC_MIN_N = 16                   # query rows from which F16 K/V run on tensor cores
@@ -116,9 +116,8 @@ def kernel_names() -> set:
     """Every kernel this module launches (for the sources test)."""
     names = {f"fa_vec_d{d}_r{r}_{SUFFIX[k]}_{SUFFIX[v]}" for d in HEAD_DIMS for r in ROWS for k in KV_TYPES
              for v in KV_TYPES}
-    names |= {f"fa_{t}_d{d}_{SUFFIX[k]}_{SUFFIX[v]}" for t in ("tc", "mma") for d in HEAD_DIMS for k in TC_TYPES
-              for v in TC_TYPES}
-    return names | {f"fa_{c}_d{d}" for c in ("combine", "mma_combine") for d in HEAD_DIMS}
+    names |= {f"fa_mma_d{d}_{SUFFIX[k]}_{SUFFIX[v]}" for d in HEAD_DIMS for k in TC_TYPES for v in TC_TYPES}
+    return names | {f"fa_combine_d{d}" for d in HEAD_DIMS}
 
 
 def _args(node) -> FaArgs:
@@ -146,17 +145,13 @@ def steps(backend, node, impl: str) -> list:
     a = _args(node)
     n, h, s = q.ne[1:]
     block = (32 * WARPS, 1, 1)
-    if impl == "tc":
-        z, a.chunk, a.nchunks = tc_split(node)
-        grid, combine = (z * a.nchunks, k.ne[2], s), f"fa_mma_combine_d{v.ne[0]}"
-    else:
-        z, a.chunk, a.nchunks = split(node)[1:]
-        grid, combine = (a.nchunks, k.ne[2] * s, z), f"fa_combine_d{v.ne[0]}"
+    z, a.chunk, a.nchunks = tc_split(node) if impl == "tc" else split(node)[1:]
+    grid = (z * a.nchunks, k.ne[2], s) if impl == "tc" else (a.nchunks, k.ne[2] * s, z)
     if a.nchunks > 1:
         a.part = backend.temp_ptr(node)
         a.count = _counters(backend) if impl == "vec" and grid[1] * grid[2] <= COUNTERS else None
     out = [backend.launch_struct(node, kernel_name(node, impl), grid, block, a)]
     if a.nchunks > 1 and not a.count:
-        out.append(backend.launch_struct(node, combine, (n * h * s, 1, 1), (v.ne[0], 1, 1), a))
+        out.append(backend.launch_struct(node, f"fa_combine_d{v.ne[0]}", (n * h * s, 1, 1), (v.ne[0], 1, 1), a))
     return out
 

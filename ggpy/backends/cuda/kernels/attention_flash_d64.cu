@@ -1,5 +1,5 @@
 // flash_attn_ext for heads of 64 (kernels/attention_flash.py): fa_vec_k per (query pairs per block, K and V of one
-// type), fa_combine_k, and fa_tc_k for F16 / Q8_0 K and V.
+// type) and fa_combine_k.
 #include "attention_flash.cuh"
 
 extern "C" __global__ void fa_vec_d64_r1_f32_f32(const FaArgs a) { grid_dependency(); fa_vec_k<64, 64, 1, float, float>(a); }
@@ -15,7 +15,3 @@ extern "C" __global__ void fa_vec_d64_r8_f32_f32(const FaArgs a) { grid_dependen
 extern "C" __global__ void fa_vec_d64_r8_f16_f16(const FaArgs a) { grid_dependency(); fa_vec_k<64, 64, 8, half_t, half_t>(a); }
 extern "C" __global__ void fa_vec_d64_r8_q8_0_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<64, 64, 8, q8_0_t, q8_0_t>(a); }
 extern "C" __global__ void fa_combine_d64(const FaArgs a) { grid_dependency(); fa_combine_k<64>(a); }
-extern "C" __global__ void fa_tc_d64_f16_f16(const FaArgs a) { grid_dependency(); fa_tc_k<64, half_t, half_t>(a); }
-extern "C" __global__ void fa_tc_d64_f16_q8_0(const FaArgs a) { grid_dependency(); fa_tc_k<64, half_t, q8_0_t>(a); }
-extern "C" __global__ void fa_tc_d64_q8_0_f16(const FaArgs a) { grid_dependency(); fa_tc_k<64, q8_0_t, half_t>(a); }
-extern "C" __global__ void fa_tc_d64_q8_0_q8_0(const FaArgs a) { grid_dependency(); fa_tc_k<64, q8_0_t, q8_0_t>(a); }

@@ -8,7 +8,8 @@ import sys
 import tokenize
 from pathlib import Path
 
-BUDGETS = {"runtime": 11500, "models": 3700}    # models: 3087 when they moved in, 3536 with the bad-input checks
+BUDGETS = {"runtime": 11800, "models": 3750}    # runtime 11500 -> 11800 and models 3700 -> 3750 with issue 28 (decode fusions,
+#                                                 PDL, staged token loop); models: 3087 when they moved in, 3536 with the bad-input checks
 
 
 def code_lines(path: Path) -> int:

@@ -207,14 +207,17 @@ def test_logits_are_written_atomically_under_the_name_given(tiny, tmp_path, caps
 
 
 def test_a_context_too_big_for_memory_is_a_bad_argument(tiny, capsys, monkeypatch):
-    """-c 10**7 on a machine of 1 GiB (stood in): its KV cache (2.4 GiB of F16, the default) and a prompt chunk's
-    attention scores (95.4 GiB) are refused before anything is allocated, with exit 2 (it used to try, and fail or
-    swap, after minutes)."""
+    """-c 10**7 on a machine of 1 GiB (stood in): its KV cache (2.4 GiB of F16, the default; with flash attention on no
+    prompt chunk's scores are counted) is refused before anything is allocated, with exit 2 (it used to try, and fail
+    or swap, after minutes); without -fa a prompt chunk's attention scores (95.4 GiB) count too."""
     def build(*args, **kwargs):
         raise AssertionError("make_model was called for a context that does not fit")
     monkeypatch.setattr(cli, "make_model", build)
     monkeypatch.setattr(cli, "_memory_bytes", lambda: 2**30)
     code, out, err = run_cli(capsys, "-m", tiny, "-p", "the water", "-n", 1, "-c", 10**7, "-fa")
+    assert code == 2
+    one_error_line(err, "-c/--ctx-size", "10000000 tokens needs 2.4 GiB", "1.0 GiB of memory")
+    code, out, err = run_cli(capsys, "-m", tiny, "-p", "the water", "-n", 1, "-c", 10**7)
     assert code == 2
     one_error_line(err, "-c/--ctx-size", "10000000 tokens needs 97.8 GiB", "1.0 GiB of memory")
 

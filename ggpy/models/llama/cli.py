@@ -134,13 +134,12 @@ def _memory_bytes() -> int:
 
 def check_context(hp, n_ctx: int, n_batch: int, flash_attn="auto", cache_type_k: str = "f16",
                   cache_type_v: str = "f16"):
-    """ArgumentError when the KV cache of `n_ctx` positions (keys and values of every block, of the cache types) and a
-    prompt chunk's F32 attention scores and mask over them (prompt chunks may attend by mul_mat + soft_max_ext unless
-    flash attention must read a quantized V: GraphModel._flash) would not fit this machine's memory: refused before
-    anything is allocated."""
+    """ArgumentError when the KV cache of `n_ctx` positions (keys and values of every block, of the cache types) and,
+    unless flash attention is on (auto may turn out off), a prompt chunk's F32 attention scores and mask over them
+    would not fit this machine's memory: refused before anything is allocated."""
     k, v = CACHE_TYPES[cache_type_k], CACHE_TYPES[cache_type_v]
     need = n_ctx * hp.n_layer * hp.n_head_kv * (k.row_bytes(hp.head_dim) + v.row_bytes(hp.head_dim_v))
-    if not (flash_attn == "on" and v.quantized):
+    if flash_attn != "on":
         need += 4 * n_ctx * min(n_batch, n_ctx) * (hp.n_head + 1)
     memory = _memory_bytes()
     if memory and need > memory:

@@ -25,7 +25,6 @@ from .model import CACHE_TYPES, Inputs, KVCache, flash_attention, forward, new_i
 
 DEFAULT_CTX = 4096      # llama.cpp's default context, when the model's is longer
 DEFAULT_BATCH = 512     # tokens per evaluation of a prompt (llama.cpp's default micro-batch)
-FLASH_PROMPT_KV = 1 << 31  # CUDA prompt chunks over more cache rows attend by mul_mat + soft_max (_flash): none
 KEEP = 24               # planned graphs a lane keeps: prompt chunks and tokens at that many context sizes
 KV_PAD = 256            # attention reads the cache rows in use rounded up to this (llama.cpp pads likewise)
 
@@ -128,7 +127,7 @@ class GraphModel:
         t0 = time.perf_counter()
         n_tokens, n_kv, all_logits, head = key
         inputs = new_inputs(ggpy.Context(), n_tokens, n_kv)
-        logits = forward(self.weights, self.hp, self.cache, inputs, all_logits, self._flash(n_tokens, n_kv))
+        logits = forward(self.weights, self.hp, self.cache, inputs, all_logits, self.flash_attn)
         step = Step(key, ggpy.Graph(), inputs, logits)
         if head:
             pick = ggpy.argmax(logits) if head[0] == "argmax" else ggpy.top_k(logits, head[1])
@@ -141,14 +140,6 @@ class GraphModel:
         self.stats.graphs_built += 1
         self.stats.build_s += time.perf_counter() - t0
         return step
-
-    def _flash(self, n_tokens: int, n_kv: int) -> bool:
-        """Whether a graph of `n_tokens` over `n_kv` cache rows attends by flash_attn_ext (when flash attention is on):
-        on CUDA a prompt chunk over more than FLASH_PROMPT_KV rows would take mul_mat + soft_max_ext (cuBLAS) instead,
-        unless V is quantized (only flash attention reads it): none since the tensor-core flash kernel fa_mma_k (the op
-        alone at n_q 512, n_kv 4608 on an H200: 116 vs 510 us SmolLM2-shaped; benchmarks/cuda_fa_prompt.py)."""
-        return self.flash_attn and (n_tokens == 1 or n_kv <= FLASH_PROMPT_KV or self.backend.kind != "CUDA"
-                                    or self.cache.v[0].type.quantized)
 
     def _lane(self, n_tokens: int, all_logits: bool, head: tuple = ()) -> Lane:
         """The lane of `n_tokens` tokens after n_past, running its current graph while it fits (n_kv, the cache rows

@@ -38,3 +38,25 @@ def test_next_token_chooses_what_the_sampler_chooses_from_the_logits(pair, temp,
     head = on_device.device_head()
     assert head is None or device._lanes[True].current.key[3] == head     # the token graph carried the head
     assert device.stats.tokens - tokens_before == 12
+
+
+@pytest.mark.parametrize("temp", [0, 0.8])
+def test_generate_queues_each_token_before_the_host_handles_the_one_before(pair, temp):
+    """generate over GraphModel.submit/result: the same tokens as next_token one at a time, each token's evaluation
+    already queued (read into the cache) when on_token gets the token before it, the last one not evaluated."""
+    from ggpy.models.llama.generate import generate
+    device, host = pair
+    prompt = [int(t) for t in np.random.default_rng(SEED + 1).integers(0, device.hp.n_vocab, 7)]
+    host.reset()
+    sampler = Sampler(temp, 40, 0.95, seed=SEED)
+    want = [host.next_token(prompt, sampler)]
+    for _ in range(9):
+        want.append(host.next_token([want[-1]], sampler))
+    device.reset()
+    seen = []
+    out = generate(device, prompt, 10, Sampler(temp, 40, 0.95, seed=SEED),
+                   on_token=lambda t: seen.append((t, device.n_past)))
+    assert out.tokens == want == [t for t, _ in seen], f"seed {SEED}"
+    assert [n for _, n in seen] == [len(prompt) + i + 1 for i in range(9)] + [len(prompt) + 9]
+    with pytest.raises(RuntimeError, match="without a submit"):
+        device.result()

@@ -52,7 +52,8 @@ def generate(model, prompt: list, n_predict: int, sampler, stop_ids=frozenset(),
     `on_token(id)` is called as each one is chosen. The last token chosen is not evaluated (nothing needs its
     logits), so the kept logits have one row per token read. Logits that are not all finite stop it with
     NonFiniteLogitsError (no token is drawn from NaN). A model with `next_token(tokens, sampler)` (GraphModel)
-    chooses the tokens itself, on its device, unless the logits are kept."""
+    chooses the tokens itself, on its device, unless the logits are kept; with `submit` and `result` (GraphModel's two
+    halves of next_token) each token's evaluation is queued before on_token runs for the token before it."""
     if keep_logits or not hasattr(model, "next_token"):
         kept = []
 
@@ -69,13 +70,18 @@ def generate(model, prompt: list, n_predict: int, sampler, stop_ids=frozenset(),
     token = step(list(prompt))
     n_read, tokens = len(prompt), []
     times.append(time.perf_counter())
+    ahead = not keep_logits and hasattr(model, "submit")    # the next token queued before on_token's work
     for i in range(n_predict):
         tokens.append(token)
+        more = token not in stop_ids and i < n_predict - 1
+        queued = more and ahead and model.n_past < model.n_ctx     # a full context: step raises after on_token
+        if queued:
+            model.submit([token], sampler)
         if on_token is not None:
             on_token(token)
-        if token in stop_ids or i == n_predict - 1:
+        if not more:
             break
-        token = step([token])
+        token = model.result() if queued else step([token])
         n_read += 1
         times.append(time.perf_counter())
     first = times[2] - times[1] if len(times) > 2 else 0.0

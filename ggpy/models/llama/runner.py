@@ -109,6 +109,7 @@ class GraphModel:
             worst = self._build((n_tokens, self.n_ctx, n_tokens == 1, ())).graph
             self._lanes[n_tokens == 1] = Lane(ggpy.GraphRunner(None, self.backend, reserve=worst, keep=KEEP))
         self.stats = Stats()      # the evaluations' alone, not the reserves'
+        self._pending = None      # submit's queued choice, for result
         self.reset()
 
     def reset(self):
@@ -220,21 +221,36 @@ class GraphModel:
         """Read `tokens` after the cached ones and choose the token after them with `sampler` (sampling.Sampler),
         on the backend as far as it goes (Sampler.device_head: greedy reads the argmax, top-k the k best, so only
         ids and k logits cross to the host). NonFiniteLogitsError when the logits are not all finite."""
+        self.submit(tokens, sampler)
+        return self.result()
+
+    def submit(self, tokens, sampler):
+        """next_token in two halves: queue reading `tokens` and choosing the next token (`result()` waits for it and
+        returns it), so that the host's work on the token before (printing it) overlaps the device's on this one."""
         tokens = [int(t) for t in tokens]
         self._check(tokens)
         head = sampler.device_head()
         if head is None or not self._runs_head(head):
             t0 = time.perf_counter()
-            token = sampler(finite(self.eval(tokens, all_logits=False), self.n_past)[-1])
+            self._pending = (sampler(finite(self.eval(tokens, all_logits=False), self.n_past)[-1]),)
             self._count(tokens, time.perf_counter() - t0)
-            return token
+            return
         for i in range(0, len(tokens) - self.n_batch, self.n_batch):
             self._eval_chunk(tokens[i:i + self.n_batch], False)
         last = tokens[(len(tokens) - 1) // self.n_batch * self.n_batch:]
         t0 = time.perf_counter()
         step = self._run(last, False, head)
+        self._pending = (step, sampler, last, t0, time.perf_counter())
+
+    def result(self) -> int:
+        """The token chosen by the last `submit` (waiting for the device)."""
+        if not self._pending:
+            raise RuntimeError("GraphModel.result() without a submit() before it")
+        pending, self._pending = self._pending, None
+        if len(pending) == 1:
+            return pending[0]
+        step, sampler, last, t0, t1 = pending
         lane = self._lanes[len(last) == 1]
-        t1 = time.perf_counter()
         lane.runner.synchronize()
         t2 = time.perf_counter()
         picks, values = lane.views[3:] if lane.views else (lane.runner.get(t).reshape(-1) for t in (step.picks,
@@ -242,7 +258,7 @@ class GraphModel:
         if not np.isfinite(values[0]):          # NaN and +inf rank first: the best is finite iff they are absent
             raise NonFiniteLogitsError(f"the logits after {self.n_past} tokens are not finite (the largest is "
                                        f"{values[0]})")
-        token = int(picks[0]) if head[0] == "argmax" else sampler.choose(picks, values)
+        token = int(picks[0]) if step.key[3][0] == "argmax" else sampler.choose(picks, values)
         t3 = time.perf_counter()
         self.stats.compute_s += t3 - t0
         self._count(last, (t1 - t0) + (t3 - t2))

@@ -20,7 +20,7 @@ prepare)
     fi
     $PY -m pytest -q -p no:cacheprovider -rfE tests/models/test_llama_cuda.py tests/models/test_llama_next_token.py \
         tests/backends/test_cuda_flash_attn.py tests/backends/test_topk.py tests/backends/test_cuda_mmvq.py \
-        tests/core/test_runner.py 2>&1 | tail -n 12
+        tests/backends/test_norm_mat_vec.py tests/backends/test_rope_kv.py tests/core/test_runner.py 2>&1 | tail -n 12
     $PY -m pytest -q -p no:cacheprovider -rfE tests/backends/test_backend_ops.py \
         -k "cuda- and (flash_attn or mul_mat or rms_norm or rope or set_rows or top_k or argmax or glu or add)" 2>&1 | tail -n 8
     wait

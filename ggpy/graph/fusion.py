@@ -51,8 +51,18 @@ from ..optable import ACTIVATIONS, OPS, is_view
 from .tensor import Tensor
 
 
+class _Pattern:
+    """A pattern's defaults: computed at the head's turn (its anchor), every computed node in the planner's one block,
+    the last one's memory receiving the result, the nodes after the head (and the views between them) skipped."""
+    views: tuple = ()
+    anchor = property(lambda self: self.head)
+    computed = property(lambda self: self.nodes)
+    last = property(lambda self: self.computed[-1])
+    skipped = property(lambda self: list(self.views) + self.computed[1:])
+
+
 @dataclass
-class Epilogue:
+class Epilogue(_Pattern):
     """`head`, then `add_node` (+ bias) and optionally `act_node` (an activation); for a norm head (the norm_affine
     pattern), `scale_node` (x weight over ne[0]) comes between the head and the add."""
     head: Tensor
@@ -67,10 +77,6 @@ class Epilogue:
     @property
     def pattern(self) -> str:
         return "epilogue" if self.scale_node is None else "norm_affine"
-
-    @property
-    def anchor(self) -> Tensor:
-        return self.head
 
     @property
     def bias(self) -> Tensor:
@@ -119,7 +125,7 @@ class Epilogue:
 
 
 @dataclass
-class Chain:
+class Chain(_Pattern):
     """Elementwise nodes computed by one kernel at the first one's turn, written to the last one's memory."""
     nodes: list
     pattern = "chain"
@@ -128,28 +134,12 @@ class Chain:
     def head(self) -> Tensor:
         return self.nodes[0]
 
-    @property
-    def anchor(self) -> Tensor:
-        return self.nodes[0]
-
-    @property
-    def last(self) -> Tensor:
-        return self.nodes[-1]
-
-    @property
-    def computed(self) -> list:
-        return self.nodes
-
-    @property
-    def skipped(self) -> list:
-        return self.nodes[1:]
-
     def name(self, head_kernel: str = "") -> str:
         return "fused:" + "+".join(n.op for n in self.nodes)
 
 
 @dataclass
-class AddRmsNorm:
+class AddRmsNorm(_Pattern):
     """add(a, b) -> rms_norm of the sum (`norm`) [-> `mul` by a weight over ne[0] (with Fused.scale)], computed at
     the add's turn by one row kernel writing both: the sum in the add's memory (still read by others: the residual
     stream) and the normalised (scaled) rows in the last node's."""
@@ -175,29 +165,17 @@ class AddRmsNorm:
     def computed(self) -> list:
         return [self.head, self.norm] + ([self.mul] if self.mul is not None else [])
 
-    @property
-    def last(self) -> Tensor:
-        return self.computed[-1]
-
-    @property
-    def skipped(self) -> list:
-        return self.computed[1:]
-
     def name(self, head_kernel: str) -> str:
         return f"{head_kernel}+rms_norm" + ("+mul" if self.mul is not None else "")
 
 
 @dataclass
-class RmsNormMul:
+class RmsNormMul(_Pattern):
     """rms_norm(x) -> mul(norm, w) (w over ne[0]): one row kernel at the norm's turn writing the mul's memory (the
     planner gives it the norm's block, which may be x's: rows are read before they are written)."""
     head: Tensor
     mul: Tensor
     pattern = "rms_norm_mul"
-
-    @property
-    def anchor(self) -> Tensor:
-        return self.head
 
     @property
     def norm(self) -> Tensor:
@@ -211,24 +189,12 @@ class RmsNormMul:
     def nodes(self) -> list:
         return [self.head, self.mul]
 
-    @property
-    def computed(self) -> list:
-        return self.nodes
-
-    @property
-    def last(self) -> Tensor:
-        return self.mul
-
-    @property
-    def skipped(self) -> list:
-        return [self.mul]
-
     def name(self, head_kernel: str) -> str:
         return f"{head_kernel}+mul"
 
 
 @dataclass
-class Glu:
+class Glu(_Pattern):
     """gate = mul_mat(Wg, x), up = mul_mat(Wu, x) (one x), mul(act(gate), up): both products and the gated unit at
     the turn of `head` (the first product in graph order), written to the mul's memory."""
     head: Tensor
@@ -237,10 +203,6 @@ class Glu:
     act_node: Tensor
     mul: Tensor
     pattern = "glu"
-
-    @property
-    def anchor(self) -> Tensor:
-        return self.head
 
     @property
     def x(self) -> Tensor:
@@ -263,34 +225,18 @@ class Glu:
         """The four nodes in graph order: the planner gives them one block at the head's turn."""
         return [self.head] + [n for n in (self.gate, self.act_node, self.up) if n is not self.head] + [self.mul]
 
-    @property
-    def computed(self) -> list:
-        return self.nodes
-
-    @property
-    def last(self) -> Tensor:
-        return self.mul
-
-    @property
-    def skipped(self) -> list:
-        return self.nodes[1:]
-
     def name(self, head_kernel: str) -> str:
         return f"{head_kernel}+glu_{self.act}"
 
 
 @dataclass
-class MatMulAdd:
+class MatMulAdd(_Pattern):
     """mul_mat -> add of a residual r of the result's shape (either operand order, through same-order views), at
     the product's turn, written to the add's memory (the planner gives the add the product's block)."""
     head: Tensor
     add: Tensor
     views: tuple = ()
     pattern = "mul_mat_add"
-
-    @property
-    def anchor(self) -> Tensor:
-        return self.head
 
     @property
     def residual(self) -> Tensor:
@@ -301,24 +247,12 @@ class MatMulAdd:
     def nodes(self) -> list:
         return [self.head, self.add]
 
-    @property
-    def computed(self) -> list:
-        return self.nodes
-
-    @property
-    def last(self) -> Tensor:
-        return self.add
-
-    @property
-    def skipped(self) -> list:
-        return list(self.views) + [self.add]
-
     def name(self, head_kernel: str) -> str:
         return f"{head_kernel}+add"
 
 
 @dataclass
-class RopeSetRows:
+class RopeSetRows(_Pattern):
     """rope(a) ne = (hd, heads, n, 1) -> same-order views ne = (hd * heads, n) -> set_rows(dst, rows, idx): the
     rotated rows written straight into dst's rows idx (a KV cache) at the rope's turn; the rope's own memory is not
     written. set_rows' sources are [rows, idx, dst]."""
@@ -326,10 +260,6 @@ class RopeSetRows:
     set_rows: Tensor
     views: tuple = ()
     pattern = "rope_set_rows"
-
-    @property
-    def anchor(self) -> Tensor:
-        return self.head
 
     @property
     def rows(self) -> Tensor:
@@ -351,20 +281,12 @@ class RopeSetRows:
     def computed(self) -> list:
         return [self.head, self.set_rows]
 
-    @property
-    def last(self) -> Tensor:
-        return self.set_rows
-
-    @property
-    def skipped(self) -> list:
-        return list(self.views) + [self.set_rows]
-
     def name(self, head_kernel: str) -> str:
         return f"{head_kernel}+set_rows"
 
 
 @dataclass
-class Attention:
+class Attention(_Pattern):
     """S = mul_mat(k, q) -> P = soft_max(S, mask) -> O = mul_mat(v^T, P) -> `perm` = permute(O, 0, 2, 1, 3) ->
     `cont`: q ne = (HD, N, heads, nW), k ne = (HD, Nk, heads_k, nW_k) (heads_k | heads, nW_k | nW: broadcast as
     mul_mat's), v^T ne = (Nk, HD, heads_k, nW_k); the result (HD, heads, N, nW) in the cont's memory, computed at
@@ -378,21 +300,9 @@ class Attention:
     pattern = "attention"
 
     @property
-    def anchor(self) -> Tensor:
-        return self.head
-
-    @property
     def nodes(self) -> list:
         """The run the planner gives one block (views left out)."""
         return [self.head, self.soft, self.out, self.cont]
-
-    @property
-    def computed(self) -> list:
-        return self.nodes
-
-    @property
-    def last(self) -> Tensor:
-        return self.cont
 
     @property
     def skipped(self) -> list:
@@ -697,7 +607,7 @@ def _rope_set_rows(rope, spec, scan: _Scan) -> RopeSetRows | None:
 
 
 @dataclass
-class NormMatVec:
+class NormMatVec(_Pattern):
     """rms_norm(x) -> mul(w) = h read only by `products` (mul_mats of h as src1, graph order), which may be a `glu`'s
     gate and up: computed at the norm's turn, writing each product's memory (or the glu's mul)."""
     head: Tensor
@@ -705,12 +615,9 @@ class NormMatVec:
     products: tuple
     glu: Glu | None = None
     pattern = "norm_mat_vec"
-    anchor = property(lambda self: self.head)
     weight = property(lambda self: self.mul.src[1])
     nodes = property(lambda self: [self.head])
     computed = property(lambda self: [self.head, self.mul, *(self.glu.nodes if self.glu else self.products)])
-    last = property(lambda self: self.computed[-1])
-    skipped = property(lambda self: self.computed[1:])
     outputs = property(lambda self: [self.glu.mul] if self.glu else list(self.products))
     early = property(lambda self: [self.mul] + self.outputs)    # planned at the head's turn (h: the kernel's scratch)
 
@@ -731,7 +638,7 @@ def _norm_mat_vec(norm, spec, scan: _Scan) -> NormMatVec | None:
 
 
 @dataclass
-class RopeKV:
+class RopeKV(_Pattern):
     """The q rope (`head`), `k` (a RopeSetRows: the k rope into the K cache) and `v_store` (set_rows of v into the V
     cache at k's indices), computed at the q rope's turn: the q rope's memory and both caches' rows written."""
     head: Tensor

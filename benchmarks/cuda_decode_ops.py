@@ -25,7 +25,8 @@ MAT_VECS = [("smollm2 q/o", "Q4_1", 576, 576), ("smollm2 k/v", "Q4_1", 576, 192)
             ("1b down", "Q6_K", 8192, 2048), ("1b head", "Q6_K", 2048, 128256),
             ("1b q/o", "Q8_0", 2048, 2048), ("1b gate", "Q8_0", 2048, 8192), ("1b down", "Q8_0", 8192, 2048)]
 # (label, head dim, query heads, KV heads, cache rows)
-ATTENTION = [("smollm2", 64, 9, 3, 512), ("smollm2", 64, 9, 3, 4096), ("1b", 64, 32, 8, 512), ("1b", 64, 32, 8, 4096)]
+ATTENTION = [("smollm2", 64, 9, 3, 512), ("smollm2", 64, 9, 3, 4096), ("1b", 64, 32, 8, 512), ("1b", 64, 32, 8, 4096),
+             ("d128", 128, 32, 8, 512), ("d128", 128, 32, 8, 4096)]
 
 
 def random_blocks(t, rng) -> np.ndarray:

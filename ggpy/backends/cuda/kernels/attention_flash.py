@@ -2,10 +2,11 @@
 implementations:
 
 `vec` (fa_vec_d{D}_r{RB}_{K type}_{V type}): the keys split in chunks of a multiple of TILE over blockIdx.x, enough chunks
-that about TARGET_BLOCKS blocks run; a block takes RB (query head, query row) pairs of one KV head's group, so the
-group's query heads read each key once; with several chunks every block writes its partial (max, sum, Dv
-accumulator) into the temp block and the last block of the chunks to finish merges them (one launch: an arrival
-counter per block of pairs in memory of the backend's, zero between kernels), else (over COUNTERS) fa_combine_d{D}.
+that about TARGET_BLOCKS blocks run (MIN_CHUNK keys a chunk at least, MAX_CHUNKS chunks at most); a block takes RB
+(query head, query row) pairs of one KV head's group, so the group's query heads read each key once; with several
+chunks every block writes its partial (max, sum, Dv accumulator) into the temp block and the last block of the chunks
+to finish merges them (one launch: an arrival counter per block of pairs in memory of the backend's, zero between
+kernels), else (over COUNTERS) fa_combine_d{D}.
 F32 math on F32, F16 or Q8_0 K and V (any pair).
 `tc` (fa_mma_d{D}_{K type}_{V type}, attention_fa_mma.cuh): F16 or Q8_0 K and V on tensor cores for prompt chunks, a
 warp per 16 (query head, row) pairs of one KV head's group, the keys split in chunks (tc_split) merged by
@@ -27,7 +28,8 @@ KV_TYPES = (F32, F16, Q8_0)     # K's and V's types (any pair)
 TC_TYPES = (F16, Q8_0)          # K's and V's types of the tensor-core kernel (F32 stays exact on vec)
 ROWS = (1, 2, 4, 8)             # (query head, row) pairs per block of fa_vec_k (RB)
 WARPS = 4                       # warps per block (FA_WARPS, FA_MMA_WARPS in the .cuh)
-TILE = 32 * WARPS               # keys a block walks per pass: a chunk is a multiple of it
+TILE = 4 * WARPS                # fa_vec_k: keys a block takes one a lane group (D 64; D 128: half), a chunk's unit
+MIN_CHUNK, MAX_CHUNKS = 32, 32  # fa_vec_k: keys a chunk takes at least, chunks at most (FA_MAXC in the .cuh)
 TARGET_BLOCKS = 264             # about two blocks per SM of an H100 / H200
 TC_MIN_N = 16                   # query rows from which F16 K/V run on tensor cores
 TC_ROWS = 16 * WARPS            # (query head, row) pairs per block of fa_mma_k
@@ -69,8 +71,9 @@ def split(node) -> tuple[int, int, int, int]:
     pairs = h // hk * n
     rb = next((r for r in ROWS if r >= pairs), ROWS[-1])
     z = _cdiv(pairs, rb)
-    want = max(1, min(_cdiv(TARGET_BLOCKS, hk * s * z), _cdiv(nkv, TILE)))
-    chunk = _cdiv(_cdiv(nkv, want), TILE) * TILE
+    want = max(1, min(_cdiv(TARGET_BLOCKS, hk * s * z), MAX_CHUNKS, _cdiv(nkv, MIN_CHUNK)))
+    unit = TILE * 64 // q.ne[0]
+    chunk = _cdiv(_cdiv(nkv, want), unit) * unit
     return rb, z, chunk, _cdiv(nkv, chunk)
 
 

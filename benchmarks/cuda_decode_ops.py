@@ -56,9 +56,10 @@ def mat_vec_chain(backend, type_name: str, K: int, M: int, rng):
     t = getattr(ggpy, type_name)
     per = t.row_bytes(K) * M
     n = max(4, min(256, L2_DEFEAT // per))
-    ctx = ggpy.Context()
+    ctx, wctx = ggpy.Context(), ggpy.Context()
     x = ctx.new_tensor(ggpy.F32, (K, 1)).set_input()
-    ws = [ctx.new_tensor(t, (K, M)) for _ in range(n)]
+    ws = [wctx.new_tensor(t, (K, M)) for _ in range(n)]
+    ggpy.alloc_ctx_tensors(wctx, backend)       # model weights (as a model's): mmvq loads them before the grid wait
     graph = ggpy.Graph()
     for w in ws:
         graph.build_forward_expand(ggpy.mul_mat(w, x))

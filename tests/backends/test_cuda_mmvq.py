@@ -134,3 +134,50 @@ def test_fused_glu_and_residual(cuda_backend, variant, t, n):
     assert any(s.startswith(f"mmvq_{t.name}") and s.endswith("+add") for s in names), names
     plain, _ = _run(CUDABackend("cuda", fuse=False), build, [rg, ru, rd, x, r])
     assert _nmse(fused.reshape(ref.shape), ref) < Q8_NMSE and _nmse(plain.reshape(ref.shape), ref) < Q8_NMSE
+
+
+@pytest.mark.parametrize("t", QUANT_TYPES, ids=lambda t: t.name)
+def test_model_weights_give_the_same_sums(cuda_backend, variant, monkeypatch, t):
+    """A product and a norm + glu (norm_mat_vec) of weights placed by alloc_ctx_tensors (model weights: their loads come
+    before the grid wait, quant.MMVQ_WEIGHTS; with the temp variant rows of few units several a warp) give the same
+    sums as the same weights in the graph's buffer, a row a warp; the product within the q8 tolerance of float64.
+    Rows of 3 units (36 blocks: the Q4_0, Q5_0, Q8_0 rows start at every 2-byte offset mod 16)."""
+    rng = np.random.default_rng(7)
+    k, m = (256, 100) if t.block == 256 else (96, 100)
+    raws = [_weights(rng, t, k, m) for _ in range(3)]
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    nw = rng.standard_normal(k).astype(np.float32)
+
+    def run(model):
+        backend, ctx = CUDABackend("cuda"), ggpy.Context()
+        wctx = ggpy.Context() if model else ctx
+        ws = [wctx.new_tensor(t, (k, m)) for _ in raws]
+        n = wctx.new_tensor(ggpy.F32, (k,))
+        if model:
+            ggpy.alloc_ctx_tensors(wctx, backend)
+        else:
+            for w in ws + [n]:
+                w.set_input()
+        xi = ctx.new_tensor(ggpy.F32, (k, 1)).set_input()
+        h = ggpy.mul(ggpy.rms_norm(xi, 1e-6), n)
+        glu = ggpy.mul(ggpy.silu(ggpy.mul_mat(ws[1], h)), ggpy.mul_mat(ws[2], h)).set_output()
+        out = ggpy.mul_mat(ws[0], xi).set_output()
+        graph = ggpy.Graph().build_forward_expand(out).build_forward_expand(glu)
+        ggpy.GraphAllocator(backend).alloc_graph(graph)
+        for w, (raw, _) in zip(ws, raws):
+            w.set(raw)
+        n.set(nw)
+        xi.set(x[0])
+        backend.compute(graph)
+        iops = [getattr(st.args, "a", st.args).iop for st in backend.program(graph)
+                if any(s in st.name for s in ("mmvq", "mat_vec", "glu_silu"))]
+        return out.numpy().copy(), glu.numpy().copy(), iops
+    fast, fast_glu, iops = run(True)
+    assert iops and all(i & quant.MMVQ_WEIGHTS for i in iops), iops
+    monkeypatch.setattr(quant, "mmvq_rows_per_warp", lambda a, b, glu: 1)
+    plain, plain_glu, iops = run(False)
+    assert iops and not any(i & quant.MMVQ_WEIGHTS for i in iops), iops
+    for a, b in ((fast, plain), (fast_glu, plain_glu)):        # the same sums (up to how the compiler contracts them)
+        assert np.abs(a - b).max() <= 1e-6 * np.abs(b).max()
+    ref = x.astype(np.float64) @ raws[0][1].T
+    assert _nmse(fast.reshape(ref.shape), ref) < Q8_NMSE

@@ -245,7 +245,8 @@ def norm_mat_vec_run(backend, f) -> list | None:
     if not backend.on_device(x, f.weight, *mats, *written) or not all(map(quant.mmvq_aligned, mats)) or not all(
             apart(t, [extent(s) for s in [x, f.weight, *mats, *written] if s is not t]) for t in written):
         return None
-    args = pack_args(tensor_ptr(h), h, [(tensor_ptr(x), x), (tensor_ptr(f.weight), f.weight)], (f.head.op_params["eps"],))
+    args = pack_args(tensor_ptr(h), h, [(tensor_ptr(x), x), (tensor_ptr(f.weight), f.weight)], (f.head.op_params["eps"],),
+                     quant.MMVQ_WEIGHTS if all(map(quant.model_weight, mats)) else 0)
     name = f.name(f"rms_norm_{SUFFIX[F32]}")
     if not all(map(quant.mmvq_shared, f.products)):
         steps = [backend.launch_struct(f.head, "rms_norm_mul_q8_1", 1, 256, args)]

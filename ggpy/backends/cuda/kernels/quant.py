@@ -24,13 +24,15 @@ from ....ops.layout import QUANTIZE_TO
 from types import SimpleNamespace
 
 from ....types import F32, Q4_1, Q4_K, Q5_1, Q5_K
+from ...base import WEIGHTS
 from ..gemm_plan import align_temp
 from .common import FLOATS, SUFFIX, tensor_ptr
 
 MMV_MAX_N = 8           # columns of b per matrix the dot-product kernel takes (ggml's mmvq takes 8 too)
-MMV_WARPS = 4           # rows of a per block
+MMV_WARPS = 4           # warps per block (quant_mmvq.cuh's MMVQ_BOUNDS assumes 4 and MMVQ_SHARED_WARPS 8)
 MAX_GRID_Y = 65535      # CUDA's limit on gridDim.y: the matrices of b
 MMVQ_RESIDUAL = 1       # quant_mmvq.cuh's iop flag: add src2 (F32, dst's layout) to the product
+MMVQ_WEIGHTS = 2        # its iop flag: a (and the up rows) model weights, loaded before the grid wait (model_weight)
 MMVQ_ALIGN = {Q4_K: 16, Q5_K: 16, Q4_1: 4, Q5_1: 4}     # bytes of a's row starts the kernel's loads need (else 2)
 QUANTIZE_BLOCK = 256
 MMVQ_SHARED_WEIGHTS = 4 << 20   # a's matrices up to this size: one launch, b quantized by every block (mmvq_s)
@@ -106,6 +108,21 @@ def mmvq_aligned(a) -> bool:
     return tensor_ptr(a) % align == 0 and all(nb % align == 0 for nb in a.nb[1:])
 
 
+def model_weight(t) -> bool:
+    """Whether t is a model weight: a leaf of a buffer that graphs leave alone (alloc_ctx_tensors'), no input, read
+    whole (a KV cache, the same kind of leaf, is read through views of the set_rows that write it): no kernel writes
+    it, so a mat-vec may load it before the kernel before it ends (PDL)."""
+    return (t.op is None and t.view_src is None and not t.is_input and t.buffer is not None
+            and t.buffer.usage == WEIGHTS)
+
+
+def mmvq_rows_per_warp(a, b, glu: bool) -> int:
+    """Rows of a a warp of the two-launch mmvq takes (quant_mmvq.cuh's mmvq_entry): several where b has one column and
+    a's rows at most 32 units (a unit a lane), else one."""
+    few = b.ne[1] == 1 and a.ne[0] // (64 if a.type in (Q4_K, Q5_K) else 32) <= 32
+    return (2 if glu else 4) if few else 1
+
+
 def mmvq_steps(backend, node, dst=None, dst_ptr=None, residual=None, gate=None, up=None, q8=None) -> list:
     """quantize_q8_1 of b into the node's temp block, then mmvq (or mmvq_s alone, mmvq_shared) writing `dst` (default
     the node; its layout, at dst_ptr) plus `residual` (F32, dst's layout); or, with `gate` and `up` (weights of one
@@ -120,6 +137,7 @@ def mmvq_steps(backend, node, dst=None, dst_ptr=None, residual=None, gate=None, 
     src2 = up if up is not None else residual
     extra = [] if src2 is None else [(tensor_ptr(src2), src2)]
     glu, iop = "glu_" if up is not None else "", MMVQ_RESIDUAL if residual is not None else 0
+    iop |= MMVQ_WEIGHTS if model_weight(a) and (up is None or model_weight(up)) else 0
     dst_ptr = tensor_ptr(dst) if dst_ptr is None else dst_ptr
     smem = mmvq_shared(node) if q8 is None else 0
     if smem:
@@ -133,7 +151,8 @@ def mmvq_steps(backend, node, dst=None, dst_ptr=None, residual=None, gate=None, 
     quantize = [] if q8 else [backend.launch(node, "quantize_q8_1_f32", temp, SimpleNamespace(
         ne=b.ne, nb=b.nb, nelements=cols * b.ne[0]), [(tensor_ptr(b), b)], config=(
         min(-(-warps // (QUANTIZE_BLOCK // 32)), 1 << 16), QUANTIZE_BLOCK))]
-    grid = (-(-a.ne[1] // MMV_WARPS), b.ne[2] * b.ne[3])
+    rw = mmvq_rows_per_warp(a, b, up is not None)
+    grid = (-(-a.ne[1] // (MMV_WARPS * rw)), b.ne[2] * b.ne[3])
     product = backend.launch(node, f"mmvq_{glu}{SUFFIX[a.type]}", dst_ptr, dst, [(tensor_ptr(a), a), (temp, b)] + extra,
-                             config=(grid, 32 * MMV_WARPS), iop=iop)
+                             config=(grid, 32 * MMV_WARPS), iop=iop, ints=(rw,))
     return quantize + [product]

@@ -9,6 +9,7 @@
 #include "quant.cuh"
 
 #define MMVQ_RESIDUAL 1
+#define MMVQ_WEIGHTS 2
 
 // one 32-block of b as q8_1: lane j holds element x_j; q_j = round(x_j / d) to qs[j], (d, d * sum q) to *ds
 __device__ __forceinline__ void quantize_32(float x, int lane, signed char* qs, float2* ds) {
@@ -35,9 +36,25 @@ __device__ void quantize_q8_1_k(const Args& a) {        // dst: the temp; src0: 
     }
 }
 
-__device__ __forceinline__ int i32_at2(const char* p) {        // 4 bytes at a 2-byte aligned address
-    const unsigned short* h = (const unsigned short*)p;
-    return (int)(h[0] | ((unsigned)h[1] << 16));
+// t[i] = the 4 bytes at p + 4i (p 2-byte aligned) from 16-byte loads of the aligned chunks holding them (a few
+// loads, each a whole sector, where 2-byte loads of lanes 18-34 bytes apart take a wavefront a line each)
+template <int NW> __device__ __forceinline__ void words_at2(const char* p, int* t) {
+    constexpr int NV = (4 * NW + 14 + 15) / 16;
+    const int o = (int)((unsigned long long)p & 15), k = o >> 2, sh = (o & 2) * 8;
+    const int4* c = (const int4*)(p - o);
+    int w[4 * NV + 4];
+    #pragma unroll
+    for (int v = 0; v < NV; ++v) {
+        const int4 x = 16 * v < o + 4 * NW ? c[v] : make_int4(0, 0, 0, 0);
+        w[4 * v] = x.x; w[4 * v + 1] = x.y; w[4 * v + 2] = x.z; w[4 * v + 3] = x.w;
+    }
+    #pragma unroll
+    for (int i = 4 * NV; i < 4 * NV + 4; ++i) w[i] = 0;
+    int s[NW + 1];
+    #pragma unroll
+    for (int i = 0; i <= NW; ++i) s[i] = k == 0 ? w[i] : k == 1 ? w[i + 1] : k == 2 ? w[i + 2] : w[i + 3];
+    #pragma unroll
+    for (int i = 0; i < NW; ++i) t[i] = (int)__funnelshift_r((unsigned)s[i], (unsigned)s[i + 1], sh);
 }
 __device__ __forceinline__ int i32_at4(const char* p) { return *(const int*)p; }
 // the fifth bits 4i .. 4i + 3 of qh as bit 4 of each byte
@@ -57,7 +74,8 @@ template <int N> __device__ __forceinline__ int dp4(const int* q, const int* x) 
 }
 
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: a unit is one 32-block of SIZE bytes: d (and m at 2), QH: the 32 fifth bits, QS the
-// quants (nibbles: element j low in byte j & 15 when j < 16, else high; Q8_0: int8); ALIGN4: 4-byte loads
+// quants (nibbles: element j low in byte j & 15 when j < 16, else high; Q8_0: int8); ALIGN4: 4-byte loads (else
+// words_at2)
 template <int SIZE, int QS, int QH, bool MIN, int OFFSET, bool ALIGN4> struct q32 {
     static constexpr int UNIT = 32, BYTES = 8 * SIZE;          // BYTES: of 256 elements
     struct W { float d, m; int q[8]; };
@@ -65,16 +83,22 @@ template <int SIZE, int QS, int QH, bool MIN, int OFFSET, bool ALIGN4> struct q3
         const char* b = row + (i64)u * SIZE;
         w.d = half_at(b); w.m = MIN ? half_at(b + 2) : 0.f;
         if (SIZE == 34) {
-            #pragma unroll
-            for (int i = 0; i < 8; ++i) w.q[i] = i32_at2(b + QS + 4 * i);
+            words_at2<8>(b + QS, w.q);
             return;
         }
-        const unsigned qh = QH ? (ALIGN4 ? (unsigned)i32_at4(b + QH) : (unsigned)i32_at2(b + QH)) : 0u;
+        int v[QH ? 5 : 4];
+        if (ALIGN4) {
+            #pragma unroll
+            for (int i = 0; i < (QH ? 5 : 4); ++i) v[i] = i32_at4(b + (QH ? QH : QS) + 4 * i);
+        } else {
+            words_at2<QH ? 5 : 4>(b + (QH ? QH : QS), v);
+        }
+        const unsigned qh = QH ? (unsigned)v[0] : 0u;
         #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const int v = ALIGN4 ? i32_at4(b + QS + 4 * i) : i32_at2(b + QS + 4 * i);
-            w.q[i] = (v & 0x0F0F0F0F) | (QH ? bit4(qh, i) : 0);
-            w.q[i + 4] = ((v >> 4) & 0x0F0F0F0F) | (QH ? bit4(qh, i + 4) : 0);
+            const int x = v[i + (QH ? 1 : 0)];
+            w.q[i] = (x & 0x0F0F0F0F) | (QH ? bit4(qh, i) : 0);
+            w.q[i + 4] = ((x >> 4) & 0x0F0F0F0F) | (QH ? bit4(qh, i + 4) : 0);
         }
     }
     // sum over the unit of w * x: d (dx sum q x - OFFSET dx sum x) or d dx sum q x + m dx sum x
@@ -138,12 +162,13 @@ struct mq_q6_k {
         const float d = half_at(b + 208);
         w.d0 = d * (float)(signed char)b[192 + 8 * h + 2 * k];
         w.d1 = d * (float)(signed char)b[192 + 8 * h + 2 * k + 1];
-        const char* ql = b + 64 * h + 32 * (k & 1);
-        const char* qh = b + 128 + 32 * h;
+        int l[8], hb[8];
+        words_at2<8>(b + 64 * h + 32 * (k & 1), l);
+        words_at2<8>(b + 128 + 32 * h, hb);
         #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            const int lo = (i32_at2(ql + 4 * i) >> (4 * (k >> 1))) & 0x0F0F0F0F;
-            const int hi = ((i32_at2(qh + 4 * i) >> (2 * k)) & 0x03030303) << 4;
+            const int lo = (l[i] >> (4 * (k >> 1))) & 0x0F0F0F0F;
+            const int hi = ((hb[i] >> (2 * k)) & 0x03030303) << 4;
             w.q[i] = __vsubss4(lo | hi, 0x20202020);
         }
     }
@@ -177,94 +202,124 @@ template <typename F> __device__ __forceinline__ void quantize_cols(int K, int N
     }
 }
 
-// a warp's row of a (and with GLU the up row urow) times the N quantized columns (xq, xds: quantize_cols' layout),
-// R units a lane loads before it multiplies them; put(n, row . x_n, urow . x_n) on every lane once summed
-template <typename Q, bool GLU, int R, typename P> __device__ __forceinline__ void mmvq_row(
-        const char* row, const char* urow, const signed char* xq, const float2* xds, int K, int N, P put) {
-    const int lane = threadIdx.x & 31, units = K / Q::UNIT;
-    float acc[MMV_MAX_N], up[GLU ? MMV_MAX_N : 1];
+// a warp's RW rows of a at row, row + nb, .. (`rows` of them, fewer at the end, none past it; with GLU the up rows
+// at urow) times the N <= NM quantized columns (xq, xds: quantize_cols' layout), R units a lane loads before it
+// multiplies them; the first R are loaded before ready(), which every thread calls once (the grid wait, b quantized
+// into shared memory: weight loads overlap them); put(j, n, row j . x_n, up row j . x_n) on every lane once summed.
+// A row's sum is the same whatever RW (each lane takes the same units in the same order)
+template <typename Q, bool GLU, int R, int RW, int NM, typename F, typename P> __device__ __forceinline__ void mmvq_rows(
+        const char* row, const char* urow, i64 nb, int rows, const signed char* xq, const float2* xds, int K, int N,
+        F ready, P put) {
+    const int lane = threadIdx.x & 31, units = rows > 0 ? K / Q::UNIT : 0;
+    float acc[RW][NM], up[RW][GLU ? NM : 1];
     #pragma unroll
-    for (int n = 0; n < MMV_MAX_N; ++n) { acc[n] = 0.f; if (GLU) up[GLU ? n : 0] = 0.f; }
-    for (int u0 = lane; u0 < units; u0 += 32 * R) {
-        typename Q::W w[R], wu[GLU ? R : 1];
+    for (int j = 0; j < RW; ++j) {
+        #pragma unroll
+        for (int n = 0; n < NM; ++n) { acc[j][n] = 0.f; if (GLU) up[j][GLU ? n : 0] = 0.f; }
+    }
+    typename Q::W w[R][RW], wu[GLU ? R : 1][RW];
+    auto load = [&](int u0) {
         #pragma unroll
         for (int r = 0; r < R; ++r) {
-            if (u0 + 32 * r < units) {
-                Q::load(row, u0 + 32 * r, w[r]);
-                if (GLU) Q::load(urow, u0 + 32 * r, wu[GLU ? r : 0]);
+            if (u0 + 32 * r >= units) break;
+            #pragma unroll
+            for (int j = 0; j < RW; ++j) {
+                const i64 o = (i64)min(j, rows - 1) * nb;
+                Q::load(row + o, u0 + 32 * r, w[r][j]);
+                if (GLU) Q::load(urow + o, u0 + 32 * r, wu[GLU ? r : 0][j]);
             }
         }
+    };
+    load(lane);
+    ready();
+    for (int u0 = lane; u0 < units; u0 += 32 * R) {
+        if (u0 != lane) load(u0);
         #pragma unroll
         for (int r = 0; r < R; ++r) {
             const int u = u0 + 32 * r;
             if (u >= units) break;
             #pragma unroll
-            for (int n = 0; n < MMV_MAX_N; ++n) {
+            for (int n = 0; n < NM; ++n) {
                 if (n < N) {
                     const signed char* x = xq + (i64)n * K + u * Q::UNIT;
                     const float2* s = xds + (i64)n * (K >> 5) + u * (Q::UNIT >> 5);
-                    acc[n] += Q::dot(w[r], x, s);
-                    if (GLU) up[GLU ? n : 0] += Q::dot(wu[GLU ? r : 0], x, s);
+                    #pragma unroll
+                    for (int j = 0; j < RW; ++j) {
+                        acc[j][n] += Q::dot(w[r][j], x, s);
+                        if (GLU) up[j][GLU ? n : 0] += Q::dot(wu[GLU ? r : 0][j], x, s);
+                    }
                 }
             }
         }
     }
     #pragma unroll
-    for (int n = 0; n < MMV_MAX_N; ++n) {
-        if (n >= N) break;
-        float v = acc[n], g = GLU ? up[GLU ? n : 0] : 0.f;
-        for (int o = 16; o > 0; o >>= 1) {
-            v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (GLU) g += __shfl_xor_sync(0xffffffffu, g, o);
+    for (int j = 0; j < RW; ++j) {
+        if (j >= rows) break;
+        #pragma unroll
+        for (int n = 0; n < NM; ++n) {
+            if (n >= N) break;
+            float v = acc[j][n], g = GLU ? up[j][GLU ? n : 0] : 0.f;
+            for (int o = 16; o > 0; o >>= 1) {
+                v += __shfl_xor_sync(0xffffffffu, v, o);
+                if (GLU) g += __shfl_xor_sync(0xffffffffu, g, o);
+            }
+            put(j, n, v, g);
         }
-        put(n, v, g);
     }
 }
 
 __device__ __forceinline__ float silu_mul(float v, float g) { return v / (1.f + __expf(-v)) * g; }
 
-// a warp's weight row (its bytes) asked into L1 before the block quantizes b: their latencies overlap (a line a lane)
+// a warp's weight row (its bytes) asked into L1 (a line a lane)
 __device__ __forceinline__ void prefetch_row(const char* row, i64 bytes) {
     for (i64 o = (threadIdx.x & 31) * 128; o < bytes; o += 32 * 128) asm volatile("prefetch.global.L1 [%0];" :: "l"(row + o));
 }
 
 // dst F32 (M, N, B2, B3) = a (K, M, A2, A3) x the quantized columns of b (ne1 = b's ne): src1 the temp block, or with
 // SHARED b itself (F32, nb1), its N columns of matrix (i2, i3) quantized by the block into shared memory first. A
-// warp per row m, blockIdx.y the matrix (i2, i3) of b, a broadcast over it; GLU: src2 the up rows (a's layout), dst =
-// silu(a x) * (up x); else iop MMVQ_RESIDUAL: dst = a x + src2 (F32, dst's layout)
-template <typename Q, bool GLU, bool SHARED> __device__ void mmvq_k(const Args& a) {
+// warp per RW rows from m, blockIdx.y the matrix (i2, i3) of b, a broadcast over it; GLU: src2 the up rows (a's
+// layout), dst = silu(a x) * (up x); else iop MMVQ_RESIDUAL: dst = a x + src2 (F32, dst's layout). iop MMVQ_WEIGHTS:
+// a (and the up rows) are model weights, which no kernel writes: their first loads come before the grid wait (PDL)
+template <typename Q, bool GLU, bool SHARED, int R, int RW, int NM> __device__ void mmvq_k(const Args& a) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const i64 i2 = blockIdx.y % a.ne1[2], i3 = blockIdx.y / a.ne1[2];
     const int K = (int)a.ne0[0], N = (int)a.ne1[1];
-    const i64 m = (i64)blockIdx.x * warps + warp;
+    const i64 m = ((i64)blockIdx.x * warps + warp) * RW;
+    const int rows = (int)min((i64)RW, a.ne0[1] - m);
     const i64 off = m * a.nb0[1] + i2 / (a.ne1[2] / a.ne0[2]) * a.nb0[2] + i3 / (a.ne1[3] / a.ne0[3]) * a.nb0[3];
-    const signed char* xq;
-    const float2* xds;
-    if (SHARED) {
-        if (m < a.ne0[1]) {
-            prefetch_row(a.src0 + off, (i64)K * Q::BYTES / 256);
-            if (GLU) prefetch_row(a.src2 + off, (i64)K * Q::BYTES / 256);
-        }
-        signed char* sq = (signed char*)mmvq_shared;
-        float2* sds = (float2*)(sq + N * K);
+    const bool early = a.iop & MMVQ_WEIGHTS;
+    if (!early) grid_dependency();
+    signed char* sq = (signed char*)mmvq_shared;
+    const i64 c0 = (i64)N * blockIdx.y, C = a.ne1[1] * a.ne1[2] * a.ne1[3];
+    const signed char* xq = SHARED ? sq : (const signed char*)a.src1 + c0 * K;
+    const float2* xds = SHARED ? (const float2*)(sq + N * K) : (const float2*)(a.src1 + C * K) + c0 * (K >> 5);
+    mmvq_rows<Q, GLU, R, RW, NM>(a.src0 + off, GLU ? a.src2 + off : nullptr, a.nb0[1], rows, xq, xds, K, N, [&]() {
+        if (early) grid_dependency();
+        if (!SHARED) return;
         const char* b = a.src1 + i2 * a.nb1[2] + i3 * a.nb1[3];
-        quantize_cols(K, N, [&](int k, int n) { return *(const float*)(b + k * a.nb1[0] + n * a.nb1[1]); }, sq, sds);
+        quantize_cols(K, N, [&](int k, int n) { return *(const float*)(b + k * a.nb1[0] + n * a.nb1[1]); },
+                      sq, (float2*)(sq + N * K));
         __syncthreads();
-        xq = sq;
-        xds = sds;
-    } else {
-        const i64 c0 = (i64)N * blockIdx.y, C = a.ne1[1] * a.ne1[2] * a.ne1[3];
-        xq = (const signed char*)a.src1 + c0 * K;
-        xds = (const float2*)(a.src1 + C * K) + c0 * (K >> 5);
-    }
-    if (m >= a.ne0[1]) return;
-    // units a lane loads before it multiplies them (more loads in flight, more registers): big products (not SHARED)
-    mmvq_row<Q, GLU, SHARED ? 1 : GLU ? 2 : 4>(a.src0 + off, GLU ? a.src2 + off : nullptr, xq, xds, K, N,
-                                               [&](int n, float v, float g) {
+    }, [&](int j, int n, float v, float g) {
         if (lane != 0) return;
-        const i64 o = m * a.nb[0] + n * a.nb[1] + i2 * a.nb[2] + i3 * a.nb[3];
+        const i64 o = (m + j) * a.nb[0] + n * a.nb[1] + i2 * a.nb[2] + i3 * a.nb[3];
         if (GLU) v = silu_mul(v, g);
         else if (a.iop & MMVQ_RESIDUAL) v += *(const float*)(a.src2 + o);
         *(float*)(a.dst + o) = v;
     });
+}
+
+// 128 registers a thread at most: two blocks of mmvq_s (quant.py's MMVQ_SHARED_WARPS 8) an SM, four of mmvq (MMV_WARPS)
+#define MMVQ_BOUNDS(SHARED) __launch_bounds__((SHARED) ? 256 : 128, (SHARED) ? 2 : 4)
+#define MMVQ_DECLARE(T) extern "C" { \
+    __global__ void MMVQ_BOUNDS(false) mmvq_##T(const Args a); \
+    __global__ void MMVQ_BOUNDS(false) mmvq_glu_##T(const Args a); \
+    __global__ void MMVQ_BOUNDS(true) mmvq_s_##T(const Args a); \
+    __global__ void MMVQ_BOUNDS(true) mmvq_s_glu_##T(const Args a); }
+
+// the kernel entries: a.ip[0] > 1 (one column of b, rows of at most 32 units: quant.py's mmvq_rows_per_warp) RW rows
+// a warp, one unit each lane; else a row a warp, R units a lane (SHARED: 2, 1 with GLU; big products: more in flight)
+template <typename Q, bool GLU, bool SHARED> __device__ __forceinline__ void mmvq_entry(const Args& a) {
+    if (!SHARED && a.ip[0] > 1) mmvq_k<Q, GLU, false, 1, GLU ? 2 : 4, 1>(a);
+    else mmvq_k<Q, GLU, SHARED, SHARED ? (GLU ? 1 : 2) : GLU ? 2 : 4, 1, MMV_MAX_N>(a);
 }

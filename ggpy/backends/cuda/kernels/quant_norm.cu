@@ -16,27 +16,48 @@ struct NormVecArgs {
     int type[NMV_MAX];                  // its weight's type: 0..7 = Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K
 };
 
-// x's N columns RMS-normalised and scaled by w, as q8_1 (quantize_cols' layout) by the whole block
-__device__ __forceinline__ void norm_q8_1(const Args& a, signed char* q, float2* ds) {
-    __shared__ float inv[MMV_MAX_N];
+// x's N columns RMS-normalised and scaled by w, as q8_1 (quantize_cols' layout) by the whole block: every thread
+// sums the squares of its elements of each column (all loads at once), the warps' sums added in shared memory
+// (x (K, N) F32 at x by nbk, nbn, w F32 (K), eps: Args' src0, src1, p0); wait: the grid wait first (PDL)
+__device__ __forceinline__ void norm_q8_1(bool wait, const char* x, i64 nbk, i64 nbn, int K, int N, const float* w,
+                                       float eps, signed char* q, float2* ds) {
+    __shared__ float part[32][MMV_MAX_N], inv[MMV_MAX_N];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    const int K = (int)a.ne0[0], N = (int)a.ne0[1];
-#define NMV_X(k, n) (*(const float*)(a.src0 + (i64)(k) * a.nb0[0] + (i64)(n) * a.nb0[1]))
-    for (int n = warp; n < N; n += warps) {
-        float s = 0.f;
-        for (int k = lane; k < K; k += 32) { const float x = NMV_X(k, n); s += x * x; }
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == 0) inv[n] = rsqrtf(s / (float)K + a.p0);
+    if (wait) grid_dependency();
+#define NMV_X(k, n) (*(const float*)(x + (i64)(k) * nbk + (i64)(n) * nbn))
+    float s[MMV_MAX_N];
+    #pragma unroll
+    for (int n = 0; n < MMV_MAX_N; ++n) {
+        s[n] = 0.f;
+        if (n >= N) continue;
+        #pragma unroll 4
+        for (int k = threadIdx.x; k < K; k += blockDim.x) { const float v = NMV_X(k, n); s[n] += v * v; }
+    }
+    #pragma unroll
+    for (int n = 0; n < MMV_MAX_N; ++n) {
+        if (n >= N) break;
+        for (int o = 16; o > 0; o >>= 1) s[n] += __shfl_xor_sync(0xffffffffu, s[n], o);
+        if (lane == 0) part[warp][n] = s[n];
     }
     __syncthreads();
-    const float* w = (const float*)a.src1;
+    if (threadIdx.x < N) {
+        float t = 0.f;
+        for (int i = 0; i < warps; ++i) t += part[i][threadIdx.x];
+        inv[threadIdx.x] = rsqrtf(t / (float)K + eps);
+    }
+    __syncthreads();
     quantize_cols(K, N, [&](int k, int n) { return NMV_X(k, n) * inv[n] * w[k]; }, q, ds);
+    __syncthreads();
 }
 
-// a warp per row m over the products' rows (contiguous weights: a row's bytes are its stride), prefetched first
+// a warp per row m over the products' rows (contiguous weights: a row's bytes are its stride), asked into L1 before
+// the block quantizes x (their latencies overlap); iop MMVQ_WEIGHTS: every weight a model weight (mmvq_k), asked
+// before the grid wait too
 template <bool GLU> __device__ void norm_mmvq_k(const NormVecArgs& p) {
     const int K = (int)p.a.ne0[0], N = (int)p.a.ne0[1], lane = threadIdx.x & 31;
     const int m = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const bool early = p.a.iop & MMVQ_WEIGHTS;
+    if (!early) grid_dependency();
     int j = 0;
     while (j < NMV_MAX - 1 && m >= p.end[j]) ++j;
     const int first = j ? p.end[j - 1] : 0, r = m - first, M = p.end[j] - first;
@@ -48,22 +69,25 @@ template <bool GLU> __device__ void norm_mmvq_k(const NormVecArgs& p) {
     }
     signed char* sq = (signed char*)mmvq_shared;
     float2* sds = (float2*)(sq + N * K);
-    norm_q8_1(p.a, sq, sds);
-    __syncthreads();
-    if (m >= p.end[j]) return;
+    norm_q8_1(early, p.a.src0, p.a.nb0[0], p.a.nb0[1], K, N, (const float*)p.a.src1, p.a.p0, sq, sds);
     float* out = (float*)p.out[j];
-    auto put = [&](int n, float v, float g) { if (lane == 0) out[r + (i64)n * M] = GLU ? silu_mul(v, g) : v; };
-#define NMV_CASE(i, Q) case i: mmvq_row<Q, GLU, 1>(row, urow, sq, sds, K, N, put); break;
+    auto put = [&](int, int n, float v, float g) { if (lane == 0) out[r + (i64)n * M] = GLU ? silu_mul(v, g) : v; };
+#define NMV_CASE(i, Q) case i: \
+    mmvq_rows<Q, GLU, 1, 1, MMV_MAX_N>(row, urow, 0, m < p.end[j], sq, sds, K, N, [] {}, put); break;
     switch (p.type[j]) {
         NMV_CASE(0, mq_q4_0) NMV_CASE(1, mq_q4_1) NMV_CASE(2, mq_q5_0) NMV_CASE(3, mq_q5_1)
         NMV_CASE(4, mq_q8_0) NMV_CASE(5, mq_q4_k) NMV_CASE(6, mq_q5_k) NMV_CASE(7, mq_q6_k)
     }
 }
 
-extern "C" __global__ void norm_mmvq(const NormVecArgs p) { grid_dependency(); norm_mmvq_k<false>(p); }
-extern "C" __global__ void norm_mmvq_glu(const NormVecArgs p) { grid_dependency(); norm_mmvq_k<true>(p); }
+extern "C" {
+__global__ void MMVQ_BOUNDS(true) norm_mmvq(const NormVecArgs p);
+__global__ void MMVQ_BOUNDS(true) norm_mmvq_glu(const NormVecArgs p);
+}
+extern "C" __global__ void norm_mmvq(const NormVecArgs p) { norm_mmvq_k<false>(p); }
+extern "C" __global__ void norm_mmvq_glu(const NormVecArgs p) { norm_mmvq_k<true>(p); }
 // dst: the q8_1 columns (N K int8, then N K / 32 (d, d sum q)); one block
 extern "C" __global__ void rms_norm_mul_q8_1(const Args a) {
-    grid_dependency();
-    norm_q8_1(a, (signed char*)a.dst, (float2*)(a.dst + a.ne0[0] * a.ne0[1]));
+    norm_q8_1(true, a.src0, a.nb0[0], a.nb0[1], (int)a.ne0[0], (int)a.ne0[1], (const float*)a.src1, a.p0,
+              (signed char*)a.dst, (float2*)(a.dst + a.ne0[0] * a.ne0[1]));
 }

@@ -1,6 +1,8 @@
 // Q5_K: get_rows, the dequantizing copies into F32, F16, BF16, mul_mat's dot-product kernels (mmv; mmvq, mmvq_s, glu twins).
 #include "quant_mmvq.cuh"
 
+MMVQ_DECLARE(q5_k)
+
 extern "C" __global__ void get_rows_q5_k(const Args a) { grid_dependency(); get_rows_q_k<dq_q5_k>(a); }
 extern "C" __global__ void copy_q5_k_f32(const Args a) { grid_dependency(); dequantize_k<dq_q5_k, float>(a); }
 extern "C" __global__ void mmv_q5_k_f32(const Args a) { grid_dependency(); mmv_k<dq_q5_k, float>(a); }
@@ -8,7 +10,7 @@ extern "C" __global__ void copy_q5_k_f16(const Args a) { grid_dependency(); dequ
 extern "C" __global__ void mmv_q5_k_f16(const Args a) { grid_dependency(); mmv_k<dq_q5_k, half_t>(a); }
 extern "C" __global__ void copy_q5_k_bf16(const Args a) { grid_dependency(); dequantize_k<dq_q5_k, bf16_t>(a); }
 extern "C" __global__ void mmv_q5_k_bf16(const Args a) { grid_dependency(); mmv_k<dq_q5_k, bf16_t>(a); }
-extern "C" __global__ void mmvq_q5_k(const Args a) { grid_dependency(); mmvq_k<mq_q5_k, false, false>(a); }
-extern "C" __global__ void mmvq_glu_q5_k(const Args a) { grid_dependency(); mmvq_k<mq_q5_k, true, false>(a); }
-extern "C" __global__ void mmvq_s_q5_k(const Args a) { grid_dependency(); mmvq_k<mq_q5_k, false, true>(a); }
-extern "C" __global__ void mmvq_s_glu_q5_k(const Args a) { grid_dependency(); mmvq_k<mq_q5_k, true, true>(a); }
+extern "C" __global__ void mmvq_q5_k(const Args a) { mmvq_entry<mq_q5_k, false, false>(a); }
+extern "C" __global__ void mmvq_glu_q5_k(const Args a) { mmvq_entry<mq_q5_k, true, false>(a); }
+extern "C" __global__ void mmvq_s_q5_k(const Args a) { mmvq_entry<mq_q5_k, false, true>(a); }
+extern "C" __global__ void mmvq_s_glu_q5_k(const Args a) { mmvq_entry<mq_q5_k, true, true>(a); }

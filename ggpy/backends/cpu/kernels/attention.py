@@ -1,16 +1,17 @@
-"""flash_attn_ext: every query head of a token streams the key/value rows of its KV head once, in tiles of TILE keys
-with an online softmax (running max and sum, the accumulator rescaled when the max grows), as ggml's CPU kernel;
-float32 throughout (q is not rounded to K's type). K and V are F32, F16, BF16 or Q8_0 (ggml's blocks of 32: f16 scale,
-32 int8), each row converted to float32 once. A key's rows of all KV heads are read together (they lie side by side
-in a KV cache: each cache line fetched is used at once).
+"""flash_attn_ext: every query head of a token streams the key/value rows of its KV head once, in tiles of TILE keys with
+an online softmax (running max and sum, the accumulator rescaled when the max grows), as ggml's CPU kernel; float32
+throughout (q is not rounded to K's type). K and V are F32, F16, BF16 or Q8_0 (ggml's blocks of 32: f16 scale, 32
+int8), each row converted to float32 once. A key's rows of all KV heads are read together (they lie side by side in a
+KV cache: each cache line fetched is used at once).
 
-Work units are (query row (token, sequence), KV chunk). With many query rows (prompt chunks) a chunk is the whole KV
-length and the workers split the rows. With few (a generated token) the KV length is split too, into one chunk per
-worker, chunk c taking the tiles c, c + n_chunks, ... (so the masked tail of the cache falls on every chunk alike):
-each unit leaves its partial (max, sum, accumulator) per query head in the temp block, and one combine pass after the
-workers joins them (llama.cpp's split-KV decode). Keys whose mask is -inf for every query head are skipped unread
-(the cache rows past the context, the future of a causal mask). The rows of K, V and the mask must be contiguous
-(nb[0] = type size, as ggml reads them), their other strides are free (views of a KV cache)."""
+Work units are (query row (token, sequence), KV chunk). Prompt chunks (Q_BLOCK tokens or more, no softcap) run
+flash_attn_tiles: blocks of query rows against tiles of keys by the own GEMM's micro-kernel, the workers splitting the
+blocks. With few (a generated token) the KV length is split too, into one chunk per worker, chunk c taking the tiles
+c, c + n_chunks, ... (so the masked tail of the cache falls on every chunk alike): each unit leaves its partial (max,
+sum, accumulator) per query head in the temp block, and one combine pass after the workers joins them (llama.cpp's
+split-KV decode). Keys whose mask is -inf for every query head are skipped unread (the cache rows past the context,
+the future of a causal mask). The rows of K, V and the mask must be contiguous (nb[0] = type size, as ggml reads
+them), their other strides are free (views of a KV cache)."""
 import math
 
 import numpy as np
@@ -22,11 +23,13 @@ from ....types import Q8_0
 from ..registry import BoundNode, register
 from .common import alibi_slopes, kernel, launch, scalar
 from .fp16 import load
+from .gemm import MR, NR, micro_kernel, pack_rows
 from .mathfn import fast_exp
 
 TILE = 32               # keys per tile: scores, then the softmax update, then the value rows
 MIN_CHUNK = 128         # the fewest keys a unit of a split KV length reads
 UNITS_PER_THREAD = 4    # the KV length is split when the query rows give the workers fewer units each
+Q_BLOCK = 8             # flash_attn_tiles: tokens whose query rows a unit takes together
 
 
 @intrinsic
@@ -191,6 +194,83 @@ def flash_attn_units(kcode, vcode, d, part, q, kf, ks, vf, vs, mf, ms, slopes, s
                     part[r, c, h, 2 + i] = acc[h, i]
 
 
+@njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc", "contract", "nsz", "arcp"})
+def flash_attn_tiles(kcode, vcode, d, q, kf, ks, vf, vs, mf, ms, slopes, scale, ith, nth):
+    """flash_attn_units for prompt chunks (one KV chunk, no softcap): units u = ith, ith + nth, ... of (sequence i3,
+    block of Q_BLOCK tokens, KV head g), whose query rows r (token t0 + r // group, head g * group + r % group) attend
+    together: each tile's K and V rows are converted to float32 once for all of them, and the scores (added to the
+    mask's bias) and the weighted value rows are the own GEMM's micro-kernel products (gemm.py: q, K and the weights
+    in its panels; V's rows read in place, padded to whole panels of columns)."""
+    n_seq, n_head, n, dk = q.shape
+    kv_heads, n_kv, dv = ks[1], ks[2], d.shape[3]
+    dvp, group = (dv + MR - 1) // MR * MR, n_head // kv_heads
+    rows = (Q_BLOCK * group + NR - 1) // NR * NR
+    qp, pt = np.zeros(rows * dk, np.float32), np.zeros(rows * TILE, np.float32)   # panels of NR rows
+    kt, kp = np.empty((TILE, dk), np.float32), np.empty(TILE * dk, np.float32)   # K rows, panels of MR keys
+    vt = np.zeros((TILE, dvp), np.float32)
+    sc, acc = np.zeros((rows, TILE), np.float32), np.empty((rows, dvp), np.float32)
+    mx, sm, live = np.empty(rows, np.float32), np.empty(rows, np.float32), np.empty(TILE, np.bool_)
+    ninf = np.float32(-np.inf)
+    blocks = (n + Q_BLOCK - 1) // Q_BLOCK
+    for u in range(ith, n_seq * blocks * kv_heads, nth):
+        i3, t0, g = u // (kv_heads * blocks), u // kv_heads % blocks * Q_BLOCK, u % kv_heads
+        nr = min(Q_BLOCK, n - t0) * group
+        k0 = i3 // (n_seq // ks[0]) * ks[4] + g * ks[5]
+        v0 = i3 // (n_seq // vs[0]) * vs[4] + g * vs[5]
+        for r in range(nr):
+            for i in range(dk):
+                qp[r // NR * NR * dk + i * NR + r % NR] = np.float32(q[i3, g * group + r % group, t0 + r // group, i]) * scale
+        mx[:] = ninf
+        sm[:] = 0
+        acc[:] = 0
+        for j0 in range(0, n_kv, TILE):
+            nt = min(TILE, n_kv - j0)
+            live[:] = ms[0] == 0
+            for r in range(nr if ms[0] else 0):     # the mask's bias; keys masked for every row are not read
+                h = g * group + r % group
+                at = i3 % ms[0] * ms[4] + h % ms[1] * ms[5] + (t0 + r // group) * ms[6] + j0
+                row, s = mf[at:at + nt], sc[r]
+                for jj in range(nt):
+                    s[jj] = slopes[h] * _element(row[jj])
+                    live[jj] |= s[jj] > ninf
+            if not live[:nt].any():
+                continue
+            for jj in range(TILE):              # the tile's K and V rows as float32 (dead keys: zeros)
+                kt[jj], vt[jj] = 0, 0
+                if jj < nt and live[jj]:
+                    _row(kcode, kt[jj], kf, k0 + (j0 + jj) * ks[6])
+                    _row(vcode, vt[jj, :dv], vf, v0 + (j0 + jj) * vs[6])
+            for jp in range(0, TILE, MR):
+                pack_rows(kp, jp * dk, MR, kt, jp, MR, 0, dk)
+                for rp in range(0, rows, NR):   # scores: sc[r, j] (+)= q_r . k_j
+                    micro_kernel(kp.ctypes.data + jp * dk * 4, MR, qp.ctypes.data + rp * dk * 4,
+                                 sc.ctypes.data + (rp * TILE + jp) * 4, TILE, dk, ms[0])
+            for r in range(nr):                 # online softmax: scores -> weights, max and sum updated
+                s, tm, total = sc[r], ninf, np.float32(0.0)
+                for jj in range(nt):
+                    tm = max(tm, s[jj])
+                if tm > mx[r]:
+                    f = fast_exp(mx[r] - tm)
+                    sm[r] *= f
+                    acc[r] *= f
+                    mx[r] = tm
+                top = mx[r] if mx[r] > ninf else np.float32(np.inf)
+                for jj in range(nt):
+                    s[jj] = fast_exp(s[jj] - top)
+                    total += s[jj]
+                sm[r] += total
+                for jj in range(nt):
+                    pt[r // NR * NR * TILE + jj * NR + r % NR] = s[jj]
+            for rp in range(0, rows, NR):       # acc[r] += sum_j w_rj v_j
+                for ip in range(0, dvp, MR):
+                    micro_kernel(vt.ctypes.data + ip * 4, dvp, pt.ctypes.data + rp * TILE * 4,
+                                 acc.ctypes.data + (rp * dvp + ip) * 4, dvp, nt, 1)
+        for r in range(nr):
+            inv = np.float32(0.0) if sm[r] == 0 else np.float32(1.0) / sm[r]
+            for i in range(dv):
+                d[i3, t0 + r // group, g * group + r % group, i] = acc[r, i] * inv
+
+
 @kernel
 def flash_attn_combine(d, part, ith, nth):
     """d[i3, i1, h] = the chunks' partial results part[r, :, h] of query row r = (i3, i1) joined: each chunk's sum
@@ -268,6 +348,8 @@ def bind_flash_attn_ext(b: BoundNode):
     args = (int(b.node.src[1].type.quantized), int(b.node.src[2].type.quantized), b.dst, part, q, kf, ks, vf, vs, mf,
             ms, alibi_slopes(q.shape[1], p["max_bias"]), np.float32(p["scale"]), np.float32(p["logit_softcap"]),
             n_chunks)
+    if n_chunks == 1 and q.shape[2] >= Q_BLOCK and p["logit_softcap"] == 0:
+        return launch(flash_attn_tiles, args[:3] + args[4:-2], nth, constants=(0, 1))
     units = launch(flash_attn_units, args, nth, constants=(0, 1))
     if n_chunks == 1:
         return units

@@ -159,7 +159,7 @@ def pack_a_rows(ap, a):
             base = i0 * k + rows * k0
             for ip in range(rows // MR):
                 r0 = i0 + ip * MR
-                _pack_rows(ap, base + ip * kc * MR, MR, a, r0, min(MR, m - r0), k0, kc)
+                pack_rows(ap, base + ip * kc * MR, MR, a, r0, min(MR, m - r0), k0, kc)
 
 
 @scalar
@@ -224,15 +224,16 @@ def _transpose8(typingctx, dst, dst_stride, src, src_stride):
 
 
 @intrinsic
-def _micro_kernel(typingctx, a_ptr, b_ptr, c_ptr, ldc, kc, accumulate):
-    """C tile (MR x NR, column-major, ldc) (+)= A micro-panel (kc x MR, k-major) @ B micro-panel (kc x NR,
-    k-major); C is added to when accumulate != 0. Pointers are integer addresses."""
+def micro_kernel(typingctx, a_ptr, lda, b_ptr, c_ptr, ldc, kc, accumulate):
+    """C tile (MR x NR, column-major, ldc) (+)= A micro-panel (kc x MR, k-major, lda floats from one k to the next:
+    MR when packed) @ B micro-panel (kc x NR, k-major); C is added to when accumulate != 0. Pointers are integer
+    addresses."""
     f32 = ir.FloatType()
     vec = ir.VectorType(f32, W)
     i32 = ir.IntType(32)
 
     def codegen(context, builder, sig, args):
-        ap, bp, cp, ldc, kc, accumulate = args
+        ap, lda, bp, cp, ldc, kc, accumulate = args
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec, vec, vec]),
                                              f"llvm.fma.v{W}f32")
         a = builder.inttoptr(ap, f32.as_pointer())
@@ -243,7 +244,7 @@ def _micro_kernel(typingctx, a_ptr, b_ptr, c_ptr, ldc, kc, accumulate):
         acc = [cgutils.alloca_once_value(builder, zero) for _ in range(MV * NR)]
         splat = ir.Constant(ir.VectorType(i32, W), [0] * W)
         with cgutils.for_range(builder, kc) as loop:
-            a_k = builder.gep(a, [builder.mul(loop.index, idx(MR))])
+            a_k = builder.gep(a, [builder.mul(loop.index, lda)])
             b_k = builder.gep(b, [builder.mul(loop.index, idx(NR))])
             a_vecs = [builder.load(builder.bitcast(builder.gep(a_k, [idx(i * W)]), vec.as_pointer()), align=4)
                       for i in range(MV)]
@@ -264,7 +265,7 @@ def _micro_kernel(typingctx, a_ptr, b_ptr, c_ptr, ldc, kc, accumulate):
                 builder.store(builder.select(add, builder.fadd(value, builder.load(ptr, align=4)), value), ptr,
                               align=4)
         return context.get_dummy_value()
-    return types.void(types.intp, types.intp, types.intp, types.intp, types.intp, types.intp), codegen
+    return types.void(*[types.intp] * 7), codegen
 
 
 @scalar
@@ -286,12 +287,12 @@ def pack_b(bp, w, n0, nb):
         k0 = blk * depth
         kc = min(depth, k - k0)
         for jp in range(panels):
-            _pack_rows(bp, base + jp * kc * NR, NR, w, n0 + jp * NR, min(NR, nb - jp * NR), k0, kc)
+            pack_rows(bp, base + jp * kc * NR, NR, w, n0 + jp * NR, min(NR, nb - jp * NR), k0, kc)
         base += panels * kc * NR
 
 
 @scalar
-def _pack_rows(dst, at, width, src, r0, rows, k0, kc):
+def pack_rows(dst, at, width, src, r0, rows, k0, kc):
     """dst[at + kk * width + i] = src[r0 + i, k0 + kk] for i < width (0 for i >= rows), kk < kc: `rows` rows of
     src (any strides) transposed into a k-major panel `width` wide. Where src's rows are unit stride, whole
     8 x 8 blocks go through vector transposes."""
@@ -342,9 +343,9 @@ def _panel_product(c_ptr, ldc, a_at, mb, kc, b_at, nb, tile, accumulate):
             a_panel = a_at + ip * kc * MR * 4
             c_tile = c_ptr + (r0 + j0 * ldc) * 4
             if r0 + MR <= mb and j0 + NR <= nb:
-                _micro_kernel(a_panel, b_panel, c_tile, ldc, kc, accumulate)
+                micro_kernel(a_panel, MR, b_panel, c_tile, ldc, kc, accumulate)
             else:
-                _micro_kernel(a_panel, b_panel, t_at, MR, kc, 0)
+                micro_kernel(a_panel, MR, b_panel, t_at, MR, kc, 0)
                 _add_tile(tile, c_tile, ldc, min(MR, mb - r0), min(NR, nb - j0), accumulate)
 
 

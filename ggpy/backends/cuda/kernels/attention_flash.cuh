@@ -125,7 +125,7 @@ template <int D, int DV, int RB, typename TK, typename TV> __device__ void fa_ve
         const int p = p0 + r, hq = g * group + p % group;
         const char* qr = a.q + (p / group) * a.qs[0] + hq * a.qs[1] + i3 * a.qs[2] + sub * 32;
         #pragma unroll
-        for (int i = 0; i < 8; ++i) q[r][i] = r < np ? *(const float*)(qr + 4 * i) * qscale : 0.f;
+        for (int i = 0; i < 8; ++i) q[r][i] = r < np ? *(const float*)(qr + 4 * i) : 0.f;     // scaled in the scores
         mrow[r] = a.mask && r < np ? a.mask + (p / group) * a.ms[0] + (hq % a.mh) * a.ms[1] + (i3 % a.mw) * a.ms[2] : 0;
         slope[r] = a.m0 == 1.f && a.m1 == 1.f ? 1.f : fa_slope(a, hq);      // no ALiBi: no powf
         m[r] = NEG; l[r] = 0.f;
@@ -137,7 +137,7 @@ template <int D, int DV, int RB, typename TK, typename TV> __device__ void fa_ve
         const int nt = min(NB, (c1 - t0 + G - 1) / G), j0 = t0 + warp * KPI + slot;
         FaLd<TK> kr[NB];
         FaLd<TV> vr[NB];
-        float x[RB][NB];                                    // slope * mask, then the scores, then P
+        float x[RB][NB];                                    // the mask's bits, then the scores, then P
         #pragma unroll
         for (int t = 0; t < NB; ++t) {
             const int j = j0 + t * G;
@@ -147,7 +147,12 @@ template <int D, int DV, int RB, typename TK, typename TV> __device__ void fa_ve
                 vr[t].load(vb + (i64)j * a.vs[0], sub);
             }
             #pragma unroll
-            for (int r = 0; r < RB; ++r) x[r][t] = t < nt && j < c1 && mrow[r] ? slope[r] * fa_mask(a, mrow[r], j) : 0.f;
+            for (int r = 0; r < RB; ++r) {                  // no use before every load is issued
+                unsigned b = 0u;
+                if (t < nt && j < c1 && mrow[r])
+                    b = a.mask_f16 ? *(const unsigned short*)(mrow[r] + 2 * j) : *(const unsigned*)(mrow[r] + 4 * j);
+                x[r][t] = __uint_as_float(b);
+            }
         }
         #pragma unroll
         for (int t = 0; t < NB; ++t) {
@@ -162,8 +167,10 @@ template <int D, int DV, int RB, typename TK, typename TV> __device__ void fa_ve
                     for (int i = 0; i < 8; ++i) s = fmaf(q[r][i], kx[i], s);
                     #pragma unroll
                     for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                    s *= qscale;
                     if (a.softcap > 0.f) s = a.softcap * tanhf(s);
-                    x[r][t] = valid && r < np ? s + x[r][t] : NEG;
+                    const float mv = a.mask_f16 ? to_f((half_t)__float_as_uint(x[r][t])) : x[r][t];
+                    x[r][t] = valid && r < np ? s + slope[r] * mv : NEG;
                 }
             } else {
                 #pragma unroll
@@ -241,16 +248,16 @@ template <int D, int DV, int RB, typename TK, typename TV> __device__ void fa_ve
     }
     if (a.nchunks == 1 || !a.count) return;
     __shared__ bool last;                                       // the chunks' last block merges their partials
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
+    __syncthreads();                                            // the block's partials written
+    if (threadIdx.x == 0) {             // one acq_rel add: releases them, acquires the other blocks' (no SC fence)
         int* c = a.count + blockIdx.y * gridDim.z + blockIdx.z;
-        last = atomicAdd(c, 1) == a.nchunks - 1;
+        int old;
+        asm volatile("atom.acq_rel.gpu.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(c) : "memory");
+        last = old == a.nchunks - 1;
         if (last) *c = 0;                                       // every block of these pairs has counted
     }
     __syncthreads();
     if (!last) return;
-    __threadfence();
     for (int t = threadIdx.x; t < np * DV / 2; t += blockDim.x) {   // two elements a thread, every load at once
         const int r = t / (DV / 2), d = t % (DV / 2) * 2, p = p0 + r, hq = g * group + p % group, i1 = p / group;
         const float* pr = a.part + ((i64)(i3 * a.n + i1) * a.h + hq) * a.nchunks * (DV + 2);

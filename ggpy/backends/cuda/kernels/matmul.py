@@ -249,7 +249,8 @@ def norm_mat_vec_run(backend, f) -> list | None:
                      quant.MMVQ_WEIGHTS if all(map(quant.model_weight, mats)) else 0)
     name = f.name(f"rms_norm_{SUFFIX[F32]}")
     if not all(map(quant.mmvq_shared, f.products)):
-        steps = [backend.launch_struct(f.head, "rms_norm_mul_q8_1", 1, 256, args)]
+        blocks = -(-x.ne[0] * x.ne[1] // (32 * 8))             # a 32-block a warp: x's norm summed by each block
+        steps = [backend.launch_struct(f.head, "rms_norm_mul_q8_1", blocks, 256, args)]
         for m in ([glu.head] if glu else f.products):
             dst = glu.mul if glu else m
             steps += quant.mmvq_steps(backend, m, dst, gate=glu and glu.w_gate, up=glu and glu.w_up, q8=tensor_ptr(h))

@@ -183,9 +183,12 @@ struct mq_q6_k {
 extern __shared__ int4 mmvq_shared[];           // SHARED: this matrix's columns of b as q8_1 (N K int8, N K / 32 float2)
 
 // N columns of K values at(k, n) quantized to q8_1 by the block's warps (column n's int8 at q + n K, its (d, d sum q)
-// at ds + n K / 32: the temp block's layout); a round issues every load, then quantizes
-template <typename F> __device__ __forceinline__ void quantize_cols(int K, int N, F at, signed char* q, float2* ds) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+// at ds + n K / 32: the temp block's layout), or by those of `parts` blocks, this one `part` of them; a round issues
+// every load, then quantizes
+template <typename F> __device__ __forceinline__ void quantize_cols(int K, int N, F at, signed char* q, float2* ds,
+                                                                   int part = 0, int parts = 1) {
+    const int lane = threadIdx.x & 31, warps = (blockDim.x >> 5) * parts;
+    const int warp = (threadIdx.x >> 5) + part * (blockDim.x >> 5);
     const int kb = K >> 5, blocks = N * kb;
     for (int w0 = warp; w0 < blocks; w0 += MMVQ_LOADS * warps) {
         float x[MMVQ_LOADS];

@@ -18,9 +18,10 @@ struct NormVecArgs {
 
 // x's N columns RMS-normalised and scaled by w, as q8_1 (quantize_cols' layout) by the whole block: every thread
 // sums the squares of its elements of each column (all loads at once), the warps' sums added in shared memory
-// (x (K, N) F32 at x by nbk, nbn, w F32 (K), eps: Args' src0, src1, p0); wait: the grid wait first (PDL)
+// (x (K, N) F32 at x by nbk, nbn, w F32 (K), eps: Args' src0, src1, p0); wait: the grid wait first (PDL); of
+// `shares` blocks (each summing the whole columns), this one quantizes its share `share`
 __device__ __forceinline__ void norm_q8_1(bool wait, const char* x, i64 nbk, i64 nbn, int K, int N, const float* w,
-                                       float eps, signed char* q, float2* ds) {
+                                       float eps, signed char* q, float2* ds, int share = 0, int shares = 1) {
     __shared__ float part[32][MMV_MAX_N], inv[MMV_MAX_N];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     if (wait) grid_dependency();
@@ -46,7 +47,7 @@ __device__ __forceinline__ void norm_q8_1(bool wait, const char* x, i64 nbk, i64
         inv[threadIdx.x] = rsqrtf(t / (float)K + eps);
     }
     __syncthreads();
-    quantize_cols(K, N, [&](int k, int n) { return NMV_X(k, n) * inv[n] * w[k]; }, q, ds);
+    quantize_cols(K, N, [&](int k, int n) { return NMV_X(k, n) * inv[n] * w[k]; }, q, ds, share, shares);
     __syncthreads();
 }
 
@@ -86,8 +87,8 @@ __global__ void MMVQ_BOUNDS(true) norm_mmvq_glu(const NormVecArgs p);
 }
 extern "C" __global__ void norm_mmvq(const NormVecArgs p) { norm_mmvq_k<false>(p); }
 extern "C" __global__ void norm_mmvq_glu(const NormVecArgs p) { norm_mmvq_k<true>(p); }
-// dst: the q8_1 columns (N K int8, then N K / 32 (d, d sum q)); one block
+// dst: the q8_1 columns (N K int8, then N K / 32 (d, d sum q)); the blocks share the 32-blocks to quantize
 extern "C" __global__ void rms_norm_mul_q8_1(const Args a) {
     norm_q8_1(true, a.src0, a.nb0[0], a.nb0[1], (int)a.ne0[0], (int)a.ne0[1], (const float*)a.src1, a.p0,
-              (signed char*)a.dst, (float2*)(a.dst + a.ne0[0] * a.ne0[1]));
+              (signed char*)a.dst, (float2*)(a.dst + a.ne0[0] * a.ne0[1]), blockIdx.x, gridDim.x);
 }

@@ -148,18 +148,22 @@ def prepacked_floats(m: int, n: int, k: int) -> int:
 def pack_a_rows(ap, a):
     """Pack all of A (a: (m, k), any strides) for gemm_prepacked: blocks of MC rows, each cut into k blocks
     of micro-panels (MR rows, k-major, the last zero-padded); block i0 starts at float i0 * k."""
-    m, k = a.shape
+    for r0 in range(0, a.shape[0], MR):
+        pack_a_micro(ap, a[r0:r0 + MR], r0, a.shape[0])
+
+
+@scalar
+def pack_a_micro(ap, rows, r0, m):
+    """Pack `rows` (at most MR rows (n, k), any strides) as rows r0 .. r0 + MR of an (m, k) A that pack_a_rows packs
+    (a caller can produce A's rows a micro-panel at a time, in cache)."""
+    k = rows.shape[1]
     count, depth = _k_blocks(k)
-    for i0 in range(0, m, MC):
-        mb = min(MC, m - i0)
-        rows = (mb + MR - 1) // MR * MR
-        for blk in range(count):
-            k0 = blk * depth
-            kc = min(depth, k - k0)
-            base = i0 * k + rows * k0
-            for ip in range(rows // MR):
-                r0 = i0 + ip * MR
-                pack_rows(ap, base + ip * kc * MR, MR, a, r0, min(MR, m - r0), k0, kc)
+    i0 = r0 // MC * MC
+    block_rows = (min(MC, m - i0) + MR - 1) // MR * MR
+    for blk in range(count):
+        k0 = blk * depth
+        kc = min(depth, k - k0)
+        pack_rows(ap, i0 * k + block_rows * k0 + (r0 - i0) * kc, MR, rows, 0, rows.shape[0], k0, kc)
 
 
 @scalar

@@ -368,10 +368,11 @@ def mul_mat_panel_rows(fn, code, d, a, x, trans_x, ldx, panel_rows, scratch, ith
     for t in range(ith, a3n * a2n * npanel, nth):
         a3, a2, r0 = t // (a2n * npanel), (t // npanel) % a2n, (t % npanel) * panel_rows
         rows = min(panel_rows, m - r0)
-        for r in range(rows):
-            f(panel[r], a[a3, a2, r0 + r])
-        if not fn:
-            own_gemm.pack_a_rows(ap, panel[:rows])
+        for p0 in range(0, rows, own_gemm.MR if not fn else rows):    # the own GEMM: packed a micro-panel at a time
+            for r in range(p0, min(rows, p0 + own_gemm.MR if not fn else rows)):
+                f(panel[r - p0], a[a3, a2, r0 + r])
+            if not fn:
+                own_gemm.pack_a_micro(ap, panel[:min(own_gemm.MR, rows - p0)], p0, rows)
         for i3 in range(a3 * (b3 // a3n), (a3 + 1) * (b3 // a3n)):
             for i2 in range(a2 * (b2 // a2n), (a2 + 1) * (b2 // a2n)):
                 c = d[i3, i2].ctypes.data + 4 * r0

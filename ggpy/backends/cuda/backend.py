@@ -79,6 +79,7 @@ class CUDABackend(Backend):
         self.name = f"cuda:{self.device.index}"
         # programmatic dependent launch (sm_90 on): a kernel launches while the one before it runs (launch.py)
         self.pdl = bool(pdl) and self.device.cc >= (9, 0)
+        self.fa_counters = None             # flash attention's arrival counters, zeroed once (kernels/attention_flash.py)
         self.modules = Modules(self.device)     # the compiled kernel files, loaded when a plan first needs them
 
     # -- what runs where ---------------------------------------------------------------------------

@@ -89,7 +89,7 @@ def tc_split(node) -> tuple[int, int, int]:
 
 def _counters(backend) -> int:
     """The address of the backend's COUNTERS arrival counters of fa_vec_k (zeroed once; each kernel leaves them 0)."""
-    if getattr(backend, "fa_counters", None) is None:
+    if backend.fa_counters is None:
         backend.fa_counters = backend.buffer_type.alloc_buffer(COUNTERS * 4)
         backend.fa_counters.fill(0, COUNTERS * 4, 0)
     return backend.fa_counters.ptr

@@ -177,7 +177,7 @@ class Backend:
     def fused_early(self, graph) -> dict:
         """{id(head): the nodes a fused kernel writes at its head's turn, before their own} (the planner gives them
         their blocks then)."""
-        return {k: f.early for k, f in self.fusions(graph).items() if hasattr(f, "early")}
+        return {k: f.early for k, f in self.fusions(graph).items() if f.early}
 
     def fused_runs(self, graph) -> list:
         """Every node each fused kernel computes (views left out), for dumps."""

@@ -53,8 +53,11 @@ from .tensor import Tensor
 
 class _Pattern:
     """A pattern's defaults: computed at the head's turn (its anchor), every computed node in the planner's one block,
-    the last one's memory receiving the result, the nodes after the head (and the views between them) skipped."""
+    the last one's memory receiving the result, the nodes after the head (and the views between them) skipped; no
+    node written before its own turn (`early`), no earlier fused kernel it depends on (`needs`)."""
     views: tuple = ()
+    early: tuple = ()
+    needs: tuple = ()
     anchor = property(lambda self: self.head)
     computed = property(lambda self: self.nodes)
     last = property(lambda self: self.computed[-1])
@@ -694,6 +697,6 @@ def find_fusions(graph, fused: Callable) -> dict:
             if found is not None and spec.accepts(found):
                 scan.fusions[id(found.head)] = found
                 scan.taken.update(id(n) for n in found.skipped)
-                scan.early.update((id(n), found.head) for n in getattr(found, "early", ()))
+                scan.early.update((id(n), found.head) for n in found.early)
                 break
     return scan.fusions

@@ -197,7 +197,7 @@ class CUDABackend(Backend):
             f = fusions.get(id(node))
             if getattr(f, "residual_node", None) is not None and not self._residual_in_place(f, graph, users, position):
                 f = dataclasses.replace(f, residual_node=None, residual_views=())
-            ok = f is not None and node.buffer is not None and all(id(t) in skipped for t in getattr(f, "needs", ()))
+            ok = f is not None and node.buffer is not None and all(id(t) in skipped for t in f.needs)
             fused = self.fused_kernel(f).run(self, f) if ok else None     # needs: nodes an earlier fused kernel wrote
             if fused is not None:
                 launches += fused

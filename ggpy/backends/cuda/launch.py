@@ -30,12 +30,15 @@ class Launch:
     resolve: object = None
     shared: int = 0         # bytes of dynamic shared memory (at most 48 KiB: no opt-in attribute is set)
     pdl: bool = False       # launched with programmatic stream serialization (kernels start with grid_dependency())
+    config: tuple | None = None     # (stream, its CUlaunchConfig) of a pdl launch, made at the first launch
 
     def __call__(self, stream: Stream):
         if self.function is None:
             self.function = self.resolve()
         if self.pdl:
-            check(driver.cuLaunchKernelEx(self._config(stream), self.function, ctypes.addressof(self.params), 0),
+            if self.config is None or self.config[0] is not stream:     # made once per stream, not per launch
+                self.config = (stream, self._config(stream))
+            check(driver.cuLaunchKernelEx(self.config[1], self.function, ctypes.addressof(self.params), 0),
                   f"cuLaunchKernelEx({self.name})")
             return
         check(driver.cuLaunchKernel(self.function, *self.grid, *self.block, self.shared, stream.handle,

@@ -8,8 +8,10 @@ import sys
 import tokenize
 from pathlib import Path
 
-BUDGETS = {"runtime": 11800, "models": 3750}    # runtime 11500 -> 11800 and models 3700 -> 3750 with issue 28 (decode fusions,
-#                                                 PDL, staged token loop); models: 3087 when they moved in, 3536 with the bad-input checks
+BUDGETS = {"runtime": 12600, "models": 4600}    # runtime 11500 -> 11800 and models 3700 -> 3750 with issue 28 (decode fusions,
+#                                                 PDL, staged token loop); 12600 / 4600 with issue 29 (MoE ops, four weight types,
+#                                                 eight architectures, SentencePiece vocabularies); models: 3087 when they moved in, 3536 with the
+#                                                 bad-input checks
 
 
 def code_lines(path: Path) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .alloc import GraphAllocator
+from .backends.base import Backend
 from .errors import AllocationError, TensorNameError
 from .graph import Graph, Tensor
 from .sched import Scheduler
@@ -58,7 +59,8 @@ class GraphRunner:
         self.graph = graph
         state = self._kept.get(id(graph))
         if state is not None and state[0] is graph and state[1] == self._still(graph):
-            self._version, self._inputs, self._outputs, self._input_ids, self._output_ids, self._staging = state[2:]
+            (self._version, self._stamp, self._inputs, self._outputs, self._input_ids, self._output_ids,
+             self._staging) = state[2:]
             self._unset, self._computed = dict(self._input_ids), False
         else:
             self._plan()
@@ -69,14 +71,18 @@ class GraphRunner:
         return graph.version, id(graph.plan), tuple(id(b) for b in self.allocator.buffers)
 
     def _plan(self):
-        g = self.graph
         if self.sched is not None:
-            self.sched.alloc_graph(g)
+            self.sched.alloc_graph(self.graph)
         else:
-            self.allocator.alloc_graph(g)
+            self.allocator.alloc_graph(self.graph)
+        self._bind()
+
+    def _bind(self):
+        """Bind the kernels of the graph's current plan and stage its inputs and outputs (all inputs unset)."""
+        g = self.graph
         for backend, planned in self._runs():
             backend.program(planned)             # kernels bound now, not in the first compute
-        self._version = g.version
+        self._version, self._stamp = g.version, Backend.plan_stamp(g)
         inputs = [t for t in g.leafs if t.is_input]
         outputs = [t for t in g.nodes if t.is_output] + [t for t in g.leafs if not t.is_input]
         self._inputs, self._outputs = _by_name(inputs), _by_name(outputs)
@@ -87,7 +93,7 @@ class GraphRunner:
         self._computed = False
         if self.sched is None:
             self._kept.pop(id(g), None)
-            self._kept[id(g)] = (g, self._still(g), self._version, self._inputs, self._outputs, self._input_ids,
+            self._kept[id(g)] = (g, self._still(g), self._version, self._stamp, self._inputs, self._outputs, self._input_ids,
                                  self._output_ids, self._staging)
             while len(self._kept) > self.keep:
                 del self._kept[next(iter(self._kept))]
@@ -109,6 +115,8 @@ class GraphRunner:
                                   "its own")
         if planned is None or self.graph.version != self._version:
             self._plan()
+        elif self.sched is None and self._stamp != Backend.plan_stamp(self.graph):
+            self._bind()                    # planned again outside the runner (GraphAllocator.alloc_graph): new buffers
 
     @property
     def plans(self) -> tuple:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -169,6 +170,21 @@ def bench_llama_cpp(path: Path, opts) -> dict:
     return out
 
 
+def llama_cpp_memory(path: Path, opts) -> dict:
+    """{kind: {buffer: MiB}} (kind model / KV / compute) that llama.cpp reports (llama-bench -v's log) for one context of
+    ggpy's size: a prompt of PP and GEN generated tokens at the largest depth (llama-bench's n_ctx = depth + PP + GEN)."""
+    if not opts.llama_cpp:
+        return {}
+    depth = max(int(d) for d in opts.depths.split(","))
+    cmd = [str(Path(opts.llama_cpp) / "llama-bench"), "-m", str(path), "-ngl", "99", "-fa", "1", "-p", "0", "-n", "0",
+           "-pg", f"{PP},{opts.gen}", "-d", str(depth), "-r", "1", "-v"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    out = {}
+    for m in re.finditer(r"(\S+) (model|KV|compute) buffer size =\s*([0-9.]+) MiB", r.stderr + r.stdout):
+        out.setdefault(m[2], {})[m[1]] = out.get(m[2], {}).get(m[1], 0.0) + float(m[3])
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-m", "--model", action="append", help="GGUF file(s); default: the random models above")
@@ -188,9 +204,14 @@ def main(argv=None) -> int:
     backend = ggpy.backends.make_backend("cuda")
     print(f"{backend}; pp{PP} and tg{opts.gen} at depths {opts.depths}, {opts.rounds} rounds after a first",
           flush=True)
-    table, extra = [], []
+    table, extra, memory = [], [], []
     for path in models(opts):
-        rows, ref = bench_ggpy(path, opts), bench_llama_cpp(path, opts)
+        rows, ref, mem = bench_ggpy(path, opts), bench_llama_cpp(path, opts), llama_cpp_memory(path, opts)
+        m = rows[-1]["memory"]
+        memory.append(f"| {path.name} | {rows[-1]['depth'] + PP + opts.gen} | {m['weights'] / 2**20:.0f} / "
+                      f"{m['kv_cache'] / 2**20:.0f} / {m['compute'] / 2**20:.0f} | "
+                      + " / ".join(", ".join(f"{k} {v:.0f}" for k, v in mem.get(kind, {}).items()) or "-"
+                                   for kind in ("model", "KV", "compute")) + " |")
         for r in rows:
             d = r["depth"]
             lpp, ltg = ref.get(("pp", d)), ref.get(("tg", d))
@@ -208,6 +229,9 @@ def main(argv=None) -> int:
     print("\n| model | depth | host us / token | kernels / token | weights GB/s | first token ms | load s | "
           "weights / KV / compute MiB | flash attn |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(extra))
+    print("\n| model | context | ggpy weights / KV / compute MiB | llama.cpp model / KV / compute buffers MiB |\n"
+          "| --- | --- | --- | --- |")
+    print("\n".join(memory))
     return 0
 
 

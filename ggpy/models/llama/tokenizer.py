@@ -1,10 +1,16 @@
 """The tokenizer of a GGUF file (tokenizer.ggml.*), built with Hugging Face `tokenizers` to match llama.cpp.
 
-llama.cpp's BPE ("gpt2") tokenizer: special tokens (CONTROL, USER_DEFINED, UNKNOWN types) are cut out of the text
-as whole tokens first; the rest is split by the regular expressions of the file's pre-tokenizer
-(tokenizer.ggml.pre, applied one after the other as llama.cpp's llm_tokenizer_bpe does), mapped to GPT-2's
-byte-level alphabet and merged by rank. Here: an AddedVocabulary, Split pre-tokenizers with the same regular
-expressions, ByteLevel without its own regex, and a BPE model of the file's vocabulary and merges.
+Both of llama.cpp's tokenizers first cut special tokens (CONTROL, USER_DEFINED, UNKNOWN types) out of the text as
+whole tokens (here: an AddedVocabulary). Then:
+- BPE ("gpt2"): the rest is split by the regular expressions of the file's pre-tokenizer (tokenizer.ggml.pre,
+  applied one after the other as llama.cpp's llm_tokenizer_bpe does), mapped to GPT-2's byte-level alphabet and
+  merged by rank. Here: Split pre-tokenizers with the same regular expressions, ByteLevel without its own regex,
+  and a BPE model of the file's vocabulary and merges.
+- SentencePiece ("llama"): each piece of text between special tokens gets a space in front
+  (tokenizer.ggml.add_space_prefix), its spaces become U+2581, and its characters are merged, the adjacent pair
+  whose concatenation is the token of highest score first (llm_tokenizer_spm); a character no token covers becomes
+  its UTF-8 bytes' <0xNN> tokens. Here: Prepend and Replace normalizers and a byte-fallback BPE model whose merges
+  are every split of every token into two tokens, ranked by the joined token's score.
 """
 from __future__ import annotations
 
@@ -51,6 +57,7 @@ PRE_TOKENIZERS = {name: pre for names, pre in _GROUPS for name in names}
 EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
              "<|end_of_text|>", "<end_of_utterance>")
 _BYTE_OF_CHAR = {c: b for b, c in bytes_to_unicode().items()}
+SPACE = "\u2581"      # SentencePiece's space
 
 
 class _Metadata:
@@ -93,8 +100,30 @@ def _merges(merges: list) -> list:
     return pairs
 
 
-def _build_hf(tokens: list, merges: list, pre: PreTokenizer, special: list, user_defined: list):
-    from tokenizers import AddedToken, Regex, models, pre_tokenizers
+def spm_merges(tokens: list, scores: list) -> list:
+    """SentencePiece's merges as BPE's: every (left, right) pair of tokens whose concatenation is a token, the
+    joined token of highest score first. llama.cpp takes the leftmost of equal-score pairs; a rank cannot say
+    "leftmost", so equal scores rank the longer joined token first (runs of U+2581 grow from the left)."""
+    ids = {t: i for i, t in enumerate(tokens)}
+    ranked = [(-scores[i], -len(t), i, t[:k], t[k:]) for i, t in enumerate(tokens) for k in range(1, len(t))
+              if t[:k] in ids and t[k:] in ids]
+    ranked.sort()
+    return [(left, right) for *_, left, right in ranked]
+
+
+def _added(hf, tokens: list, types: list, rstrip: frozenset):
+    """Special (CONTROL, UNKNOWN) and user-defined tokens matched whole before the model; `rstrip`: the texts of
+    those that swallow the whitespace after them."""
+    from tokenizers import AddedToken
+    hf.add_special_tokens([AddedToken(t, normalized=False, special=True, rstrip=t in rstrip)
+                           for t, k in zip(tokens, types) if k in (CONTROL, UNKNOWN)])
+    hf.add_tokens([AddedToken(t, normalized=False, special=False, rstrip=t in rstrip)
+                   for t, k in zip(tokens, types) if k == USER_DEFINED])
+    return hf
+
+
+def _build_hf(tokens: list, merges: list, pre: PreTokenizer):
+    from tokenizers import Regex, models, pre_tokenizers
     from tokenizers import Tokenizer as HFTokenizer
 
     hf = HFTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=_merges(merges),
@@ -102,9 +131,40 @@ def _build_hf(tokens: list, merges: list, pre: PreTokenizer, special: list, user
     hf.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in pre.regexes]
         + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    hf.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in special])
-    hf.add_tokens([AddedToken(t, normalized=False, special=False) for t in user_defined])
     return hf
+
+
+def _build_spm(tokens: list, scores: list, add_space_prefix: bool, unk: str | None):
+    from tokenizers import models, normalizers
+    from tokenizers import Tokenizer as HFTokenizer
+
+    hf = HFTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=spm_merges(tokens, scores),
+                                byte_fallback=True, unk_token=unk))
+    hf.normalizer = normalizers.Sequence([normalizers.Prepend(SPACE)] * add_space_prefix
+                                         + [normalizers.Replace(" ", SPACE)])
+    return hf
+
+
+def _rstrip_texts(metadata: dict, tokens: list, types: list) -> frozenset:
+    """llama.cpp's Phi-3 rule (general.name holding 'phi-3' or 'phi3'): special tokens but <unk>, <s> and
+    <|endoftext|>, and </s>, swallow the whitespace after them."""
+    name = metadata.get("general.name")
+    if not isinstance(name, str) or not any(n in name.lower() for n in ("phi-3", "phi3")):
+        return frozenset()
+    special = {t for t, k in zip(tokens, types) if k in (CONTROL, USER_DEFINED, UNKNOWN)} | {"</s>"}
+    return frozenset(special - {"<unk>", "<s>", "<|endoftext|>"})
+
+
+def _byte_values(md: _Metadata, tokens: list, types: list) -> dict:
+    """{token id: byte} of the BYTE tokens, whose texts must be <0xNN>."""
+    values = {}
+    for i, (t, k) in enumerate(zip(tokens, types)):
+        if k == BYTE:
+            if len(t) != 6 or not t.startswith("<0x") or not t.endswith(">") or \
+                    not all(c in "0123456789abcdefABCDEF" for c in t[3:5]):
+                md.fail(f"token {i} {t!r} has the byte type but is not <0xNN>")
+            values[i] = bytes([int(t[3:5], 16)])
+    return values
 
 
 class Tokenizer:
@@ -113,9 +173,10 @@ class Tokenizer:
     def __init__(self, metadata: dict, path: str = "model", n_vocab: int | None = None):
         md = _Metadata(metadata, path)
         model = metadata.get("tokenizer.ggml.model")
-        if model != "gpt2":
-            md.fail(f"tokenizer.ggml.model is {model!r}; ggpy's llama runner reads 'gpt2' (byte-level BPE) "
-                    "vocabularies")
+        if model not in ("gpt2", "llama"):
+            md.fail(f"tokenizer.ggml.model is {model!r}; ggpy's llama runner reads 'gpt2' (byte-level BPE) and "
+                    "'llama' (SentencePiece) vocabularies")
+        self.spm = model == "llama"
         tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(md.list_of("tokenizer.ggml.tokens", str))]
         if n_vocab is not None and len(tokens) != n_vocab:
             md.fail(f"the vocabulary has {len(tokens)} tokens but the model's embedding has {n_vocab} rows")
@@ -124,32 +185,46 @@ class Tokenizer:
         types = md.list_of("tokenizer.ggml.token_type", int, required=False) or [NORMAL] * len(tokens)
         if len(types) != len(tokens):
             md.fail(f"tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
+        pre = None if self.spm else self._pre_tokenizer(md, metadata)
+        self.types = [CONTROL if t in EOG_TEXTS else k for t, k in zip(tokens, types)]
+        self.tokens = tokens
+        n = len(tokens)
+        default_bos, default_eos = (1, 2) if self.spm else (11, 11)        # llama.cpp's defaults
+        self.bos_id = md.token_id("tokenizer.ggml.bos_token_id", n, default_bos if n > default_bos else None)
+        self.eos_id = md.token_id("tokenizer.ggml.eos_token_id", n, default_eos if n > default_eos else None)
+        self.add_bos = md.flag("tokenizer.ggml.add_bos_token", self.spm or pre.add_bos)
+        self.add_eos = md.flag("tokenizer.ggml.add_eos_token", False)
+        self.add_space_prefix = self.spm and md.flag("tokenizer.ggml.add_space_prefix", True)
+        for flag, tid, name in ((self.add_bos, self.bos_id, "bos"), (self.add_eos, self.eos_id, "eos")):
+            if flag and tid is None:
+                md.fail(f"tokenizer.ggml.add_{name}_token is true, but tokenizer.ggml.{name}_token_id is not set")
+        ends = [self.eos_id] + [md.token_id(f"tokenizer.ggml.{k}_token_id", n, None) for k in ("eot", "eom")]
+        self.eog_ids = frozenset([i for i, t in enumerate(tokens) if t in EOG_TEXTS] + [i for i in ends if i is not None])
+        template = metadata.get("tokenizer.chat_template")
+        self.chat_template = template if isinstance(template, str) else None
+        self._bytes = _byte_values(md, tokens, self.types) if self.spm else {}
+        try:
+            if self.spm:
+                scores = md.list_of("tokenizer.ggml.scores", float, required=False) or [0.0] * n
+                if len(scores) != n:
+                    md.fail(f"tokenizer.ggml.scores has {len(scores)} entries for {n} tokens")
+                unk = md.token_id("tokenizer.ggml.unknown_token_id", n, 0 if n else None)
+                hf = _build_spm(tokens, scores, self.add_space_prefix, None if unk is None else tokens[unk])
+            else:
+                hf = _build_hf(tokens, md.list_of("tokenizer.ggml.merges", str), pre)
+            self._hf = _added(hf, tokens, self.types, _rstrip_texts(metadata, tokens, self.types))
+        except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types on bad vocabularies
+            if isinstance(e, ModelFileError):
+                raise
+            md.fail(f"its tokenizer could not be built ({type(e).__name__}: {e})")
+
+    @staticmethod
+    def _pre_tokenizer(md: _Metadata, metadata: dict) -> PreTokenizer:
         pre_name = metadata.get("tokenizer.ggml.pre", "default")
         if not isinstance(pre_name, str) or pre_name not in PRE_TOKENIZERS:
             md.fail(f"pre-tokenizer tokenizer.ggml.pre={pre_name!r} is not supported (known: "
                     f"{', '.join(sorted(PRE_TOKENIZERS))})")
-        pre = PRE_TOKENIZERS[pre_name]
-        self.types = [CONTROL if t in EOG_TEXTS else k for t, k in zip(tokens, types)]
-        self.tokens = tokens
-        n = len(tokens)
-        self.bos_id = md.token_id("tokenizer.ggml.bos_token_id", n, 11 if n > 11 else None)  # llama.cpp's default
-        self.eos_id = md.token_id("tokenizer.ggml.eos_token_id", n, 11 if n > 11 else None)
-        self.add_bos = md.flag("tokenizer.ggml.add_bos_token", pre.add_bos)
-        self.add_eos = md.flag("tokenizer.ggml.add_eos_token", False)
-        for flag, tid, name in ((self.add_bos, self.bos_id, "bos"), (self.add_eos, self.eos_id, "eos")):
-            if flag and tid is None:
-                md.fail(f"tokenizer.ggml.add_{name}_token is true, but tokenizer.ggml.{name}_token_id is not set")
-        self.eog_ids = frozenset([i for i, t in enumerate(tokens) if t in EOG_TEXTS]
-                                 + ([self.eos_id] if self.eos_id is not None else []))
-        template = metadata.get("tokenizer.chat_template")
-        self.chat_template = template if isinstance(template, str) else None
-        special = [t for t, k in zip(tokens, self.types) if k in (CONTROL, UNKNOWN)]
-        user_defined = [t for t, k in zip(tokens, self.types) if k == USER_DEFINED]
-        merges = md.list_of("tokenizer.ggml.merges", str)
-        try:
-            self._hf = _build_hf(tokens, merges, pre, special, user_defined)
-        except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types on bad vocabularies
-            md.fail(f"its tokenizer could not be built ({type(e).__name__}: {e})")
+        return PRE_TOKENIZERS[pre_name]
 
     @property
     def n_vocab(self) -> int:
@@ -167,18 +242,27 @@ class Tokenizer:
         return ids
 
     def token_bytes(self, token_id: int, special: bool = False) -> bytes:
-        """The bytes a token stands for (llama_token_to_piece): byte-level decoded for normal tokens, the text of
-        user-defined ones, and of control tokens only when `special`."""
+        """The bytes a token stands for (llama_token_to_piece): normal tokens byte-level decoded (BPE) or with
+        U+2581 as space (SentencePiece), byte tokens their byte, the text of user-defined tokens, of control ones
+        only when `special`, nothing for unused ones."""
         text, kind = self.tokens[token_id], self.types[token_id]
-        if kind in (NORMAL, BYTE, UNUSED):
+        if kind == NORMAL and self.spm:
+            return text.replace(SPACE, " ").encode()
+        if kind == BYTE and self.spm:
+            return self._bytes[token_id]
+        if kind in (NORMAL, BYTE):
             return b"".join(bytes([_BYTE_OF_CHAR[c]]) if c in _BYTE_OF_CHAR else c.encode() for c in text)
-        if kind == USER_DEFINED or special:
+        if kind == USER_DEFINED or (special and kind in (CONTROL, UNKNOWN)):
             return text.encode()
         return b""
 
     def decode(self, ids, special: bool = False) -> str:
-        """The text of `ids` (bytes that are no valid UTF-8 become U+FFFD)."""
-        return b"".join(self.token_bytes(i, special) for i in ids).decode("utf-8", errors="replace")
+        """The text of `ids` (llama_detokenize; bytes that are no valid UTF-8 become U+FFFD). With
+        add_space_prefix, the first token's text loses one leading space (the one encode put there)."""
+        pieces = [self.token_bytes(i, special) for i in ids]
+        if self.add_space_prefix and pieces and pieces[0].startswith(b" "):
+            pieces[0] = pieces[0][1:]
+        return b"".join(pieces).decode("utf-8", errors="replace")
 
     def stream(self) -> TextStream:
         """A decoder for tokens that arrive one at a time."""

@@ -1,0 +1,189 @@
+"""ggpy.models.llama's SentencePiece tokenizer (tokenizer.ggml.model = llama: Llama 2, Mistral, Mixtral, Phi-3, Gemma):
+equal to a float-free Python transcription of llama.cpp's llm_tokenizer_spm (written here, on a vocabulary trained
+with `tokenizers`), to sentencepiece itself (a byte-fallback BPE model it trains, converted as convert_hf_to_gguf.py
+converts one) and to llama.cpp's tokenization of the same files (where llama-cpp-python is installed); special and
+user-defined tokens whole; Phi-3's stripped whitespace; decoding and streaming of byte-fallback pieces."""
+import heapq
+
+import gguf
+import numpy as np
+import pytest
+pytest.importorskip("tokenizers")          # the llama extra: pip install -e ".[llama]"
+
+from llama_cpp_ref import llama_cpp
+
+from ggpy import ModelFileError
+from ggpy.models.llama.gguf_file import read_gguf
+from ggpy.models.llama.tokenizer import Tokenizer
+
+SEED = int(np.random.SeedSequence().entropy % 2**32)
+T = gguf.TokenType
+SPACE = "\u2581"
+WORDS = ("the of and to in is it that was for on are with as at be this have from or had by hot word but what some "
+         "can out other were all there when up use your how said each she which their time will way about many then "
+         "Haus Straße über schön Größe café naïve élève français où très déjà garçon мир привет спасибо хорошо "
+         "Москва καλημέρα ελληνικά 日本 日本語 東京 中文 你好 世界 한국어 안녕하세요 مرحبا العربية हिन्दी नमस्ते "
+         "2024 3.14 42 1999 100000 don't I'm we've it's x=1; f(x) {a: b} <tag> --help C++ e-mail").split()
+PIECES = (WORDS + list(" \n\t.,!?'\"-_()[]{}<>|/\\@#$%^&*~`0123456789") + ["  ", "   ", "\n\n", "\r\n", "🤖", "👩‍👩‍👧",
+          "🙂", "\u00a0", "\u3000", "\u200b", "ß", "ﬁ", "Ω", "𝔘", "̈", "<s>", "</s>", "<unk>", "<|end|>", "<start_of_turn>",
+          "<end_of_turn>", "<0x41>", SPACE, SPACE * 2, "<tag>", "  \n"])
+FIXED = ["Hello world! 12345", "  lead", "trail   ", " ", "", "\n\n\nlines\r\n", "héllo 日本語 🤖 👩‍👩‍👧",
+         "<s>user\nHi</s>", "a<|end|> b<|end|>\n c", "<start_of_turn>user\nHi<end_of_turn>\n", "x  y   z", "▁▁a ▁b",
+         "1,000,000 and 2024-11-24", "ÅÄÖ åäö ß ﬁ 𝔘", "<0x41><0x0A> <unk>", "Привет, мир! Καλημέρα κόσμε. 안녕하세요"]
+
+
+def corpus(n_lines=600, seed=0):
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, size=rng.integers(3, 12))) for _ in range(n_lines)]
+
+
+def texts(n=300, seed=SEED):
+    rng = np.random.default_rng(seed)
+    return FIXED + ["".join(rng.choice(PIECES, size=rng.integers(1, 30))) for _ in range(n)]
+
+
+# --- vocabularies, as convert_hf_to_gguf.py writes them --------------------------------------------------------------
+
+def trained_pieces(vocab_size=600):
+    """(piece, score) of a SentencePiece-style BPE trained with `tokenizers` on corpus(): U+2581 for spaces, scores
+    falling with the merge order (as a sentencepiece BPE model's are); no emoji or rare characters."""
+    from tokenizers import SentencePieceBPETokenizer
+    tok = SentencePieceBPETokenizer(add_prefix_space=True)
+    tok.train_from_iterator(corpus(), vocab_size=vocab_size, min_frequency=2, special_tokens=[], show_progress=False)
+    by_id = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
+    return [(p, -float(i)) for i, (p, _) in enumerate(by_id)]
+
+
+def llama2_layout(pieces, control=(), user_defined=()):
+    """Llama 2's layout: <unk> <s> </s>, the 256 <0xNN> byte tokens, the pieces; then added control tokens and
+    user-defined ones (score -1000, as the converter gives added tokens). -> (tokens, scores, types)"""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    types = [T.UNKNOWN, T.CONTROL, T.CONTROL] + [T.BYTE] * 256
+    scores = [0.0] * len(tokens)
+    for p, s in pieces:
+        if p not in tokens:
+            tokens.append(p), scores.append(s), types.append(T.NORMAL)
+    for group, kind in ((control, T.CONTROL), (user_defined, T.USER_DEFINED)):
+        tokens += list(group)
+        scores += [-1000.0] * len(group)
+        types += [kind] * len(group)
+    return tokens, scores, types
+
+
+def write_vocab(path, tokens, scores, types, name="tiny", **keys):
+    """A vocab-only llama GGUF (hyper-parameters llama.cpp reads even for vocab_only, no tensors); `keys` are
+    tokenizer.ggml.* keys (add_bos_token=..., add_space_prefix=..., eot_token_id=...)."""
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name(name)
+    for add, value in ((w.add_context_length, 256), (w.add_embedding_length, 64), (w.add_block_count, 1),
+                       (w.add_feed_forward_length, 128), (w.add_head_count, 4), (w.add_layer_norm_rms_eps, 1e-5)):
+        add(value)
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types([int(t) for t in types])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    for key, value in keys.items():
+        if isinstance(value, bool):
+            w.add_bool(f"tokenizer.ggml.{key}", value)
+        else:
+            w.add_uint32(f"tokenizer.ggml.{key}", value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    return path
+
+
+def tokenizer_of(path) -> Tokenizer:
+    _, metadata = read_gguf(path)
+    return Tokenizer(metadata, str(path))
+
+
+# --- llama.cpp's llm_tokenizer_spm, transcribed (the reference that needs neither llama.cpp nor sentencepiece) -------
+
+def reference_spm(text, tokens, scores, types, add_space_prefix=True, parse_special=True, rstrip=()):
+    """llama_tokenize of an SPM vocabulary without BOS: special tokens cut out longest first (llama.cpp's
+    tokenizer_st_partition; `rstrip` ones take the ASCII whitespace after them), a space before every piece of text
+    that starts the text or follows a special token, spaces as U+2581, then the adjacent pair whose concatenation
+    is the token of highest score merged first (equal scores: the leftmost), characters no token covers as bytes."""
+    ids = {t: i for i, t in enumerate(tokens)}
+    special = sorted((i for i, k in enumerate(types) if k == T.USER_DEFINED
+                      or (parse_special and k in (T.CONTROL, T.UNKNOWN))), key=lambda i: -len(tokens[i]))
+    fragments = [text] if text else []
+    for sid in special:
+        out = []
+        for f in fragments:
+            while isinstance(f, str) and tokens[sid] in f:
+                left, f = f.split(tokens[sid], 1)
+                out += ([left] if left else []) + [sid]
+                if tokens[sid] in rstrip:
+                    f = f.lstrip(" \t\n\v\f\r")
+            if f != "":
+                out.append(f)
+        fragments = out
+    result, after_special = [], True
+    for f in fragments:
+        if isinstance(f, int):
+            result.append(f)
+            after_special = True
+            continue
+        result += _spm_merge(((" " if add_space_prefix and after_special else "") + f).replace(" ", SPACE), ids,
+                             scores)
+        after_special = False
+    return result
+
+
+def _spm_merge(text, ids, scores):
+    symbols = list(text)
+    alive = [True] * len(symbols)
+    nxt, prv = list(range(1, len(symbols))) + [-1], list(range(-1, len(symbols) - 1))
+    queue = []
+
+    def push(left, right):
+        if left >= 0 and right >= 0 and symbols[left] + symbols[right] in ids:
+            joined = symbols[left] + symbols[right]
+            heapq.heappush(queue, (-scores[ids[joined]], left, right, joined))
+
+    for i in range(1, len(symbols)):
+        push(i - 1, i)
+    while queue:
+        _, left, right, joined = heapq.heappop(queue)
+        if not (alive[left] and alive[right] and nxt[left] == right and symbols[left] + symbols[right] == joined):
+            continue
+        symbols[left], alive[right] = joined, False
+        nxt[left] = nxt[right]
+        if nxt[right] >= 0:
+            prv[nxt[right]] = left
+        push(prv[left], left)
+        push(left, nxt[left])
+    out, i = [], 0
+    while i != -1 and symbols:
+        s = symbols[i]
+        out += [ids[s]] if s in ids else [ids[f"<0x{b:02X}>"] for b in s.encode()]
+        i = nxt[i]
+    return out
+
+
+# --- tests ------------------------------------------------------------------------------------------------------------
+
+def _vocab(tmp_path, gemma=False, name="tiny"):
+    control = ["<start_of_turn>", "<end_of_turn>", "<|end|>"]
+    user_defined = ["<tag>", "  ", "\n\n"] if gemma else ["<tag>"]
+    tokens, scores, types = llama2_layout(trained_pieces(), control, user_defined)
+    keys = {"add_space_prefix": False, "eot_token_id": tokens.index("<end_of_turn>")} if gemma else {}
+    return tokens, scores, types, write_vocab(tmp_path / "v.gguf", tokens, scores, types, name=name, **keys)
+
+
+@pytest.mark.parametrize("gemma", [False, True])
+def test_equals_the_transcribed_llama_cpp_algorithm(tmp_path, gemma):
+    tokens, scores, types, path = _vocab(tmp_path, gemma)
+    tok = tokenizer_of(path)
+    assert tok.add_bos and tok.add_space_prefix == (not gemma)
+    for text in texts():
+        for special in (True, False):
+            want = reference_spm(text, tokens, scores, types, not gemma, special)
+            assert tok.encode(text, add_special=False, parse_special=special) == want, f"{text!r} {special} ({SEED})"

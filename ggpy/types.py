@@ -1,5 +1,5 @@
 """Element types: F32, F16, BF16 and I32 with their numpy dtypes (BF16: ml_dtypes.bfloat16), and ggml's
-block-quantized types Q4_0 ... Q6_K, whose values are blocks of `block` elements stored in `size` bytes (ggml's
+block-quantized types Q4_0 ... Q6_K, Q2_K, Q3_K, IQ4_NL and IQ4_XS, whose values are blocks of `block` elements stored in `size` bytes (ggml's
 blck_size and type_size); their tensors are seen from numpy as raw bytes (uint8). `ggml_id` is ggml's type number,
 the tensor type a GGUF file records."""
 from dataclasses import dataclass
@@ -47,9 +47,15 @@ Q8_0 = GGType("q8_0", _BYTES, 34, 8, 32)     # f16 d; 32 int8
 Q4_K = GGType("q4_k", _BYTES, 144, 12, 256)  # f16 d, f16 dmin; 12 bytes of 6-bit scales and mins; 128 bytes of nibbles
 Q5_K = GGType("q5_k", _BYTES, 176, 13, 256)  # as Q4_K, then 32 bytes of fifth bits before the nibbles
 Q6_K = GGType("q6_k", _BYTES, 210, 14, 256)  # 128 bytes low nibbles, 64 bytes 2-bit highs, 16 int8 scales, f16 d
+Q2_K = GGType("q2_k", _BYTES, 84, 10, 256)   # 16 bytes of 4-bit scale | 4-bit min << 4; 64 bytes of 2-bit q; f16 d, dmin
+Q3_K = GGType("q3_k", _BYTES, 110, 11, 256)  # 32 bytes hmask (third bits), 64 bytes 2-bit q, 12 bytes 6-bit scales, f16 d
+IQ4_NL = GGType("iq4_nl", _BYTES, 18, 20, 32)  # f16 d; 16 bytes of nibbles (as Q4_0), each an index into KVALUES_IQ4NL
+IQ4_XS = GGType("iq4_xs", _BYTES, 136, 23, 256)  # f16 d, u16 high scale bits, 4 bytes low scale nibbles, 128 bytes nibbles
 
 FLOAT_TYPES = (F32, F16, BF16)
-QUANT_TYPES = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)
+QUANT_TYPES = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS)
+KVALUES_IQ4NL = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+"""IQ4_NL's and IQ4_XS's 16 values a nibble indexes (ggml's kvalues_iq4nl), times the block's scale."""
 ALL_TYPES = (F32, F16, BF16, I32) + QUANT_TYPES
 BY_GGML_ID = {t.ggml_id: t for t in ALL_TYPES}
 

@@ -16,7 +16,7 @@ from ggpy.backends.cpu.kernels import q8dot
 from ggpy.backends.cpu.registry import KERNELS
 from ggpy.test_backend_ops import run_case
 from ggpy.test_backend_ops.cases.matmul import QUANT_NMSE, quant_cases
-from ggpy.types import Q6_K, QUANT_TYPES
+from ggpy.types import Q6_K
 
 pytestmark = pytest.mark.skipif(not q8dot.AVAILABLE, reason="q8 needs an x86 host with AVX2")
 
@@ -53,8 +53,8 @@ def _product(t, raw, x, backend):
     return out.numpy().reshape(n, m), [r.kernel for r in plan.timeline if r.op == "mul_mat"][0]
 
 
-@pytest.mark.parametrize("threads, n", [(1, 1), (2, 1), (2, 3), (3, 8)])
-@pytest.mark.parametrize("t", QUANT_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("threads, n", [(1, 1), (2, 1), (2, 3), (3, 8), (2, 13)])
+@pytest.mark.parametrize("t", q8dot.Q8_TYPES, ids=lambda t: t.name)
 def test_q8_equals_the_product_with_rounded_activations(t, threads, n):
     rng = np.random.default_rng(7)
     k, m = 3 * 256, 67
@@ -89,6 +89,16 @@ def test_q8_is_for_quantized_weights_only():
     ctx = ggpy.Context()
     y = ggpy.mul_mat(ctx.new_tensor(ggpy.F32, (64, 8)), ctx.new_tensor(ggpy.F32, (64, 2)))
     with pytest.raises(ggpy.UnsupportedOpError, match="cannot run as q8: q8 takes a quantized a only"):
+        ggpy.GraphAllocator(ggpy.CPUBackend(n_threads=1, force={"mul_mat": "q8"})).alloc_graph(
+            ggpy.Graph().build_forward_expand(y))
+
+
+def test_types_without_integer_dots_run_as_dot_and_refuse_q8():
+    ctx = ggpy.Context()
+    y = ggpy.mul_mat(ctx.new_tensor(ggpy.IQ4_XS, (256, 8)), ctx.new_tensor(ggpy.F32, (256, 2)))
+    plan = ggpy.GraphAllocator(ggpy.CPUBackend(n_threads=1)).alloc_graph(ggpy.Graph().build_forward_expand(y))
+    assert [r.kernel for r in plan.timeline if r.op == "mul_mat"] == ["dot_iq4_xs"]
+    with pytest.raises(ggpy.UnsupportedOpError, match="cannot run as q8: q8 takes q4_0, .*q6_k$"):
         ggpy.GraphAllocator(ggpy.CPUBackend(n_threads=1, force={"mul_mat": "q8"})).alloc_graph(
             ggpy.Graph().build_forward_expand(y))
 

@@ -243,14 +243,14 @@ def _dequantized_by_ggpy_tensor(w, backend):
 
 def test_load_gguf_refuses_a_type_it_does_not_know(tmp_path, cpu):
     writer = gguf.GGUFWriter(str(tmp_path / "q3.gguf"), "test")
-    raw = np.random.default_rng(6).integers(0, 256, (2, 110), dtype=np.uint8)
-    writer.add_tensor("blk.0.ffn_up.weight", raw, raw_shape=raw.shape, raw_dtype=gguf.GGMLQuantizationType.Q3_K)
+    raw = np.random.default_rng(6).integers(0, 256, (2, 98), dtype=np.uint8)
+    writer.add_tensor("blk.0.ffn_up.weight", raw, raw_shape=raw.shape, raw_dtype=gguf.GGMLQuantizationType.IQ3_XXS)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     with pytest.raises(ggpy.ModelFileError, match=r"tensor 'blk\.0\.ffn_up\.weight' in .*q3\.gguf is of GGUF type "
-                                                  r"Q3_K; ggpy loads F32, F16, BF16, Q4_0, .*Q6_K"):
+                                                  r"IQ3_XXS; ggpy loads F32, F16, BF16, Q4_0, .*Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS"):
         ggpy.load_gguf(tmp_path / "q3.gguf", cpu)
 
 

@@ -68,7 +68,7 @@ def test_refuses_a_missing_key(tmp_path, key):
     ("llama.feed_forward_length", 256, ["'blk.0.ffn_gate.weight' has shape (64, 128)", "expected (64, 256)"]),
     ("llama.expert_count", 8, ["mixture-of-experts"]),
     ("llama.rope.scaling.type", "longrope", ["'longrope' is not supported"]),
-    ("tokenizer.ggml.model", "llama", ["tokenizer.ggml.model is 'llama'"]),
+    ("tokenizer.ggml.model", "bert", ["tokenizer.ggml.model is 'bert'"]),
     ("tokenizer.ggml.pre", "nonesuch", ["tokenizer.ggml.pre='nonesuch'"]),
     ("tokenizer.ggml.bos_token_id", 100000, ["bos_token_id", "below 320"]),
 ])
@@ -100,7 +100,7 @@ def _type_field_offset(path, name):
 
 
 @pytest.mark.parametrize("type_id,words", [(99, ["'blk.0.attn_q.weight'", "type id 99"]),
-                                           (int(Q.IQ4_NL), ["'blk.0.attn_q.weight'", "type IQ4_NL"]),
+                                           (int(Q.IQ3_S), ["'blk.0.attn_q.weight'", "type IQ3_S"]),
                                            (int(Q.IQ2_XXS), ["'blk.0.attn_q.weight'", "rows of 64", "IQ2_XXS"]),
                                            (int(Q.Q4_1), ["'blk.0.attn_q.weight'", "starts at byte"])])
 def test_refuses_an_unknown_or_unsupported_tensor_type(tiny, tmp_path, type_id, words):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import ops
-from ...types import BF16, F16, F32, Q6_K
+from ...types import BF16, F16, F32, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q6_K
 
 TYPES = (F32, F16, BF16)
 
@@ -52,7 +52,7 @@ def uniform(lo: float, hi: float):
 def random_blocks(rng: np.random.Generator, type_, ne) -> np.ndarray:
     """Random rows of `type_`'s blocks (uint8, shape (ne3, ne2, ne1, bytes per row)): uniform F32 weights in [-1, 1)
     quantized by gguf.quants where it quantizes the type; else random bytes whose f16 scale fields are set to finite
-    values in [2^-10, 2^-9) (the K-quants: d and dmin first, Q6_K's d last)."""
+    values in [2^-10, 2^-9) (SCALES_AT: where they lie)."""
     import gguf
 
     qtype = gguf.GGMLQuantizationType(type_.ggml_id)
@@ -62,7 +62,11 @@ def random_blocks(rng: np.random.Generator, type_, ne) -> np.ndarray:
     except NotImplementedError:
         raw = rng.integers(0, 256, shape[:3] + (type_.row_bytes(ne[0]),), dtype=np.uint8)
     blocks = raw.reshape(-1, type_.size)
-    scales = slice(type_.size - 2, type_.size) if type_ == Q6_K else slice(0, 4)
-    n = (scales.stop - scales.start) // 2
-    blocks[:, scales] = rng.uniform(2 ** -10, 2 ** -9, (len(blocks), n)).astype(np.float16).view(np.uint8)
+    at = SCALES_AT.get(type_, 0)
+    n = 1 if type_ in (Q6_K, Q3_K, IQ4_NL, IQ4_XS) else 2
+    blocks[:, at:at + 2 * n] = rng.uniform(2 ** -10, 2 ** -9, (len(blocks), n)).astype(np.float16).view(np.uint8)
     return raw
+
+
+SCALES_AT = {Q6_K: 208, Q2_K: 80, Q3_K: 108}
+"""Byte offset of a block's f16 scale (d; d and dmin for the K-quants with mins) where it is not 0."""

@@ -40,7 +40,7 @@ from .common import (
 )
 from .activations import EPILOGUE_FUNCS, epilogue_code
 from .convert import to_f32_rows
-from .q8dot import AVAILABLE as Q8_AVAILABLE, DOT_Q8, QK, quantize_row_q8
+from .q8dot import AVAILABLE as Q8_AVAILABLE, Q8_TYPES, QK, TILE_Q8, quantize_row_q8
 from .quants import CODES, DEQUANTIZE, DOT
 
 EPILOGUE_ROWS = 256
@@ -51,6 +51,8 @@ matrix a, which each worker packs once."""
 DOT_MAX_ROWS = 8
 """A quantized a multiplies at most this many rows of x per matrix by dot products (q8, else dot), more by
 dequantized panels."""
+Q8_ROW_BLOCK = 32
+"""Rows of a that q8 multiplies with all of x's rows (register tiles into a worker's tiles) before writing them."""
 PANEL_FLOATS = 256 << 10
 """Dequantized floats of a per panel (1 MiB: few enough panels that repacking x for each costs little)."""
 
@@ -194,10 +196,11 @@ def _x_rows(node) -> int:
 
 def mul_mat_choose(node, backend) -> str:
     """gemm on hosts with its vector width for products that amortise its packing, else blas; for a quantized a,
-    q8 (dot without AVX2) for few rows of x, else gemm (blas without the own GEMM's vector width)."""
+    q8 (dot without AVX2, or for a type without integer dots) for few rows of x, else gemm (blas without the own
+    GEMM's vector width)."""
     if node.src[0].type.quantized:
         if _x_rows(node) <= DOT_MAX_ROWS:
-            return "q8" if Q8_AVAILABLE else "dot"
+            return "q8" if Q8_AVAILABLE and node.src[0].type in Q8_TYPES else "dot"
         return "gemm" if own_gemm.available() else "blas"
     return "gemm" if _gemm_panels_bytes(node, backend) else "blas"
 
@@ -207,6 +210,9 @@ def _check_impl(node, impl, backend):
     if impl in ("dot", "q8") and not a.type.quantized:
         raise UnsupportedOpError(f"cpu: mul_mat '{node.name}' (a {a.type.name} ne={a.ne}) cannot run as {impl}: {impl} "
                                  "takes a quantized a only")
+    if impl == "q8" and a.type.quantized and a.type not in Q8_TYPES:
+        raise UnsupportedOpError(f"cpu: mul_mat '{node.name}' (a {a.type.name} ne={a.ne}) cannot run as q8: q8 takes "
+                                 f"{', '.join(t.name for t in Q8_TYPES)}")
     if (impl == "gemm" and a.type.quantized and not own_gemm.available()) or (impl == "q8" and not Q8_AVAILABLE):
         raise UnsupportedOpError(f"cpu: mul_mat '{node.name}' (a {a.type.name} ne={a.ne}) cannot run as {impl}: it "
                                  "needs a host with AVX2 (or AVX-512)")
@@ -426,16 +432,18 @@ def _bind_quantized(b: BoundNode, d, a, x, temp, prepare: list):
 # -- a block-quantized a on integer dot products ---------------------------------------------------------------
 
 @kernel
-def mul_mat_q8_rows(code, code_up, act, d, a, up, x, res, xf, xq, xds, ith, nth):
+def mul_mat_q8_rows(code, code_up, act, d, a, up, x, res, xf, xq, xds, xt, tiles, ith, nth):
     """d[i3, i2, n, r] = dot(row r of a[a3, a2], x[i3, i2, n]) for worker ith's block of the M rows of every matrix, on
     integer dot products: the worker first quantizes the matrix's rows of x into its activation blocks xq[ith],
-    xds[ith] (q8dot.py; a row of x with no unit stride is gathered into xf[ith] first). Fused (arrays with
-    elements): with `up` (of type code_up, a's shape), d = act(a . x) * (up . x) (the glu pattern: a the gate); with
-    `res` (d's shape), d += res (mul_mat_add)."""
-    g, h, f = DOT_Q8[code], DOT_Q8[code_up], EPILOGUE_FUNCS[act]
+    xds[ith] (q8dot.py; a row of x with no unit stride is gathered into xf[ith] first; the (d, s) pairs transposed
+    into xt[ith]), then multiplies Q8_ROW_BLOCK rows of a at a time with all of them by register tiles (TILE_Q8) into
+    tiles[ith]. Fused (arrays with elements): with `up` (of type code_up, a's shape), d = act(a . x) * (up . x) (the
+    glu pattern: a the gate); with `res` (d's shape), d += res (mul_mat_add)."""
+    g, h, f = TILE_Q8[code], TILE_Q8[code_up], EPILOGUE_FUNCS[act]
     zero = np.float32(0.0)
     b3, b2, n, m = d.shape
-    q, ds, row = xq[ith], xds[ith], xf[ith]
+    q, ds, row, xt_, out = xq[ith], xds[ith], xf[ith], xt[ith], tiles[ith]
+    nb = q.shape[1] // QK
     m0, m1 = block(m, ith, nth)
     for i3 in range(b3):
         for i2 in range(b2):
@@ -445,34 +453,47 @@ def mul_mat_q8_rows(code, code_up, act, d, a, up, x, res, xf, xq, xds, ith, nth)
                 else:
                     row[:] = x[i3, i2, j]
                     quantize_row_q8(q[j], ds[j], row)
+                for t in range(nb):
+                    xt_[t, j], xt_[nb + t, j] = ds[j, 2 * t], ds[j, 2 * t + 1]
             a3, a2 = i3 // (b3 // a.shape[0]), i2 // (b2 // a.shape[1])
             aa = a[a3, a2]
             uu = up[a3, a2] if up.size else aa
-            for r in range(m0, m1):
+            for r0 in range(m0, m1, Q8_ROW_BLOCK):
+                r1 = min(m1, r0 + Q8_ROW_BLOCK)
+                g(aa, r0, r1, q, ds, xt_, out[0])
+                if up.size:
+                    h(uu, r0, r1, q, ds, xt_, out[1])
                 for j in range(n):
-                    v = g(aa[r], q[j], ds[j])
-                    if up.size:
-                        v = f(v, zero, zero) * h(uu[r], q[j], ds[j])
-                    if res.size:
-                        v += res[i3, i2, j, r]
-                    d[i3, i2, j, r] = v
+                    for r in range(r0, r1):
+                        v = out[0, j, r - r0]
+                        if up.size:
+                            v = f(v, zero, zero) * out[1, j, r - r0]
+                        if res.size:
+                            v += res[i3, i2, j, r]
+                        d[i3, i2, j, r] = v
 
 
 def _q8_scratch_bytes(node) -> int:
-    """One worker's temp for q8: x's rows per matrix as activation blocks (K int8, and two float32 per 32) and a
-    float32 row of x."""
-    k = node.src[0].ne[0]
-    return _aligned(_x_rows(node) * k) + _aligned(_x_rows(node) * k // QK * 8) + _aligned(k * 4)
+    """One worker's temp for q8: x's rows per matrix as activation blocks (K int8, and two float32 per 32, twice: as
+    pairs and transposed), a float32 row of x, and two tiles of products (rows of x x Q8_ROW_BLOCK floats)."""
+    k, n = node.src[0].ne[0], _x_rows(node)
+    return sum(_q8_sizes(n, k))
+
+
+def _q8_sizes(n: int, k: int) -> tuple:
+    return (_aligned(k * 4), _aligned(n * k), _aligned(n * k // QK * 8), _aligned(n * k // QK * 8),
+            _aligned(2 * n * Q8_ROW_BLOCK * 4))
 
 
 def _q8_scratch(temp: np.ndarray, nth: int, x: np.ndarray) -> tuple:
-    """The workers' (xf, xq, xds) in temp, laid out as _q8_scratch_bytes says."""
+    """The workers' (xf, xq, xds, xt, tiles) in temp, laid out as _q8_scratch_bytes says."""
     n, k = x.shape[2], x.shape[3]
     raw = temp.view(np.uint8)
-    sizes = (_aligned(k * 4), _aligned(n * k), _aligned(n * k // QK * 8))
+    sizes = _q8_sizes(n, k)
     per, out, at = sum(sizes), [], 0
     workers = raw[:nth * per].reshape(nth, per)
-    for size, dtype, shape in zip(sizes, (np.float32, np.int8, np.float32), ((k,), (n, k), (n, k // QK * 2))):
+    shapes = ((k,), (n, k), (n, k // QK * 2), (k // QK * 2, n), (2, n, Q8_ROW_BLOCK))
+    for size, dtype, shape in zip(sizes, (np.float32, np.int8, np.float32, np.float32, np.float32), shapes):
         count = int(np.prod(shape))
         out.append(workers[:, at:at + count * np.dtype(dtype).itemsize].view(dtype).reshape((nth,) + shape))
         at += size
@@ -497,7 +518,7 @@ def _q8_fusable(head) -> bool:
 
 def _glu_accepts(fusion) -> bool:
     g, u, mul = fusion.w_gate, fusion.w_up, fusion.mul
-    return (g.type.quantized and u.type.quantized and g.ne == u.ne and mul.type == F32 and mul.is_contiguous()
+    return (g.type in Q8_TYPES and u.type in Q8_TYPES and g.ne == u.ne and mul.type == F32 and mul.is_contiguous()
             and _q8_fusable(fusion.head))
 
 

@@ -205,6 +205,57 @@ def dot_q8_blocks32(typingctx, mode, has_min, row, xq, xds, nblocks, size, qh_at
 
 
 @intrinsic(prefer_literal=True)
+def dot_q8_tile32(typingctx, mode, has_min, nr, nc, row, rstride, xq, kq, xt, ldt, nblocks, size, qh_at, qs_at,
+                  center, out, ostride):
+    """The nr x nc dot products of nr rows of 32-blocks (bytes at address row, rstride apart; blocks as
+    dot_q8_blocks32 has them) with nc activation columns (quants at xq, kq bytes apart; block t's d of column j at
+    float32 xt[t * ldt + j], its s at xt[(nblocks + t) * ldt + j]), written to float32 out[j * ostride + i] (ostride in
+    bytes): each weight block is unpacked once for the nc columns, each activation block loaded once for the nr rows
+    (nr, nc literals: nr * nc accumulators in registers)."""
+    lits = (mode, has_min, nr, nc)
+    if not all(isinstance(t, types.IntegerLiteral) for t in lits):
+        return None
+    kind, minimum, rows, cols = (t.literal_value for t in lits)
+
+    def codegen(context, builder, sig, args):
+        row, rstride, xq, kq, xt, ldt, nblocks, size, qh_at, qs_at, center, out, ostride = args[4:]
+        b, v = builder, _Ints(builder)
+        c = lambda n: ir.Constant(row.type, n)        # noqa: E731
+        vc = ir.VectorType(v.f32, cols)
+        acc = [[cgutils.alloca_once_value(b, ir.Constant(v.vf, [0.0] * 8)) for _ in range(cols)] for _ in range(rows)]
+        low = [cgutils.alloca_once_value(b, ir.Constant(vc, [0.0] * cols)) for _ in range(rows)]
+        with cgutils.for_range(b, nblocks) as loop:
+            t = loop.index
+            ys = [v.bytes32(b.add(b.add(xq, b.mul(c(j), kq)), b.mul(t, c(QK)))) for j in range(cols)]
+            at = b.add(xt, b.mul(t, b.mul(ldt, c(4))))
+            dx = [v.splat(v.scalar(b.add(at, c(4 * j)), v.f32), v.vf) for j in range(cols)]
+            sx = b.load(v.ptr(b.add(at, b.mul(nblocks, b.mul(ldt, c(4)))), vc), align=4)
+            for i in range(rows):
+                blk = b.add(b.add(row, b.mul(c(i), rstride)), b.mul(t, size))
+                dw = v.half(blk)
+                if kind == INT8:
+                    w = v.bytes32(b.add(blk, qs_at))
+                else:
+                    w = v.nibbles16(b.add(blk, qs_at), 0)
+                    if kind == NIBBLE_WORD_BIT:
+                        w = b.or_(w, v.word_bits(b.add(blk, qh_at)))
+                    mw = v.half(b.add(blk, c(2))) if minimum else dw        # the offset's m, or d for -center
+                    b.store(b.fadd(b.load(low[i]), b.fmul(v.splat(mw, vc), sx)), low[i])
+                for j in range(cols):
+                    u, y = v.signed(w, ys[j]) if kind == INT8 else (w, ys[j])
+                    part = b.fmul(b.sitofp(v.madd(u, y), v.vf), dx[j])
+                    b.store(v.fma(v.splat(dw, v.vf), part, b.load(acc[i][j])), acc[i][j])
+        for i in range(rows):
+            for j in range(cols):
+                extra = ir.Constant(v.f32, 0.0) if kind == INT8 else v.lane(b.load(low[i]), j)
+                value = v.total(b.load(acc[i][j]), extra if minimum else b.fmul(extra, b.fneg(center)))
+                b.store(value, v.ptr(b.add(out, b.add(b.mul(c(j), ostride), c(4 * i))), v.f32), align=4)
+        return context.get_dummy_value()
+    i = types.intp
+    return types.void(mode, has_min, nr, nc, i, i, i, i, i, i, i, i, i, i, types.float32, i, i), codegen
+
+
+@intrinsic(prefer_literal=True)
 def dot_q8_blocks256(typingctx, mode, row, xq, xds, nblocks):
     """sum over the nblocks 256-blocks of a K-quant row (bytes at address row; mode NIBBLE: Q4_K, NIBBLE_BIT: Q5_K,
     NIBBLE_2BITS: Q6_K) of the block's values . the activation blocks at xq, xds (quants.py's dequantize_* say
@@ -306,8 +357,12 @@ def dot_q8_q6_k(row, xq, xds):
     return dot_q8_blocks256(NIBBLE_2BITS, row.ctypes.data, xq.ctypes.data, xds.ctypes.data, xq.size // 256)
 
 
-DOT_Q8 = tuple({Q4_0: dot_q8_q4_0, Q4_1: dot_q8_q4_1, Q5_0: dot_q8_q5_0, Q5_1: dot_q8_q5_1, Q8_0: dot_q8_q8_0,
-                Q4_K: dot_q8_q4_k, Q5_K: dot_q8_q5_k, Q6_K: dot_q8_q6_k}[t] for t in QUANT_TYPES)
+_DOTS = {Q4_0: dot_q8_q4_0, Q4_1: dot_q8_q4_1, Q5_0: dot_q8_q5_0, Q5_1: dot_q8_q5_1, Q8_0: dot_q8_q8_0,
+         Q4_K: dot_q8_q4_k, Q5_K: dot_q8_q5_k, Q6_K: dot_q8_q6_k}
+Q8_TYPES = tuple(t for t in QUANT_TYPES if t in _DOTS)
+"""The weight types with integer dot products (the first of QUANT_TYPES; the others run mul_mat as `dot`)."""
+assert QUANT_TYPES[:len(Q8_TYPES)] == Q8_TYPES
+DOT_Q8 = tuple(_DOTS[t] for t in Q8_TYPES)
 """By quants.CODES."""
 
 
@@ -316,3 +371,92 @@ def quantize_row_q8(xq, xds, x):
     """x (float32, contiguous, a multiple of 32 values) into the activation blocks xq (int8) and xds (float32 (d, s)
     pairs, contiguous)."""
     quantize_q8(x.ctypes.data, xq.ctypes.data, xds.ctypes.data, xq.size // QK)
+
+
+# -- tile_q8_<type>(a, r0, r1, xq, xds, xt, out): out[j, r - r0] = row r of a . activation column j, r0 <= r < r1 ---
+
+TILE_COLS = 8
+"""Activation columns per register tile of dot_q8_tile32 (one row of a each; a lone column takes two rows)."""
+
+
+@scalar
+def _tile(mode, has_min, nr, nc, size, qh_at, qs_at, center, a, r, r0, j, xq, xt, out):
+    """dot_q8_tile32 on rows r .. r + nr - 1 of a and columns j .. j + nc - 1, into out[j:, r - r0:]."""
+    dot_q8_tile32(mode, has_min, nr, nc, a[r].ctypes.data, a.strides[0], xq[j].ctypes.data, xq.strides[0],
+                  xt.ctypes.data + 4 * j, xq.shape[0], xq.shape[1] // QK, size, qh_at, qs_at, center,
+                  out[j].ctypes.data + 4 * (r - r0), out.strides[0])
+
+
+@scalar
+def _tiles32(mode, has_min, size, qh_at, qs_at, center, a, r0, r1, xq, xt, out):
+    """The 32-block types' tile_q8 (dot_q8_tile32's arguments for the type first): each row of a times TILE_COLS
+    columns at a time, then four, then the last columns one at a time by pairs of rows."""
+    n = xq.shape[0]
+    full = n - n % TILE_COLS
+    four = full + (n - full) // 4 * 4
+    for r in range(r0, r1):
+        for j in range(0, full, TILE_COLS):
+            _tile(mode, has_min, 1, TILE_COLS, size, qh_at, qs_at, center, a, r, r0, j, xq, xt, out)
+        if four > full:
+            _tile(mode, has_min, 1, 4, size, qh_at, qs_at, center, a, r, r0, full, xq, xt, out)
+    pairs = r1 - (r1 - r0) % 2
+    for j in range(four, n):
+        for r in range(r0, pairs, 2):
+            _tile(mode, has_min, 2, 1, size, qh_at, qs_at, center, a, r, r0, j, xq, xt, out)
+        if pairs < r1:
+            _tile(mode, has_min, 1, 1, size, qh_at, qs_at, center, a, pairs, r0, j, xq, xt, out)
+
+
+@scalar
+def _dots(dot, a, r0, r1, xq, xds, out):
+    """tile_q8 by one dot product per row and column (the K-quants)."""
+    for r in range(r0, r1):
+        for j in range(xq.shape[0]):
+            out[j, r - r0] = dot(a[r], xq[j], xds[j])
+
+
+@scalar
+def tile_q8_q4_0(a, r0, r1, xq, xds, xt, out):
+    _tiles32(NIBBLE, 0, 18, 0, 2, np.float32(8.0), a, r0, r1, xq, xt, out)
+
+
+@scalar
+def tile_q8_q4_1(a, r0, r1, xq, xds, xt, out):
+    _tiles32(NIBBLE, 1, 20, 0, 4, np.float32(0.0), a, r0, r1, xq, xt, out)
+
+
+@scalar
+def tile_q8_q5_0(a, r0, r1, xq, xds, xt, out):
+    _tiles32(NIBBLE_WORD_BIT, 0, 22, 2, 6, np.float32(16.0), a, r0, r1, xq, xt, out)
+
+
+@scalar
+def tile_q8_q5_1(a, r0, r1, xq, xds, xt, out):
+    _tiles32(NIBBLE_WORD_BIT, 1, 24, 4, 8, np.float32(0.0), a, r0, r1, xq, xt, out)
+
+
+@scalar
+def tile_q8_q8_0(a, r0, r1, xq, xds, xt, out):
+    _tiles32(INT8, 0, 34, 0, 2, np.float32(0.0), a, r0, r1, xq, xt, out)
+
+
+@scalar
+def tile_q8_q4_k(a, r0, r1, xq, xds, xt, out):
+    _dots(dot_q8_q4_k, a, r0, r1, xq, xds, out)
+
+
+@scalar
+def tile_q8_q5_k(a, r0, r1, xq, xds, xt, out):
+    _dots(dot_q8_q5_k, a, r0, r1, xq, xds, out)
+
+
+@scalar
+def tile_q8_q6_k(a, r0, r1, xq, xds, xt, out):
+    _dots(dot_q8_q6_k, a, r0, r1, xq, xds, out)
+
+
+_TILES = {Q4_0: tile_q8_q4_0, Q4_1: tile_q8_q4_1, Q5_0: tile_q8_q5_0, Q5_1: tile_q8_q5_1, Q8_0: tile_q8_q8_0,
+          Q4_K: tile_q8_q4_k, Q5_K: tile_q8_q5_k, Q6_K: tile_q8_q6_k}
+TILE_Q8 = tuple(_TILES[t] for t in Q8_TYPES)
+"""By quants.CODES."""
+

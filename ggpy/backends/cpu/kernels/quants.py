@@ -1,7 +1,8 @@
 """ggml's block formats in numba kernels: rows of blocks dequantized to float32, and F32 rows quantized.
 
-Every dequantizer goes through unpack16, which turns 16 quants into 16 floats with vector instructions (written
-in LLVM IR: numba's loop vectoriser gives up on the short loops over a block's bytes). A row is a contiguous uint8
+Every dequantizer but those of Q2_K, Q3_K, IQ4_NL and IQ4_XS (scalar loops over groups of 16) goes through
+unpack16, which turns 16 quants into 16 floats with vector instructions (written in LLVM IR: numba's loop
+vectoriser gives up on the short loops over a block's bytes). A row is a contiguous uint8
 array of whole blocks, its float32 output contiguous. `DEQUANTIZE[code]` is the row dequantizer of the type with
 `CODES[type]`, `DOT[code]` a row's dot product with a float32 vector; `QUANTIZE[QUANTIZE_CODES[type]]` the row quantizer of the types cpy writes (ggml's
 quantize_row_*_ref, bit for bit).
@@ -15,7 +16,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ....ops.layout import QUANTIZE_TO
-from ....types import Q4_0, Q4_1, Q5_0, Q5_1, Q6_K, Q8_0, Q4_K, Q5_K, QUANT_TYPES
+from ....types import (IQ4_NL, IQ4_XS, KVALUES_IQ4NL, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
+                       QUANT_TYPES)
 from .common import scalar
 from .fp16 import float_to_half
 
@@ -319,9 +321,84 @@ def dequantize_q6_k(out, row):
                              np.float32(-32.0) * sc)
 
 
+# -- Q2_K, Q3_K, IQ4_NL, IQ4_XS: groups of 16 values d_g * q + m_g, in scalar loops -------------------------------
+
+Q2K, Q3K, IQ4NL, IQ4XS = range(4)
+"""_group's and _quant's kinds."""
+_SIZE, _BLOCK = (84, 110, 18, 136), (256, 256, 32, 256)
+_KVALUES = np.array(KVALUES_IQ4NL, np.float32)
+
+
+@scalar
+def _group(row, at, kind, g):
+    """(d_g, m_g) of the values 16g .. 16g + 15 of the block at row[at:]: Q2_K: d * (scale & 15), -dmin * (scale >> 4)
+    of byte g; Q3_K: d * (s - 32), s's 6 bits packed in the 12 bytes at 96; IQ4_NL: d; IQ4_XS: d * (s - 32), s of
+    sub-block g // 2 from its nibble at 4 and 2 bits of the uint16 at 2."""
+    zero, r = np.float32(0.0), row.ctypes.data + at
+    if kind == Q2K:
+        sc = row[at + g]
+        return half_at(r + 80) * np.float32(sc & 15), -(half_at(r + 82) * np.float32(sc >> 4))
+    if kind == Q3K:
+        s = ((row[at + 96 + g % 8] >> (4 * (g // 8))) & 15) | (((row[at + 104 + g % 4] >> (2 * (g // 4))) & 3) << 4)
+        return half_at(r + 108) * np.float32(np.int32(s) - 32), zero
+    if kind == IQ4NL:
+        return half_at(r), zero
+    ib = g // 2
+    high = (np.int32(row[at + 2]) | np.int32(row[at + 3]) << 8) >> (2 * ib)
+    s = ((row[at + 4 + ib // 2] >> (4 * (ib % 2))) & 15) | ((high & 3) << 4)
+    return half_at(r) * np.float32(np.int32(s) - 32), zero
+
+
+@scalar
+def _quant(row, at, kind, g, e):
+    """q of value 16g + e of the block at row[at:]: Q2_K / Q3_K: value 128h + 32j + i from bits 2j of byte 32h + i of
+    the quants (Q3_K: minus 4 where bit 4h + j of hmask byte i is 0); IQ4: KVALUES_IQ4NL at a nibble (32-blocks as
+    Q4_0's)."""
+    if kind == Q2K or kind == Q3K:
+        h, j, i = g // 8, (g // 2) % 4, 16 * (g % 2) + e
+        q = np.int32((row[at + (16 if kind == Q2K else 32) + 32 * h + i] >> (2 * j)) & 3)
+        if kind == Q3K and (row[at + i] >> (4 * h + j)) & 1 == 0:
+            q -= 4
+        return np.float32(q)
+    qs = at + 2 + e if kind == IQ4NL else at + 8 + 16 * (g // 2) + e
+    return _KVALUES[(row[qs] >> (4 * (g % 2))) & 15]
+
+
+@scalar
+def _dequantize_small(out, row, kind):
+    size, groups = _SIZE[kind], _BLOCK[kind] // 16
+    for b in range(out.size // _BLOCK[kind]):
+        for g in range(groups):
+            d, m = _group(row, size * b, kind, g)
+            o = _BLOCK[kind] * b + 16 * g
+            for e in range(16):
+                out[o + e] = d * _quant(row, size * b, kind, g, e) + m
+
+
+@scalar
+def dequantize_q2_k(out, row):
+    _dequantize_small(out, row, Q2K)
+
+
+@scalar
+def dequantize_q3_k(out, row):
+    _dequantize_small(out, row, Q3K)
+
+
+@scalar
+def dequantize_iq4_nl(out, row):
+    _dequantize_small(out, row, IQ4NL)
+
+
+@scalar
+def dequantize_iq4_xs(out, row):
+    _dequantize_small(out, row, IQ4XS)
+
+
 DEQUANTIZE = tuple({Q4_0: dequantize_q4_0, Q4_1: dequantize_q4_1, Q5_0: dequantize_q5_0, Q5_1: dequantize_q5_1,
-                    Q8_0: dequantize_q8_0, Q4_K: dequantize_q4_k, Q5_K: dequantize_q5_k,
-                    Q6_K: dequantize_q6_k}[t] for t in QUANT_TYPES)
+                    Q8_0: dequantize_q8_0, Q4_K: dequantize_q4_k, Q5_K: dequantize_q5_k, Q6_K: dequantize_q6_k,
+                    Q2_K: dequantize_q2_k, Q3_K: dequantize_q3_k, IQ4_NL: dequantize_iq4_nl,
+                    IQ4_XS: dequantize_iq4_xs}[t] for t in QUANT_TYPES)
 
 
 # -- row dot products: dot_<type>(row, x) = row's values . x (x contiguous float32 (ne0,)) ---------------------
@@ -366,8 +443,44 @@ def dot_q6_k(row, x):
     return dot_blocks256(NIBBLE_2BITS, row.ctypes.data, x.ctypes.data, x.size // 256)
 
 
+@scalar
+def _dot_small(row, x, kind):
+    """sum over groups of 16 of d_g (q . x) + m_g sum(x) (_group, _quant), in float32."""
+    size, groups, total = _SIZE[kind], _BLOCK[kind] // 16, np.float32(0.0)
+    for b in range(x.size // _BLOCK[kind]):
+        for g in range(groups):
+            d, m = _group(row, size * b, kind, g)
+            o, t, sx = _BLOCK[kind] * b + 16 * g, np.float32(0.0), np.float32(0.0)
+            for e in range(16):
+                t += _quant(row, size * b, kind, g, e) * x[o + e]
+                sx += x[o + e]
+            total += d * t + m * sx
+    return total
+
+
+@scalar
+def dot_q2_k(row, x):
+    return _dot_small(row, x, Q2K)
+
+
+@scalar
+def dot_q3_k(row, x):
+    return _dot_small(row, x, Q3K)
+
+
+@scalar
+def dot_iq4_nl(row, x):
+    return _dot_small(row, x, IQ4NL)
+
+
+@scalar
+def dot_iq4_xs(row, x):
+    return _dot_small(row, x, IQ4XS)
+
+
 DOT = tuple({Q4_0: dot_q4_0, Q4_1: dot_q4_1, Q5_0: dot_q5_0, Q5_1: dot_q5_1, Q8_0: dot_q8_0, Q4_K: dot_q4_k,
-             Q5_K: dot_q5_k, Q6_K: dot_q6_k}[t] for t in QUANT_TYPES)
+             Q5_K: dot_q5_k, Q6_K: dot_q6_k, Q2_K: dot_q2_k, Q3_K: dot_q3_k, IQ4_NL: dot_iq4_nl,
+             IQ4_XS: dot_iq4_xs}[t] for t in QUANT_TYPES)
 """By code."""
 
 

@@ -26,7 +26,7 @@ WORDS = ("the of and to in is it that was for on are with as at be this have fro
          "2024 3.14 42 1999 100000 don't I'm we've it's x=1; f(x) {a: b} <tag> --help C++ e-mail").split()
 PIECES = (WORDS + list(" \n\t.,!?'\"-_()[]{}<>|/\\@#$%^&*~`0123456789") + ["  ", "   ", "\n\n", "\r\n", "🤖", "👩‍👩‍👧",
           "🙂", "\u00a0", "\u3000", "\u200b", "ß", "ﬁ", "Ω", "𝔘", "̈", "<s>", "</s>", "<unk>", "<|end|>", "<start_of_turn>",
-          "<end_of_turn>", "<0x41>", SPACE, SPACE * 2, "<tag>", "  \n"])
+          "<end_of_turn>", "<|endoftext|>", "<0x41>", SPACE, SPACE * 2, "<tag>", "  \n"])
 FIXED = ["Hello world! 12345", "  lead", "trail   ", " ", "", "\n\n\nlines\r\n", "héllo 日本語 🤖 👩‍👩‍👧",
          "<s>user\nHi</s>", "a<|end|> b<|end|>\n c", "<start_of_turn>user\nHi<end_of_turn>\n", "x  y   z", "▁▁a ▁b",
          "1,000,000 and 2024-11-24", "ÅÄÖ åäö ß ﬁ 𝔘", "<0x41><0x0A> <unk>", "Привет, мир! Καλημέρα κόσμε. 안녕하세요"]
@@ -170,20 +170,135 @@ def _spm_merge(text, ids, scores):
 
 # --- tests ------------------------------------------------------------------------------------------------------------
 
-def _vocab(tmp_path, gemma=False, name="tiny"):
-    control = ["<start_of_turn>", "<end_of_turn>", "<|end|>"]
-    user_defined = ["<tag>", "  ", "\n\n"] if gemma else ["<tag>"]
-    tokens, scores, types = llama2_layout(trained_pieces(), control, user_defined)
+RUNS = [(SPACE * k, 0.0) for k in range(2, 9)] + [("\n" * k, 0.0) for k in range(1, 5)] + [("\t", 0.0), ("\t\t", 0.0)]
+PHI3_RSTRIP = ("<start_of_turn>", "<end_of_turn>", "<|end|>", "<tag>", "</s>")       # llama.cpp's rule for Phi-3
+
+
+def _vocab(tmp_path, kind="llama"):
+    """(tokens, scores, types, path) of a trained vocabulary in Llama 2's layout with added tokens: "gemma" has no
+    prefix space, whitespace runs as normal tokens of equal score 0 (as Gemma's user-defined pieces convert) and
+    user-defined ones with spaces, and an EOT id; "phi3" is named Phi-3 (its special tokens strip whitespace)."""
+    control = ["<start_of_turn>", "<end_of_turn>", "<|end|>", "<|endoftext|>"]      # llama.cpp needs the last for Phi-3
+    gemma = kind == "gemma"
+    tokens, scores, types = llama2_layout(trained_pieces() + RUNS * gemma, control,
+                                          ["<tag>", "  x", "\n" * 5] if gemma else ["<tag>"])
     keys = {"add_space_prefix": False, "eot_token_id": tokens.index("<end_of_turn>")} if gemma else {}
-    return tokens, scores, types, write_vocab(tmp_path / "v.gguf", tokens, scores, types, name=name, **keys)
+    name = "Phi-3 Mini 4k Instruct" if kind == "phi3" else "tiny"
+    return tokens, scores, types, write_vocab(tmp_path / f"{kind}.gguf", tokens, scores, types, name=name, **keys)
 
 
-@pytest.mark.parametrize("gemma", [False, True])
-def test_equals_the_transcribed_llama_cpp_algorithm(tmp_path, gemma):
-    tokens, scores, types, path = _vocab(tmp_path, gemma)
+@pytest.mark.parametrize("kind", ["llama", "gemma", "phi3"])
+def test_equals_the_transcribed_llama_cpp_algorithm(tmp_path, kind):
+    tokens, scores, types, path = _vocab(tmp_path, kind)
     tok = tokenizer_of(path)
-    assert tok.add_bos and tok.add_space_prefix == (not gemma)
+    assert tok.add_bos and tok.add_space_prefix == (kind != "gemma")
+    rstrip = PHI3_RSTRIP if kind == "phi3" else ()
     for text in texts():
         for special in (True, False):
-            want = reference_spm(text, tokens, scores, types, not gemma, special)
+            want = reference_spm(text, tokens, scores, types, kind != "gemma", special, rstrip)
             assert tok.encode(text, add_special=False, parse_special=special) == want, f"{text!r} {special} ({SEED})"
+    assert tok.encode("", add_special=True) == [1] and tok.encode("") == [1]
+    ends = {2} | {tokens.index(t) for t in ("<end_of_turn>", "<|end|>", "<|endoftext|>")}
+    assert tok.eog_ids == ends
+
+
+def sentencepiece_vocab(tmp_path, add_dummy_prefix=True):
+    """A byte-fallback BPE model trained by sentencepiece on corpus() (identity normalization, spaces kept),
+    converted as convert_hf_to_gguf.py's _create_vocab_sentencepiece converts one. -> (processor, path)"""
+    import io
+    spm = pytest.importorskip("sentencepiece")
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus()), model_writer=model, model_type="bpe",
+                                   vocab_size=800, byte_fallback=True, normalization_rule_name="identity",
+                                   add_dummy_prefix=add_dummy_prefix, remove_extra_whitespaces=False,
+                                   character_coverage=0.995, minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    n = sp.vocab_size()
+    types = [T.UNKNOWN if sp.is_unknown(i) else T.CONTROL if sp.is_control(i) else T.UNUSED if sp.is_unused(i)
+             else T.BYTE if sp.is_byte(i) else T.NORMAL for i in range(n)]
+    path = write_vocab(tmp_path / f"sp{int(add_dummy_prefix)}.gguf", [sp.id_to_piece(i) for i in range(n)],
+                       [sp.get_score(i) for i in range(n)], types, add_space_prefix=add_dummy_prefix)
+    return sp, path
+
+
+@pytest.mark.parametrize("prefix", [True, False])
+def test_equals_sentencepiece(tmp_path, prefix):
+    sp, path = sentencepiece_vocab(tmp_path, prefix)
+    tok = tokenizer_of(path)
+    for text in texts():
+        ids = tok.encode(text, add_special=False, parse_special=False)
+        assert ids == sp.encode(text), f"{text!r} ({SEED})"
+        assert tok.decode(ids) == sp.decode(ids) == text.replace(SPACE, " ")       # U+2581 is a space to both
+
+
+def _pieces_of_llama_cpp(llm, lowlevel, n_tokens, special):
+    buf = bytes(64)
+    out = []
+    for i in range(n_tokens):
+        n = lowlevel.llama_token_to_piece(llm._model.vocab, i, buf, len(buf), 0, special)
+        out.append(buf[:n])
+    return out
+
+
+def _detokenize_of_llama_cpp(llm, lowlevel, ids, special):
+    arr = (lowlevel.llama_token * len(ids))(*ids)
+    buf = bytes(4096)
+    n = lowlevel.llama_detokenize(llm._model.vocab, arr, len(ids), buf, len(buf), False, special)
+    return buf[:n].decode("utf-8", errors="replace")
+
+
+def _equal_to_llama_cpp(path, n):
+    import llama_cpp as lowlevel
+    tok = tokenizer_of(path)
+    llm = llama_cpp(path, vocab_only=True)
+    for special in (True, False):
+        assert [tok.token_bytes(i, special) for i in range(tok.n_vocab)] == \
+            _pieces_of_llama_cpp(llm, lowlevel, tok.n_vocab, special)
+    for text in texts(n):
+        for special in (True, False):
+            ours = tok.encode(text, parse_special=special)
+            assert ours == llm.tokenize(text.encode(), add_bos=True, special=special), f"{text!r} {special} ({SEED})"
+            assert tok.decode(ours, special) == _detokenize_of_llama_cpp(llm, lowlevel, ours, special)
+            assert tok.decode(ours[1:], special) == _detokenize_of_llama_cpp(llm, lowlevel, ours[1:], special)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma", "phi3"])
+def test_equals_llama_cpp(tmp_path, kind):
+    _equal_to_llama_cpp(_vocab(tmp_path, kind)[3], 300)
+
+
+@pytest.mark.parametrize("prefix", [True, False])
+def test_equals_llama_cpp_on_a_sentencepiece_model(tmp_path, prefix):
+    _equal_to_llama_cpp(sentencepiece_vocab(tmp_path, prefix)[1], 300)
+
+
+def test_decode_and_stream_give_the_text_back(tmp_path):
+    tokens, scores, types = llama2_layout(trained_pieces())
+    tok = tokenizer_of(write_vocab(tmp_path / "v.gguf", tokens, scores, types))
+    for text in texts(200):
+        ids = tok.encode(text, add_special=False, parse_special=False)
+        plain = text.replace(SPACE, " ")                            # U+2581 in the text comes back as a space
+        assert tok.decode(ids) == plain, f"{text!r} ({SEED})"
+        stream = tok.stream()
+        pieces = [stream.push(i) for i in ids] + [stream.flush()]
+        assert "".join(pieces) == (" " + plain if text else "")     # the prefix space is the model's text
+        assert "\ufffd" not in "".join(pieces)                      # no character is cut in two on the way
+    emoji = tok.encode("🤖", add_special=False)
+    assert [tokens[i] for i in emoji] == [SPACE, "<0xF0>", "<0x9F>", "<0xA4>", "<0x96>"]
+    stream = tok.stream()
+    assert [stream.push(i) for i in emoji] == [" ", "", "", "", "🤖"]
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("tokenizer.ggml.model", "bert", ["tokenizer.ggml.model is 'bert'", "'llama' (SentencePiece)"]),
+    ("tokenizer.ggml.scores", [0.0] * 5, ["tokenizer.ggml.scores has 5 entries"]),
+    ("tokenizer.ggml.token_type", [int(T.BYTE)] * 300, ["has the byte type but is not <0xNN>"]),
+    ("tokenizer.ggml.add_space_prefix", 1, ["add_space_prefix", "true or false"]),
+])
+def test_refuses_bad_metadata(tmp_path, key, value, words):
+    tokens, scores, types = llama2_layout(trained_pieces(300))
+    _, metadata = read_gguf(write_vocab(tmp_path / "v.gguf", tokens, scores, types))
+    metadata[key] = value if key != "tokenizer.ggml.token_type" else value + [int(T.NORMAL)] * (len(tokens) - 300)
+    with pytest.raises(ModelFileError) as e:
+        Tokenizer(metadata, "v.gguf")
+    assert all(w in str(e.value) for w in words) and "\n" not in str(e.value), str(e.value)

@@ -15,6 +15,7 @@ whole tokens (here: an AddedVocabulary). Then:
 from __future__ import annotations
 
 import codecs
+import re
 from dataclasses import dataclass
 
 from gguf.vocab import bytes_to_unicode
@@ -111,14 +112,12 @@ def spm_merges(tokens: list, scores: list) -> list:
     return [(left, right) for *_, left, right in ranked]
 
 
-def _added(hf, tokens: list, types: list, rstrip: frozenset):
-    """Special (CONTROL, UNKNOWN) and user-defined tokens matched whole before the model; `rstrip`: the texts of
-    those that swallow the whitespace after them."""
+def _added(hf, tokens: list, types: list):
+    """Special (CONTROL, UNKNOWN) and user-defined tokens, matched whole before the model."""
     from tokenizers import AddedToken
-    hf.add_special_tokens([AddedToken(t, normalized=False, special=True, rstrip=t in rstrip)
+    hf.add_special_tokens([AddedToken(t, normalized=False, special=True)
                            for t, k in zip(tokens, types) if k in (CONTROL, UNKNOWN)])
-    hf.add_tokens([AddedToken(t, normalized=False, special=False, rstrip=t in rstrip)
-                   for t, k in zip(tokens, types) if k == USER_DEFINED])
+    hf.add_tokens([AddedToken(t, normalized=False, special=False) for t, k in zip(tokens, types) if k == USER_DEFINED])
     return hf
 
 
@@ -145,14 +144,22 @@ def _build_spm(tokens: list, scores: list, add_space_prefix: bool, unk: str | No
     return hf
 
 
-def _rstrip_texts(metadata: dict, tokens: list, types: list) -> frozenset:
-    """llama.cpp's Phi-3 rule (general.name holding 'phi-3' or 'phi3'): special tokens but <unk>, <s> and
-    <|endoftext|>, and </s>, swallow the whitespace after them."""
+def _rstrip_patterns(metadata: dict, tokens: list, types: list) -> dict:
+    """{parse_special: regex of the special tokens followed by ASCII whitespace, or None}. llama.cpp's Phi-3 rule
+    (general.name holding 'phi-3' or 'phi3'): special tokens but <unk>, <s> and <|endoftext|>, and </s>, swallow
+    the whitespace after them (C's isspace: tokenizers' rstrip would take any Unicode space, hence a regex)."""
     name = metadata.get("general.name")
     if not isinstance(name, str) or not any(n in name.lower() for n in ("phi-3", "phi3")):
-        return frozenset()
-    special = {t for t, k in zip(tokens, types) if k in (CONTROL, USER_DEFINED, UNKNOWN)} | {"</s>"}
-    return frozenset(special - {"<unk>", "<s>", "<|endoftext|>"})
+        return {True: None, False: None}
+    keep = {"<unk>", "<s>", "<|endoftext|>"}
+    found = {True: [], False: []}
+    for t, k in zip(tokens, types):
+        if t not in keep and (k in (CONTROL, USER_DEFINED, UNKNOWN) or t == "</s>"):
+            found[True].append(t)
+            if k == USER_DEFINED:
+                found[False].append(t)
+    return {parse: re.compile("(" + "|".join(map(re.escape, sorted(ts, key=len, reverse=True))) + ")[ \t\n\v\f\r]+")
+            if ts else None for parse, ts in found.items()}
 
 
 def _byte_values(md: _Metadata, tokens: list, types: list) -> dict:
@@ -203,6 +210,7 @@ class Tokenizer:
         template = metadata.get("tokenizer.chat_template")
         self.chat_template = template if isinstance(template, str) else None
         self._bytes = _byte_values(md, tokens, self.types) if self.spm else {}
+        self._rstrip = _rstrip_patterns(metadata, tokens, self.types)
         try:
             if self.spm:
                 scores = md.list_of("tokenizer.ggml.scores", float, required=False) or [0.0] * n
@@ -212,7 +220,7 @@ class Tokenizer:
                 hf = _build_spm(tokens, scores, self.add_space_prefix, None if unk is None else tokens[unk])
             else:
                 hf = _build_hf(tokens, md.list_of("tokenizer.ggml.merges", str), pre)
-            self._hf = _added(hf, tokens, self.types, _rstrip_texts(metadata, tokens, self.types))
+            self._hf = _added(hf, tokens, self.types)
         except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types on bad vocabularies
             if isinstance(e, ModelFileError):
                 raise
@@ -233,6 +241,8 @@ class Tokenizer:
     def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> list:
         """Token ids of `text` (llama_tokenize): BOS/EOS added when `add_special` and the file says so; special
         tokens' texts become those tokens when `parse_special` (user-defined tokens always do)."""
+        if self._rstrip[parse_special] is not None:
+            text = self._rstrip[parse_special].sub(r"\1", text)
         self._hf.encode_special_tokens = not parse_special
         ids = self._hf.encode(text, add_special_tokens=False).ids
         if add_special and self.add_bos:

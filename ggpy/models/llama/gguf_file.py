@@ -16,6 +16,7 @@ from ggpy import ModelFileError
 from ggpy.model_file import open_gguf
 from ggpy.types import FLOAT_TYPES, QUANT_TYPES
 
+from .arch import expected_tensors
 from .hparams import HParams, hparams_from_metadata
 
 # The tensor types the runner takes: those ggpy holds (GGML's names).
@@ -44,21 +45,6 @@ def read_gguf(path) -> tuple:
         raise ModelFileError(f"{path} is a truncated or corrupt GGUF file ({os.path.getsize(path)} bytes; "
                              f"reading its metadata failed with {type(e).__name__}: {e})") from None
     return reader, metadata
-
-
-def expected_tensors(hp: HParams) -> dict:
-    """Every tensor name of the architecture -> (ne, required). `output` may be absent (tied to token_embd)."""
-    d, q, kv, v = hp.n_embd, hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim, hp.n_head_kv * hp.head_dim_v
-    shapes = {"token_embd.weight": ((d, hp.n_vocab), True), "output_norm.weight": ((d,), True),
-              "output.weight": ((d, hp.n_vocab), False), "rope_freqs.weight": ((hp.n_rot // 2,), False)}
-    block = {"attn_norm.weight": (d,), "attn_q.weight": (d, q), "attn_k.weight": (d, kv), "attn_v.weight": (d, v),
-             "attn_output.weight": (hp.n_head * hp.head_dim_v, d), "ffn_norm.weight": (d,),
-             "ffn_gate.weight": (d, hp.n_ff), "ffn_up.weight": (d, hp.n_ff), "ffn_down.weight": (hp.n_ff, d)}
-    biases = {"attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (v,)}
-    for i in range(hp.n_layer):
-        shapes.update({f"blk.{i}.{name}": (ne, True) for name, ne in block.items()})
-        shapes.update({f"blk.{i}.{name}": (ne, hp.qkv_bias) for name, ne in biases.items()})
-    return shapes
 
 
 def _check_tensor(path: str, rt, ne: tuple):

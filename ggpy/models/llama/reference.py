@@ -105,6 +105,8 @@ class ReferenceModel:
 
     def __init__(self, model: LlamaGGUF, round_k=None, round_v=None):
         hp, t = model.hparams, model.tensors
+        if hp.arch not in ("llama", "qwen2") or hp.n_swa:
+            raise ValueError(f"the float64 reference computes llama and qwen2 without a sliding window, not {hp.arch}")
         self.hp = hp
         self.round_k, self.round_v = round_k or (lambda x: x), round_v or (lambda x: x)
         self.n_ctx = hp.n_ctx_train

@@ -11,6 +11,7 @@ graph stays planned while prompts come and go.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -21,7 +22,7 @@ from ggpy.backends import make_backend
 
 from .generate import NonFiniteLogitsError, finite
 from .gguf_file import LlamaGGUF
-from .model import CACHE_TYPES, Inputs, KVCache, flash_attention, forward, new_inputs
+from .model import CACHE_TYPES, Inputs, KVCache, flash_attention, forward, new_inputs, swa_mask
 
 DEFAULT_CTX = 4096      # llama.cpp's default context, when the model's is longer
 DEFAULT_BATCH = 512     # tokens per evaluation of a prompt (llama.cpp's default micro-batch)
@@ -51,7 +52,32 @@ class Lane:
     runner: ggpy.GraphRunner
     current: Step | None = None
     steps: dict = field(default_factory=dict)
-    views: list | None = None   # a token step's pinned tokens, pos, mask, picks, values (GraphModel._views)
+    token: TokenStep | None = None      # the token step's pinned inputs and outputs (TokenStep.of), when staged
+
+
+class TokenStep:
+    """A single-token step's staged inputs and sampling outputs as flat pinned arrays (GraphRunner.staged), for the
+    token loop to write and read with no check, allocation or look-up: valid for n_past in [lo, hi) (the cache rows
+    its graph attends over) while the lane runs it. `mask_n`: the n_past its mask row holds (-1: none yet); the row
+    of n_past + 1 differs from it in one element."""
+
+    __slots__ = ("step", "runner", "lo", "hi", "head", "argmax", "tok", "pos", "mask", "picks", "values", "mask_n",
+                 "t0", "t1", "sampler")
+
+    @classmethod
+    def of(cls, runner, step: Step, lo: int) -> TokenStep | None:
+        inp = step.inputs
+        if inp.n_tokens != 1 or step.picks is None or len(runner.inputs) != 3:     # another input: a sliding mask
+            return None
+        views = [runner.staged(t) for t in (inp.tokens, inp.pos, inp.mask, step.picks, step.values)]
+        if any(v is None for v in views):
+            return None
+        self = cls()
+        self.step, self.runner, self.lo, self.hi, self.head = step, runner, lo, inp.n_kv, step.key[3]
+        self.argmax = self.head[0] == "argmax"
+        self.tok, self.pos, self.mask, self.picks, self.values = (v.reshape(-1) for v in views)
+        self.mask_n, self.t0, self.t1, self.sampler = -1, 0.0, 0.0, None
+        return self
 
 
 @dataclass
@@ -108,6 +134,7 @@ class GraphModel:
         for n_tokens in {1, self.n_batch}:
             worst = self._build((n_tokens, self.n_ctx, n_tokens == 1, ())).graph
             self._lanes[n_tokens == 1] = Lane(ggpy.GraphRunner(None, self.backend, reserve=worst, keep=KEEP))
+        self._token_lane = self._lanes[True]
         self.stats = Stats()      # the evaluations' alone, not the reserves'
         self._pending = None      # submit's queued choice, for result
         self.reset()
@@ -127,7 +154,7 @@ class GraphModel:
         the sampling head (Step.picks and values) computed on the backend too."""
         t0 = time.perf_counter()
         n_tokens, n_kv, all_logits, head = key
-        inputs = new_inputs(ggpy.Context(), n_tokens, n_kv)
+        inputs = new_inputs(ggpy.Context(), n_tokens, n_kv, swa=self.hp.n_swa > 0)
         logits = forward(self.weights, self.hp, self.cache, inputs, all_logits, self.flash_attn)
         step = Step(key, ggpy.Graph(), inputs, logits)
         if head:
@@ -156,7 +183,7 @@ class GraphModel:
                 del lane.steps[next(iter(lane.steps))]
             t0 = time.perf_counter()
             lane.runner.use(step.graph)
-            lane.current, lane.views = step, self._views(lane.runner, step)
+            lane.current, lane.token = step, TokenStep.of(lane.runner, step, (n_kv - 1) // KV_PAD * KV_PAD)
             self.stats.plan_s += time.perf_counter() - t0
         return lane
 
@@ -167,33 +194,38 @@ class GraphModel:
         n, start = len(tokens), self.n_ctx - self.n_past
         ramp = self._ramp[start:]
         mask = np.lib.stride_tricks.as_strided(ramp, (1, 1, n, inp.n_kv), (0, 0, -ramp.itemsize, ramp.itemsize))
+        if inp.mask_swa is not None:
+            return {"tokens": np.asarray(tokens, dtype=np.int32), "kq_mask": mask,
+                    "pos": np.arange(self.n_past, self.n_past + n, dtype=np.int32),
+                    "kq_mask_swa": swa_mask(self.hp.n_swa, self.n_past, n, inp.n_kv)}
         if n == 1:
             return {"tokens": tokens, "pos": [self.n_past], "kq_mask": mask}
         return {"tokens": np.asarray(tokens, dtype=np.int32),
                 "pos": np.arange(self.n_past, self.n_past + n, dtype=np.int32), "kq_mask": mask}
 
-    @staticmethod
-    def _views(runner, step: Step) -> list | None:
-        """A single-token step's staged inputs (tokens, pos, mask) and sampling outputs (picks, values) as flat pinned
-        arrays (GraphRunner.staged: the token loop writes and reads them with no check or allocation), or None."""
-        if step.inputs.n_tokens != 1 or step.picks is None:
-            return None
-        inp = step.inputs
-        views = [runner.staged(t) for t in (inp.tokens, inp.pos, inp.mask, step.picks, step.values)]
-        return None if any(v is None for v in views) else [v.reshape(-1) for v in views]
-
     def _run(self, tokens: list, all_logits: bool, head: tuple = ()) -> Step:
         """Evaluate one chunk of `tokens` (queued where the backend queues) and return its step."""
         lane = self._lane(len(tokens), all_logits, head)
-        if lane.views is not None and len(tokens) == 1:
-            tok, pos, mask = lane.views[:3]
-            start = self.n_ctx - self.n_past
-            tok[0], pos[0], mask[:] = tokens[0], self.n_past, self._ramp[start:start + len(mask)]
+        if lane.token is not None and len(tokens) == 1:
+            self._put(lane.token, tokens[0])
         else:
             lane.runner.set(**self._inputs(lane.current.inputs, tokens))
-        lane.runner.compute()
+            lane.runner.compute()
         self.n_past += len(tokens)
         return lane.current
+
+    def _put(self, ts: TokenStep, token: int):
+        """Write token `token` at n_past into the token step's pinned inputs and queue its evaluation: the mask row
+        is the last one's with element n_past turned 0 when the last was n_past - 1 (else copied whole)."""
+        n = self.n_past
+        ts.tok[0], ts.pos[0] = token, n
+        if ts.mask_n == n - 1:
+            ts.mask[n] = 0.0
+        else:
+            start = self.n_ctx - n
+            ts.mask[:] = self._ramp[start:start + len(ts.mask)]
+        ts.mask_n = n
+        ts.runner.compute()
 
     def _eval_chunk(self, tokens: list, all_logits: bool) -> np.ndarray:
         t0 = time.perf_counter()
@@ -226,7 +258,18 @@ class GraphModel:
 
     def submit(self, tokens, sampler):
         """next_token in two halves: queue reading `tokens` and choosing the next token (`result()` waits for it and
-        returns it), so that the host's work on the token before (printing it) overlaps the device's on this one."""
+        returns it), so that the host's work on the token before (printing it) overlaps the device's on this one.
+        One token after n_past in the token step's range, with its sampling head: written into the pinned inputs and
+        queued, nothing looked up or allocated (TokenStep)."""
+        t0 = time.perf_counter()
+        ts = self._token_lane.token
+        if (ts is not None and len(tokens) == 1 and ts.lo <= self.n_past < ts.hi and sampler.device_head() == ts.head
+                and 0 <= tokens[0] < self.hp.n_vocab):
+            self._put(ts, int(tokens[0]))
+            self.n_past += 1
+            ts.sampler, ts.t0, self._pending = sampler, t0, ts
+            ts.t1 = time.perf_counter()
+            return
         tokens = [int(t) for t in tokens]
         self._check(tokens)
         head = sampler.device_head()
@@ -240,29 +283,47 @@ class GraphModel:
         last = tokens[(len(tokens) - 1) // self.n_batch * self.n_batch:]
         t0 = time.perf_counter()
         step = self._run(last, False, head)
-        self._pending = (step, sampler, last, t0, time.perf_counter())
+        ts = self._token_lane.token
+        if len(last) == 1 and ts is not None:
+            ts.sampler, ts.t0, ts.t1, self._pending = sampler, t0, time.perf_counter(), ts
+        else:
+            self._pending = (step, sampler, last, t0, time.perf_counter())
 
     def result(self) -> int:
         """The token chosen by the last `submit` (waiting for the device)."""
-        if not self._pending:
-            raise RuntimeError("GraphModel.result() without a submit() before it")
         pending, self._pending = self._pending, None
+        if pending.__class__ is TokenStep:
+            pending.runner.synchronize()
+            t2 = time.perf_counter()
+            token = self._choose(pending.picks, pending.values, pending.argmax, pending.sampler)
+            t3 = time.perf_counter()
+            stats = self.stats
+            stats.compute_s += t3 - pending.t0
+            stats.tokens += 1
+            stats.token_host_s += (pending.t1 - pending.t0) + (t3 - t2)
+            return token
+        if not pending:
+            raise RuntimeError("GraphModel.result() without a submit() before it")
         if len(pending) == 1:
             return pending[0]
         step, sampler, last, t0, t1 = pending
-        lane = self._lanes[len(last) == 1]
-        lane.runner.synchronize()
+        runner = self._lanes[len(last) == 1].runner
+        runner.synchronize()
         t2 = time.perf_counter()
-        picks, values = lane.views[3:] if lane.views else (lane.runner.get(t).reshape(-1) for t in (step.picks,
-                                                                                                 step.values))
-        if not np.isfinite(values[0]):          # NaN and +inf rank first: the best is finite iff they are absent
-            raise NonFiniteLogitsError(f"the logits after {self.n_past} tokens are not finite (the largest is "
-                                       f"{values[0]})")
-        token = int(picks[0]) if step.key[3][0] == "argmax" else sampler.choose(picks, values)
+        picks, values = (runner.get(t).reshape(-1) for t in (step.picks, step.values))
+        token = self._choose(picks, values, step.key[3][0] == "argmax", sampler)
         t3 = time.perf_counter()
         self.stats.compute_s += t3 - t0
         self._count(last, (t1 - t0) + (t3 - t2))
         return token
+
+    def _choose(self, picks, values, argmax: bool, sampler) -> int:
+        """The token among the sampling head's `picks` (ids, best first) with logits `values`: the first for argmax,
+        else the sampler's draw; NonFiniteLogitsError when the best logit is not finite."""
+        if not math.isfinite(values[0]):     # NaN and +inf rank first: the best is finite iff they are absent
+            raise NonFiniteLogitsError(f"the logits after {self.n_past} tokens are not finite (the largest is "
+                                       f"{values[0]})")
+        return int(picks[0]) if argmax else sampler.choose(picks, values)
 
     def _count(self, tokens: list, host_s: float):
         """Count a single-token evaluation (generation) and its host time."""

@@ -195,3 +195,36 @@ def test_staged_arrays_are_the_inputs_and_outputs(cuda_backend):
         for out in ("p", "energy"):
             view = runner.staged(out)
             assert view is not None and close(view.reshape(ref[out].shape), ref[out], 1e-4), out
+
+
+def test_big_staged_inputs_are_copied_only_when_written(cuda_backend):
+    """An input over STAGE_LIMIT (a batch of images) is copied to the device only when written since the last compute,
+    not by every replay: a changed one gives the new result, an unchanged one is not copied again (values put on the
+    device directly meanwhile are what the compute reads); once its pinned array is handed out (staged), every
+    compute copies it."""
+    n = cuda_backend.STAGE_LIMIT // 4 + 4096
+    ctx = ggpy.Context()
+    x = ctx.new_tensor(ggpy.F32, (n,)).set_name("x").set_input()
+    s = ctx.new_tensor(ggpy.F32, (8,)).set_name("s").set_input()
+    y = ggpy.add(ggpy.scale(x, 2.0), ggpy.sum_rows(s)).set_name("y")      # s broadcast over x
+    runner = ggpy.GraphRunner(ggpy.Graph().build_forward_expand(y), cuda_backend)
+    rng = np.random.default_rng(0)
+
+    def check(xv, sv):
+        assert np.allclose(runner.compute().get("y"), 2 * xv.astype(np.float64) + sv.astype(np.float64).sum(), 1e-6,
+                           1e-5)
+    for _ in range(2):
+        xv, sv = (rng.standard_normal(k).astype(np.float32) for k in (n, 8))
+        runner.set(x=xv, s=sv)
+        check(xv, sv)
+    for _ in range(2):                           # x not written: only the small input is copied (inside the graph)
+        sv = rng.standard_normal(8).astype(np.float32)
+        runner.set(s=sv)
+        check(xv, sv)
+    direct = rng.standard_normal(n).astype(np.float32)
+    x.set(direct)                                # on the device, not through the runner: no copy overwrites it
+    check(direct, sv)
+    view = runner.staged("x")
+    for _ in range(2):
+        view[...] = xv = rng.standard_normal(n).astype(np.float32)
+        check(xv, sv)

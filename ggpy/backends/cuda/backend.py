@@ -218,14 +218,15 @@ class CUDABackend(Backend):
         return hit[1] if hit is not None and hit[0] == (graph.version, self.plan_stamp(graph), id(staging)) else None
 
     STAGE_LIMIT = 1 << 20       # outputs staged in pinned memory at most this large (the rest are read directly)
-    STAGE_INPUT_LIMIT = 1 << 28     # inputs likewise (images of a batch)
+    STAGE_INPUT_LIMIT = 1 << 28     # inputs likewise (images of a batch); above STAGE_LIMIT copied only when written
 
     def stage(self, graph, inputs, outputs) -> Staging:
-        """Pinned host mirrors of a planned graph's `inputs` and of its `outputs` of at most STAGE_LIMIT bytes
-        (staging.py), copied in and out by every later compute of this plan as steps of its CUDA graph."""
+        """Pinned host mirrors of a planned graph's `inputs` of at most STAGE_INPUT_LIMIT bytes and of its `outputs` of
+        at most STAGE_LIMIT (staging.py), copied in and out by every later compute of this plan as steps of its CUDA
+        graph; inputs over STAGE_LIMIT are copied before the replay instead, and only when written since the last."""
         def make(g):
             return Staging(self.device, [t for t in inputs if stageable(t, self.STAGE_INPUT_LIMIT)],
-                           [t for t in outputs if stageable(t, self.STAGE_LIMIT)])
+                           [t for t in outputs if stageable(t, self.STAGE_LIMIT)], self.STAGE_LIMIT)
         return self.cached(graph, "staging", make, self.plan_stamp(graph))
 
     def _staging(self, graph) -> Staging | None:
@@ -237,6 +238,8 @@ class CUDABackend(Backend):
         the copies of its staged inputs and outputs (when a GraphRunner staged them)."""
         self.device.activate()
         staging = self._staging(graph)
+        if staging is not None:
+            staging.refresh(self.stream)        # the big inputs written since the last compute
         key, now = (self, "cuda_graph"), (graph.version, self.plan_stamp(graph), id(staging))
         hit = graph.backend_cache.get(key) if self.graphs else None
         if hit is not None and hit[0] == now and hit[1] is not None:
@@ -261,8 +264,10 @@ class CUDABackend(Backend):
         order (the GPU is done when it returns)."""
         self.device.activate()
         launches, staging = self.program(graph), self._staging(graph)
-        for run in staging.uploads if staging is not None else ():
-            run(self.stream)
+        if staging is not None:
+            staging.refresh(self.stream)
+            for run in staging.uploads:
+                run(self.stream)
         if self.graphs:
             try:
                 return self._profile_captured(launches)

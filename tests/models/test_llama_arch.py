@@ -16,25 +16,25 @@ from ggpy.models.llama.gguf_file import open_llama
 from ggpy.models.llama.runner import GraphModel
 
 SEED = int(np.random.SeedSequence().entropy % 2**32)
-SHAPE = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-             max_position_embeddings=256)
+SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "max_position_embeddings": 256}
 # architecture -> (GGUF architecture, config class, model class, config)
 MODELS = {
-    "qwen3": ("qwen3", "Qwen3Config", "Qwen3ForCausalLM", dict(num_hidden_layers=2, head_dim=16)),
-    "olmo2": ("olmo2", "Olmo2Config", "Olmo2ForCausalLM", dict(num_hidden_layers=2)),
+    "qwen3": ("qwen3", "Qwen3Config", "Qwen3ForCausalLM", {"num_hidden_layers": 2, "head_dim": 16}),
+    "olmo2": ("olmo2", "Olmo2Config", "Olmo2ForCausalLM", {"num_hidden_layers": 2}),
     "granite": ("granite", "GraniteConfig", "GraniteForCausalLM",
-                dict(num_hidden_layers=2, embedding_multiplier=3.0, residual_multiplier=0.5,
-                     attention_multiplier=0.2, logits_scaling=4.0)),
+                {"num_hidden_layers": 2, "embedding_multiplier": 3.0, "residual_multiplier": 0.5,
+                     "attention_multiplier": 0.2, "logits_scaling": 4.0}),
     "gemma2": ("gemma2", "Gemma2Config", "Gemma2ForCausalLM",
-               dict(num_hidden_layers=4, head_dim=16, query_pre_attn_scalar=16, sliding_window=6,
-                    attn_logit_softcapping=3.0, final_logit_softcapping=4.0)),
+               {"num_hidden_layers": 4, "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 6,
+                    "attn_logit_softcapping": 3.0, "final_logit_softcapping": 4.0}),
     "gemma3": ("gemma3", "Gemma3TextConfig", "Gemma3ForCausalLM",
-               dict(num_hidden_layers=6, head_dim=16, query_pre_attn_scalar=16, sliding_window=6)),
+               {"num_hidden_layers": 6, "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 6}),
     "phi3": ("phi3", "Phi3Config", "Phi3ForCausalLM",
-             dict(num_hidden_layers=2, original_max_position_embeddings=64,
-                  rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+             {"num_hidden_layers": 2, "original_max_position_embeddings": 64,
+                  "rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0,
                                    "short_factor": [1.0 + 0.3 * i for i in range(8)],
-                                   "long_factor": [2.0 + 0.5 * i for i in range(8)]})),
+                                   "long_factor": [2.0 + 0.5 * i for i in range(8)]}}),
 }
 N_CTX = 64
 

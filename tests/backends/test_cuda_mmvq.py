@@ -53,12 +53,32 @@ def test_forced_mmv_stays_exact(cuda_backend, case):
     assert result.ok, f"{case.id}: {result.message}"
 
 
-@pytest.fixture(params=["shared", "temp"])
+STREAMED = []      # the units a lane of each product planned with the "stream" variant takes (0: not the stream kernel)
+
+
+@pytest.fixture(params=["shared", "temp", "stream"])
 def variant(request, monkeypatch):
-    """mmvq's variant: b quantized by each block into its shared memory (small products), or into the temp block."""
-    if request.param == "temp":
+    """mmvq's variant: b quantized by each block into its shared memory (small products), or into the temp block,
+    then a warp per row (temp) or, for every one-column product of a type it takes, the stream kernel (mmvq_v: warps
+    streaming rows, the next row's weights loaded before the current row's dots), which big products run."""
+    if request.param != "shared":
         monkeypatch.setattr(quant, "MMVQ_SHARED_WEIGHTS", 0)
+    else:
+        monkeypatch.setattr(quant, "MMVQ_SHARED_MAX_K", 1 << 30)
+    if request.param == "stream":
+        units = quant.mmvq_stream_units
+        monkeypatch.setattr(quant, "MMVQ_STREAM_BYTES", 0)
+        monkeypatch.setattr(quant, "mmvq_stream_units", lambda a, b: STREAMED.append(units(a, b)) or STREAMED[-1])
+    else:
+        monkeypatch.setattr(quant, "MMVQ_STREAM_BYTES", 1 << 62)
+    STREAMED.clear()
     return request.param
+
+
+def assert_streamed(variant, t, n=1):
+    """With the stream variant, a one-column product of a type the stream kernel takes ran on it."""
+    if variant == "stream" and n == 1 and t in quant.MMVQ_STREAM_TYPES:
+        assert any(STREAMED), STREAMED
 
 
 @pytest.mark.parametrize("case", mmvq_cases() + FEW, ids=lambda c: c.id)
@@ -104,8 +124,9 @@ def test_mmvq_accuracy_on_a_decoder_shape(cuda_backend, variant, t):
     errs = {}
     for impl in ("mmv", "mmvq"):
         out, names = _run(CUDABackend("cuda", force={"mul_mat": impl}), build, [raw, x])
-        assert names[-1].startswith({"mmv": "mmv_", "mmvq": {"shared": "mmvq_s_", "temp": "mmvq_"}[variant]}[impl])
+        assert names[-1].startswith({"mmv": "mmv_", "mmvq": {"shared": "mmvq_s_", "temp": "mmvq_", "stream": "mmvq_"}[variant]}[impl])
         errs[impl] = _nmse(out.reshape(ref.shape), ref)
+    assert_streamed(variant, t)
     print(f"\n{t.name} ({variant}): nmse vs float64: mmv {errs['mmv']:.2e}, mmvq {errs['mmvq']:.2e}")
     assert errs["mmv"] < QUANT_NMSE and 1e-8 < errs["mmvq"] < Q8_NMSE / 10
 
@@ -130,8 +151,9 @@ def test_fused_glu_and_residual(cuda_backend, variant, t, n):
     ref = r + (gate / (1 + np.exp(-gate)) * up) @ wd.T
     fused, names = _run(CUDABackend("cuda"), build, [rg, ru, rd, x, r])
     assert any(s.startswith(f"mmvq_{t.name}") and s.endswith("+glu_silu") for s in names), names
-    assert ("quantize_q8_1_f32" in names) == (variant == "temp"), names
+    assert ("quantize_q8_1_f32" in names) == (variant != "shared"), names
     assert any(s.startswith(f"mmvq_{t.name}") and s.endswith("+add") for s in names), names
+    assert_streamed(variant, t, n)
     plain, _ = _run(CUDABackend("cuda", fuse=False), build, [rg, ru, rd, x, r])
     assert _nmse(fused.reshape(ref.shape), ref) < Q8_NMSE and _nmse(plain.reshape(ref.shape), ref) < Q8_NMSE
 

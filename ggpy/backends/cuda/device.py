@@ -40,6 +40,7 @@ class Device:
         attr = driver.CUdevice_attribute
         self.cc = (self.attribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
                    self.attribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
+        self.sms = self.attribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         self.total_memory = check(driver.cuDeviceTotalMem(self.handle), "cuDeviceTotalMem")
 
     @property

@@ -15,15 +15,17 @@ formulas, in float32; dq_float<T> reads a float row of element stride nb0). On i
   columns quantized to q8_1 blocks in the node's temp block, then __dp4a with a's quants, a warp per row of a:
   mul_mat's implementation `mmvq`, the default for a quantized a (its error is the activations' 8-bit rounding,
   nmse ~1e-5; mmv is exact); `mmvq_glu_<a>` the gate and up products with silu(gate) * up in one launch. A small
-  product (a's matrix at most MMVQ_SHARED_WEIGHTS bytes, b's columns in shared memory) runs as one launch,
-  `mmvq_s[_glu]_<a>`, each block quantizing b itself: a launch less where launches, not bytes, take the time.
+  product (a's matrix at most MMVQ_SHARED_WEIGHTS bytes, rows of at most MMVQ_SHARED_MAX_K, b's columns in shared memory) runs as one launch,
+  `mmvq_s[_glu]_<a>`, each block quantizing b itself: a launch less where launches, not bytes, take the time. A big
+  product with one column (a's matrix from MMVQ_STREAM_BYTES) runs as `mmvq_v[_glu]_<a>`: a few blocks an SM whose
+  warps stream rows, the next row's weights loaded before the current row's dots (1.3-1.8x the bandwidth, H200).
 """
 from __future__ import annotations
 
 from ....ops.layout import QUANTIZE_TO
 from types import SimpleNamespace
 
-from ....types import F32, Q4_1, Q4_K, Q5_1, Q5_K
+from ....types import F32, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
 from ...base import WEIGHTS
 from ..gemm_plan import align_temp
 from .common import FLOATS, SUFFIX, tensor_ptr
@@ -36,8 +38,13 @@ MMVQ_WEIGHTS = 2        # its iop flag: a (and the up rows) model weights, loade
 MMVQ_ALIGN = {Q4_K: 16, Q5_K: 16, Q4_1: 4, Q5_1: 4}     # bytes of a's row starts the kernel's loads need (else 2)
 QUANTIZE_BLOCK = 256
 MMVQ_SHARED_WEIGHTS = 4 << 20   # a's matrices up to this size: one launch, b quantized by every block (mmvq_s)
+MMVQ_SHARED_MAX_K = 1536        # and rows up to this long (each block quantizes all K of b: at K 2048 the two-launch
+#                                 kernel took 4.7 us where mmvq_s took 7.3, Q4_K 2048x2048, H200)
 MMVQ_SHARED_MAX = 48 << 10      # bytes of b's q8_1 columns in a block's shared memory (no opt-in beyond 48 KiB)
 MMVQ_SHARED_WARPS = 8           # rows of a per block of mmvq_s (b quantized once per block)
+MMVQ_STREAM_TYPES = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q6_K)    # 32-element units: the stream kernel measured faster (H200)
+MMVQ_STREAM_BYTES = 2 << 20     # a's matrices from this size: the stream kernel (mmvq_v) where it fits
+MMVQ_STREAM_BLOCKS = 8          # its blocks per SM (4 with GLU: twice the weights in flight a warp)
 
 
 def copy_refusal(node) -> str | None:
@@ -92,7 +99,8 @@ def mmvq_shared(node) -> int:
     (d, d * sum q) float pair per 32 elements) where it runs the node, else 0."""
     a, b = node.src[:2]
     smem = b.ne[1] * b.ne[0] * 5 // 4
-    return smem if a.type.row_bytes(a.ne[0]) * a.ne[1] <= MMVQ_SHARED_WEIGHTS and smem <= MMVQ_SHARED_MAX else 0
+    small = a.type.row_bytes(a.ne[0]) * a.ne[1] <= MMVQ_SHARED_WEIGHTS and a.ne[0] <= MMVQ_SHARED_MAX_K
+    return smem if small and smem <= MMVQ_SHARED_MAX else 0
 
 
 def mmvq_temp_size(node) -> int:
@@ -123,6 +131,15 @@ def mmvq_rows_per_warp(a, b, glu: bool) -> int:
     return (2 if glu else 4) if few else 1
 
 
+def mmvq_stream_units(a, b) -> int:
+    """Units a lane of the stream kernel takes per row (1 or 2; 0: the product is not the stream kernel's): one
+    column of b, one matrix, a big matrix of a type with 32-element units, rows of at most 64 units."""
+    units = a.ne[0] // 32
+    one = b.ne[1] == 1 and b.ne[2] * b.ne[3] == 1 and a.ne[2] * a.ne[3] == 1
+    big = a.type in MMVQ_STREAM_TYPES and a.type.row_bytes(a.ne[0]) * a.ne[1] >= MMVQ_STREAM_BYTES
+    return -(-units // 32) if one and big and units <= 64 else 0
+
+
 def mmvq_steps(backend, node, dst=None, dst_ptr=None, residual=None, gate=None, up=None, q8=None) -> list:
     """quantize_q8_1 of b into the node's temp block, then mmvq (or mmvq_s alone, mmvq_shared) writing `dst` (default
     the node; its layout, at dst_ptr) plus `residual` (F32, dst's layout); or, with `gate` and `up` (weights of one
@@ -151,8 +168,13 @@ def mmvq_steps(backend, node, dst=None, dst_ptr=None, residual=None, gate=None, 
     quantize = [] if q8 else [backend.launch(node, "quantize_q8_1_f32", temp, SimpleNamespace(
         ne=b.ne, nb=b.nb, nelements=cols * b.ne[0]), [(tensor_ptr(b), b)], config=(
         min(-(-warps // (QUANTIZE_BLOCK // 32)), 1 << 16), QUANTIZE_BLOCK))]
-    rw = mmvq_rows_per_warp(a, b, up is not None)
-    grid = (-(-a.ne[1] // (MMV_WARPS * rw)), b.ne[2] * b.ne[3])
-    product = backend.launch(node, f"mmvq_{glu}{SUFFIX[a.type]}", dst_ptr, dst, [(tensor_ptr(a), a), (temp, b)] + extra,
-                             config=(grid, 32 * MMV_WARPS), iop=iop, ints=(rw,))
+    stream = mmvq_stream_units(a, b)
+    if stream:      # a few blocks an SM streaming rows, two in flight a warp
+        blocks = backend.device.sms * MMVQ_STREAM_BLOCKS // (2 if glu else 1)
+        grid, kernel, ints = (min(blocks, -(-a.ne[1] // MMV_WARPS)), 1), f"mmvq_v_{glu}{SUFFIX[a.type]}", (stream,)
+    else:
+        rw = mmvq_rows_per_warp(a, b, up is not None)
+        grid, kernel, ints = (-(-a.ne[1] // (MMV_WARPS * rw)), b.ne[2] * b.ne[3]), f"mmvq_{glu}{SUFFIX[a.type]}", (rw,)
+    product = backend.launch(node, kernel, dst_ptr, dst, [(tensor_ptr(a), a), (temp, b)] + extra,
+                             config=(grid, 32 * MMV_WARPS), iop=iop, ints=ints)
     return quantize + [product]

@@ -312,13 +312,76 @@ template <typename Q, bool GLU, bool SHARED, int R, int RW, int NM> __device__ v
     });
 }
 
+// One column of b (N = 1) and one matrix, rows of at most 32 R units: a few blocks an SM (quant.py's mmvq_stream),
+// each warp streaming rows gw, gw + warps, ... with the next row's weights loaded before the current row's dot products
+// (two rows in flight a warp, where the one-row-a-warp kernel leaves the memory system waiting at each row's end).
+// GLU, MMVQ_RESIDUAL and MMVQ_WEIGHTS as mmvq_k; b's column quantized in the temp block (src1).
+template <typename Q, bool GLU, int R> __device__ void mmvq_stream_k(const Args& a) {
+    typedef typename Q::W W;
+    const int lane = threadIdx.x & 31, units = (int)a.ne0[0] / Q::UNIT;
+    const i64 M = a.ne0[1], warps = ((i64)gridDim.x * blockDim.x) >> 5;
+    const signed char* xq = (const signed char*)a.src1;
+    const float2* xds = (const float2*)(a.src1 + a.ne0[0]);
+    W w0[R], w1[R], u0[GLU ? R : 1], u1[GLU ? R : 1];
+    auto load = [&](i64 m, W* g, W* u) {
+        const i64 o = m * a.nb0[1];
+        #pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const int k = lane + 32 * r;
+            if (k >= units) break;
+            Q::load(a.src0 + o, k, g[r]);
+            if (GLU) Q::load(a.src2 + o, k, u[r]);
+        }
+    };
+    auto finish = [&](i64 m, const W* g, const W* u) {
+        float v = 0.f, up = 0.f;
+        #pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const int k = lane + 32 * r;
+            if (k >= units) break;
+            v += Q::dot(g[r], xq + k * Q::UNIT, xds + k * (Q::UNIT >> 5));
+            if (GLU) up += Q::dot(u[r], xq + k * Q::UNIT, xds + k * (Q::UNIT >> 5));
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (GLU) up += __shfl_xor_sync(0xffffffffu, up, o);
+        }
+        if (lane != 0) return;
+        const i64 o = m * a.nb[0];
+        if (GLU) v = silu_mul(v, up);
+        else if (a.iop & MMVQ_RESIDUAL) v += *(const float*)(a.src2 + o);
+        *(float*)(a.dst + o) = v;
+    };
+    const bool early = a.iop & MMVQ_WEIGHTS;
+    if (!early) grid_dependency();
+    i64 m = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (m < M) load(m, w0, u0);
+    if (early) grid_dependency();
+    while (m < M) {
+        const i64 m1 = m + warps, m2 = m1 + warps;
+        if (m1 < M) load(m1, w1, u1);
+        finish(m, w0, u0);
+        if (m1 >= M) break;
+        if (m2 < M) load(m2, w0, u0);
+        finish(m1, w1, u1);
+        m = m2;
+    }
+}
+template <typename Q, bool GLU> __device__ __forceinline__ void mmvq_stream_entry(const Args& a) {
+    if (a.ip[0] == 1) mmvq_stream_k<Q, GLU, 1>(a);
+    else mmvq_stream_k<Q, GLU, 2>(a);
+}
+
 // 128 registers a thread at most: two blocks of mmvq_s (quant.py's MMVQ_SHARED_WARPS 8) an SM, four of mmvq (MMV_WARPS)
+// and of the glu stream, eight of the stream (64 registers: quant.py's MMVQ_STREAM_BLOCKS)
 #define MMVQ_BOUNDS(SHARED) __launch_bounds__((SHARED) ? 256 : 128, (SHARED) ? 2 : 4)
 #define MMVQ_DECLARE(T) extern "C" { \
     __global__ void MMVQ_BOUNDS(false) mmvq_##T(const Args a); \
     __global__ void MMVQ_BOUNDS(false) mmvq_glu_##T(const Args a); \
     __global__ void MMVQ_BOUNDS(true) mmvq_s_##T(const Args a); \
-    __global__ void MMVQ_BOUNDS(true) mmvq_s_glu_##T(const Args a); }
+    __global__ void MMVQ_BOUNDS(true) mmvq_s_glu_##T(const Args a); \
+    __global__ void __launch_bounds__(128, 8) mmvq_v_##T(const Args a); \
+    __global__ void __launch_bounds__(128, 4) mmvq_v_glu_##T(const Args a); }
 
 // the kernel entries: a.ip[0] > 1 (one column of b, rows of at most 32 units: quant.py's mmvq_rows_per_warp) RW rows
 // a warp, one unit each lane; else a row a warp, R units a lane (SHARED: 2, 1 with GLU; big products: more in flight)

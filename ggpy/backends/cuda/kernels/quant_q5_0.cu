@@ -14,3 +14,5 @@ extern "C" __global__ void mmvq_q5_0(const Args a) { mmvq_entry<mq_q5_0, false, 
 extern "C" __global__ void mmvq_glu_q5_0(const Args a) { mmvq_entry<mq_q5_0, true, false>(a); }
 extern "C" __global__ void mmvq_s_q5_0(const Args a) { mmvq_entry<mq_q5_0, false, true>(a); }
 extern "C" __global__ void mmvq_s_glu_q5_0(const Args a) { mmvq_entry<mq_q5_0, true, true>(a); }
+extern "C" __global__ void mmvq_v_q5_0(const Args a) { mmvq_stream_entry<mq_q5_0, false>(a); }
+extern "C" __global__ void mmvq_v_glu_q5_0(const Args a) { mmvq_stream_entry<mq_q5_0, true>(a); }

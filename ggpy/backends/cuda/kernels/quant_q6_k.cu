@@ -14,3 +14,5 @@ extern "C" __global__ void mmvq_q6_k(const Args a) { mmvq_entry<mq_q6_k, false, 
 extern "C" __global__ void mmvq_glu_q6_k(const Args a) { mmvq_entry<mq_q6_k, true, false>(a); }
 extern "C" __global__ void mmvq_s_q6_k(const Args a) { mmvq_entry<mq_q6_k, false, true>(a); }
 extern "C" __global__ void mmvq_s_glu_q6_k(const Args a) { mmvq_entry<mq_q6_k, true, true>(a); }
+extern "C" __global__ void mmvq_v_q6_k(const Args a) { mmvq_stream_entry<mq_q6_k, false>(a); }
+extern "C" __global__ void mmvq_v_glu_q6_k(const Args a) { mmvq_stream_entry<mq_q6_k, true>(a); }

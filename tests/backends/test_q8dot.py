@@ -71,10 +71,14 @@ def test_q8_equals_the_product_with_rounded_activations(t, threads, n):
 
 
 def test_q8_is_chosen_for_few_columns_and_dot_stays_forcible():
+    """q8 up to 48 rows of b for the 32-block types (register tiles), up to 8 for the K-quants (a dot product per
+    row and column); more by dequantized panels (gemm)."""
     ctx = ggpy.Context()
-    nodes = [ggpy.mul_mat(ctx.new_tensor(ggpy.Q4_1, (256, 64)), ctx.new_tensor(ggpy.F32, (256, n))) for n in (1, 8, 9)]
-    expected = {None: ["q8_q4_1", "q8_q4_1", "gemm_q4_1"], "dot": ["dot_q4_1"] * 3, "q8": ["q8_q4_1"] * 3,
-                "blas": ["blas_q4_1"] * 3}
+    shapes = [(ggpy.Q4_1, 1), (ggpy.Q4_1, 48), (ggpy.Q4_1, 49), (ggpy.Q4_K, 8), (ggpy.Q4_K, 9)]
+    nodes = [ggpy.mul_mat(ctx.new_tensor(t, (256, 64)), ctx.new_tensor(ggpy.F32, (256, n))) for t, n in shapes]
+    every = lambda impl: [f"{impl}_{t.name}" for t, _ in shapes]        # noqa: E731
+    expected = {None: ["q8_q4_1", "q8_q4_1", "gemm_q4_1", "q8_q4_k", "gemm_q4_k"], "dot": every("dot"),
+                "q8": every("q8"), "blas": every("blas")}
     for impl, names in expected.items():
         backend = ggpy.CPUBackend(n_threads=2, force={} if impl is None else {"mul_mat": impl})
         graph = ggpy.Graph()

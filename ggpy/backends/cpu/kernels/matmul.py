@@ -40,7 +40,7 @@ from .common import (
 )
 from .activations import EPILOGUE_FUNCS, epilogue_code
 from .convert import to_f32_rows
-from .q8dot import AVAILABLE as Q8_AVAILABLE, Q8_TYPES, QK, TILE_Q8, quantize_row_q8
+from .q8dot import AVAILABLE as Q8_AVAILABLE, Q8_TILED, Q8_TYPES, QK, TILE_Q8, quantize_row_q8
 from .quants import CODES, DEQUANTIZE, DOT
 
 EPILOGUE_ROWS = 256
@@ -50,7 +50,10 @@ GEMM_MIN_M, GEMM_MIN_K, GEMM_MIN_ROWS = 32, 16, 256
 matrix a, which each worker packs once."""
 DOT_MAX_ROWS = 8
 """A quantized a multiplies at most this many rows of x per matrix by dot products (q8, else dot), more by
-dequantized panels."""
+dequantized panels..."""
+Q8_MAX_ROWS = 48
+"""... except the 32-block types (Q8_TILED) on AVX2 hosts: up to this many by q8's register tiles (faster than
+dequantized panels below ~48 rows of x: each weight block unpacked once for 8 rows, no float panel)."""
 Q8_ROW_BLOCK = 32
 """Rows of a that q8 multiplies with all of x's rows (register tiles into a worker's tiles) before writing them."""
 PANEL_FLOATS = 256 << 10
@@ -196,11 +199,14 @@ def _x_rows(node) -> int:
 
 def mul_mat_choose(node, backend) -> str:
     """gemm on hosts with its vector width for products that amortise its packing, else blas; for a quantized a,
-    q8 (dot without AVX2, or for a type without integer dots) for few rows of x, else gemm (blas without the own
-    GEMM's vector width)."""
-    if node.src[0].type.quantized:
-        if _x_rows(node) <= DOT_MAX_ROWS:
-            return "q8" if Q8_AVAILABLE and node.src[0].type in Q8_TYPES else "dot"
+    q8 (dot without AVX2, or for a type without integer dots) for few rows of x (Q8_MAX_ROWS for the tiled types),
+    else gemm (blas without the own GEMM's vector width)."""
+    t, rows = node.src[0].type, _x_rows(node)
+    if t.quantized:
+        if Q8_AVAILABLE and t in Q8_TYPES and rows <= (Q8_MAX_ROWS if t in Q8_TILED else DOT_MAX_ROWS):
+            return "q8"
+        if rows <= DOT_MAX_ROWS:
+            return "dot"
         return "gemm" if own_gemm.available() else "blas"
     return "gemm" if _gemm_panels_bytes(node, backend) else "blas"
 

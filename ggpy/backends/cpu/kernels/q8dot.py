@@ -459,4 +459,6 @@ _TILES = {Q4_0: tile_q8_q4_0, Q4_1: tile_q8_q4_1, Q5_0: tile_q8_q5_0, Q5_1: tile
           Q4_K: tile_q8_q4_k, Q5_K: tile_q8_q5_k, Q6_K: tile_q8_q6_k}
 TILE_Q8 = tuple(_TILES[t] for t in Q8_TYPES)
 """By quants.CODES."""
+Q8_TILED = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
+"""The types whose tile_q8 runs on dot_q8_tile32's register tiles (the K-quants' on one dot product per pair)."""
 

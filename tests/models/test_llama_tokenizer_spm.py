@@ -289,16 +289,28 @@ def test_decode_and_stream_give_the_text_back(tmp_path):
     assert [stream.push(i) for i in emoji] == [" ", "", "", "", "🤖"]
 
 
-@pytest.mark.parametrize("key,value,words", [
-    ("tokenizer.ggml.model", "bert", ["tokenizer.ggml.model is 'bert'", "'llama' (SentencePiece)"]),
-    ("tokenizer.ggml.scores", [0.0] * 5, ["tokenizer.ggml.scores has 5 entries"]),
-    ("tokenizer.ggml.token_type", [int(T.BYTE)] * 300, ["has the byte type but is not <0xNN>"]),
-    ("tokenizer.ggml.add_space_prefix", 1, ["add_space_prefix", "true or false"]),
+@pytest.mark.parametrize("key,value,words", [       # value: of the number of tokens
+    ("tokenizer.ggml.model", lambda n: "bert", ["tokenizer.ggml.model is 'bert'", "'llama' (SentencePiece)"]),
+    ("tokenizer.ggml.scores", lambda n: [0.0] * 5, ["tokenizer.ggml.scores has 5 entries"]),
+    ("tokenizer.ggml.scores", lambda n: [float("nan")] * n, ["tokenizer.ggml.scores", "NaN"]),
+    ("tokenizer.ggml.scores", lambda n: ["1"] * n, ["tokenizer.ggml.scores", "not a list of float or int"]),
+    ("tokenizer.ggml.token_type", lambda n: [int(T.BYTE)] * n, ["has the byte type but is not <0xNN>"]),
+    ("tokenizer.ggml.add_space_prefix", lambda n: 1, ["add_space_prefix", "true or false"]),
+    ("tokenizer.ggml.unknown_token_id", lambda n: n, ["unknown_token_id", "below"]),
 ])
 def test_refuses_bad_metadata(tmp_path, key, value, words):
     tokens, scores, types = llama2_layout(trained_pieces(300))
     _, metadata = read_gguf(write_vocab(tmp_path / "v.gguf", tokens, scores, types))
-    metadata[key] = value if key != "tokenizer.ggml.token_type" else value + [int(T.NORMAL)] * (len(tokens) - 300)
+    metadata[key] = value(len(tokens))
     with pytest.raises(ModelFileError) as e:
         Tokenizer(metadata, "v.gguf")
     assert all(w in str(e.value) for w in words) and "\n" not in str(e.value), str(e.value)
+
+
+def test_integer_scores_are_scores(tmp_path):
+    tokens, scores, types = llama2_layout(trained_pieces())
+    _, metadata = read_gguf(write_vocab(tmp_path / "v.gguf", tokens, scores, types))
+    as_float = Tokenizer(metadata)
+    as_int = Tokenizer({**metadata, "tokenizer.ggml.scores": [int(x) for x in scores]})
+    for text in texts(50):
+        assert as_int.encode(text) == as_float.encode(text)

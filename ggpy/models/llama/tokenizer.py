@@ -70,12 +70,13 @@ class _Metadata:
     def fail(self, what: str):
         raise ModelFileError(f"{self.path}: {what}")
 
-    def list_of(self, key: str, kind: type, required: bool = True) -> list | None:
+    def list_of(self, key: str, kind: type | tuple, required: bool = True) -> list | None:
         v = self.md.get(key)
         if v is None and not required:
             return None
         if not isinstance(v, list) or not all(isinstance(x, kind) and not isinstance(x, bool) for x in v):
-            self.fail(f"metadata '{key}' is {'missing' if v is None else 'not a list of ' + kind.__name__}")
+            name = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            self.fail(f"metadata '{key}' is {'missing' if v is None else 'not a list of ' + name}")
         return v
 
     def token_id(self, key: str, n_tokens: int, default: int | None) -> int | None:
@@ -213,9 +214,9 @@ class Tokenizer:
         self._rstrip = _rstrip_patterns(metadata, tokens, self.types)
         try:
             if self.spm:
-                scores = md.list_of("tokenizer.ggml.scores", float, required=False) or [0.0] * n
-                if len(scores) != n:
-                    md.fail(f"tokenizer.ggml.scores has {len(scores)} entries for {n} tokens")
+                scores = md.list_of("tokenizer.ggml.scores", (float, int), required=False) or [0.0] * n
+                if len(scores) != n or any(x != x for x in scores):
+                    md.fail(f"tokenizer.ggml.scores has {len(scores)} entries for {n} tokens, or a NaN")
                 unk = md.token_id("tokenizer.ggml.unknown_token_id", n, 0 if n else None)
                 hf = _build_spm(tokens, scores, self.add_space_prefix, None if unk is None else tokens[unk])
             else:

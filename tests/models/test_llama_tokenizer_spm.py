@@ -54,9 +54,10 @@ def trained_pieces(vocab_size=600):
     return [(p, -float(i)) for i, (p, _) in enumerate(by_id)]
 
 
-def llama2_layout(pieces, control=(), user_defined=()):
+def llama2_layout(pieces, control=(), user_defined=(), n_unused=0):
     """Llama 2's layout: <unk> <s> </s>, the 256 <0xNN> byte tokens, the pieces; then added control tokens and
-    user-defined ones (score -1000, as the converter gives added tokens). -> (tokens, scores, types)"""
+    user-defined ones (score -1000, as the converter gives added tokens) and `n_unused` [PADi] padding tokens (as
+    it pads Phi-3's vocabulary). -> (tokens, scores, types)"""
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
     types = [T.UNKNOWN, T.CONTROL, T.CONTROL] + [T.BYTE] * 256
     scores = [0.0] * len(tokens)
@@ -67,7 +68,8 @@ def llama2_layout(pieces, control=(), user_defined=()):
         tokens += list(group)
         scores += [-1000.0] * len(group)
         types += [kind] * len(group)
-    return tokens, scores, types
+    tokens += [f"[PAD{len(tokens) + i}]" for i in range(n_unused)]
+    return tokens, scores + [-1000.0] * n_unused, types + [T.UNUSED] * n_unused
 
 
 def write_vocab(path, tokens, scores, types, name="tiny", **keys):
@@ -181,7 +183,7 @@ def _vocab(tmp_path, kind="llama"):
     control = ["<start_of_turn>", "<end_of_turn>", "<|end|>", "<|endoftext|>"]      # llama.cpp needs the last for Phi-3
     gemma = kind == "gemma"
     tokens, scores, types = llama2_layout(trained_pieces() + RUNS * gemma, control,
-                                          ["<tag>", "  x", "\n" * 5] if gemma else ["<tag>"])
+                                          ["<tag>", "  x", "\n" * 5] if gemma else ["<tag>"], 4 * (kind == "phi3"))
     keys = {"add_space_prefix": False, "eot_token_id": tokens.index("<end_of_turn>")} if gemma else {}
     name = "Phi-3 Mini 4k Instruct" if kind == "phi3" else "tiny"
     return tokens, scores, types, write_vocab(tmp_path / f"{kind}.gguf", tokens, scores, types, name=name, **keys)

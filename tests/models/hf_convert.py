@@ -23,14 +23,15 @@ CACHE = Path.home() / ".cache" / "ggpy"
 NEEDED = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
 DRIVER = """
 import runpy, sys
-src, argv = sys.argv[1], sys.argv[2:]
+src, model_dir, jobs = sys.argv[1], sys.argv[2], sys.argv[3:]
 sys.path.insert(0, src)
 import conversion.base as base
 from conversion import gemma, phi
 base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "smollm"
 gemma.Gemma2Model.set_vocab = phi.Phi3MiniModel.set_vocab = base.TextModel._set_vocab_gpt2
-sys.argv = [src + "/convert_hf_to_gguf.py", *argv]
-runpy.run_path(sys.argv[0], run_name="__main__")
+for out, outtype in zip(jobs[::2], jobs[1::2]):
+    sys.argv = [src + "/convert_hf_to_gguf.py", model_dir, "--outfile", out, "--outtype", outtype]
+    runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
@@ -75,16 +76,40 @@ def converter_src() -> Path:
     return src
 
 
-def convert(model_dir: Path, out: Path, outtype: str = "f32") -> Path:
-    """Convert the Hugging Face model in model_dir to the GGUF `out` (outtype f32, f16, bf16 or q8_0)."""
+def convert(model_dir: Path, stem: Path, outtypes=("f32",)) -> dict:
+    """Convert the Hugging Face model in model_dir to GGUFs `{stem}-{outtype}.gguf` (outtypes among f32, f16, bf16,
+    q8_0), in one process; {outtype: path}."""
     src = converter_src()
+    paths = {t: Path(f"{stem}-{t}.gguf") for t in outtypes}
     env = {**os.environ, "PYTHONPATH": f"{src / 'gguf-py'}{os.pathsep}{src}"}
     env.pop("NO_LOCAL_GGUF", None)
-    run = subprocess.run([sys.executable, "-c", DRIVER, str(src), str(model_dir), "--outfile", str(out),
-                          "--outtype", outtype], env=env, capture_output=True, text=True, timeout=600)
+    jobs = [str(a) for t, p in paths.items() for a in (p, t)]
+    run = subprocess.run([sys.executable, "-c", DRIVER, str(src), str(model_dir), *jobs], env=env,
+                         capture_output=True, text=True, timeout=600)
     if run.returncode:
         raise RuntimeError(f"convert_hf_to_gguf.py failed ({run.returncode}):\n{run.stderr[-4000:]}")
-    return out
+    return paths
+
+
+def with_metadata(src: Path, dst: Path, extra: dict) -> Path:
+    """A copy of the GGUF `src` at `dst` with the uint32 keys of `extra` added (a key the converter does not write,
+    e.g. Mistral's sliding window), tensors and every other key as they were."""
+    import gguf
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(dst, r.fields["general.architecture"].contents())
+    for name, f in r.fields.items():
+        if not name.startswith("GGUF.") and name != "general.architecture":
+            sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+            w.add_key_value(name, f.contents(), f.types[0], sub)
+    for k, v in extra.items():
+        w.add_uint32(k, v)
+    for t in r.tensors:
+        w.add_tensor(t.name, t.data, raw_shape=list(reversed([int(n) for n in t.shape])), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
 
 
 @contextmanager
@@ -110,8 +135,9 @@ def save_tiny(model_dir: Path, config_cls: str, model_cls: str, seed: int, **con
         transformers = pytest.importorskip("transformers")
         from llama_tiny import SPECIAL, tiny_tokenizer
         torch.manual_seed(seed)
-        cfg = getattr(transformers, config_cls)(vocab_size=320, bos_token_id=0, eos_token_id=0, pad_token_id=0,
-                                                 tie_word_embeddings=False, **config)
+        config = {"vocab_size": 320, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0,
+                  "tie_word_embeddings": False, **config}
+        cfg = getattr(transformers, config_cls)(**config)
         model = getattr(transformers, model_cls)(cfg).float().eval()
         gemma = config_cls.startswith("Gemma")
         with torch.no_grad():

@@ -2,7 +2,8 @@
 (hf_convert.save_tiny: every weight random, norms too), converted by llama.cpp's own convert_hf_to_gguf.py, read
 by ggpy on the CPU; its logits against transformers' float32 forward on the same tokens (F32 file: relative error
 <= 1e-3 per row and the same top-1; F16 file: within F16's rounding). The tokens run at once, and as a prompt
-then one token at a time (the KV cache, the token lane and, past the sliding window, its mask)."""
+then one token at a time (the KV cache, the token lane and, past the sliding window, its mask), by mul_mat +
+soft_max and by flash_attn_ext."""
 import importlib.util
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 if not (importlib.util.find_spec("transformers") and importlib.util.find_spec("tokenizers")):
     pytest.skip("transformers and tokenizers are needed", allow_module_level=True)
-from hf_convert import convert, hf_logits, save_tiny
+from hf_convert import convert, hf_logits, save_tiny, with_metadata
 
 from ggpy.models.llama.gguf_file import open_llama
 from ggpy.models.llama.runner import GraphModel
@@ -18,8 +19,10 @@ from ggpy.models.llama.runner import GraphModel
 SEED = int(np.random.SeedSequence().entropy % 2**32)
 SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
              "max_position_embeddings": 256}
-# architecture -> (GGUF architecture, config class, model class, config)
+# name -> (GGUF architecture, config class, model class, config[, metadata the converter leaves out])
 MODELS = {
+    "mistral": ("llama", "MistralConfig", "MistralForCausalLM", {"num_hidden_layers": 2, "sliding_window": 6},
+                {"llama.attention.sliding_window": 6}),
     "qwen3": ("qwen3", "Qwen3Config", "Qwen3ForCausalLM", {"num_hidden_layers": 2, "head_dim": 16}),
     "olmo2": ("olmo2", "Olmo2Config", "Olmo2ForCausalLM", {"num_hidden_layers": 2}),
     "granite": ("granite", "GraniteConfig", "GraniteForCausalLM",
@@ -27,7 +30,7 @@ MODELS = {
                      "attention_multiplier": 0.2, "logits_scaling": 4.0}),
     "gemma2": ("gemma2", "Gemma2Config", "Gemma2ForCausalLM",
                {"num_hidden_layers": 4, "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 6,
-                    "attn_logit_softcapping": 3.0, "final_logit_softcapping": 4.0}),
+                    "tie_word_embeddings": True, "attn_logit_softcapping": 3.0, "final_logit_softcapping": 4.0}),
     "gemma3": ("gemma3", "Gemma3TextConfig", "Gemma3ForCausalLM",
                {"num_hidden_layers": 6, "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 6}),
     "phi3": ("phi3", "Phi3Config", "Phi3ForCausalLM",
@@ -43,10 +46,13 @@ N_CTX = 64
 def tiny(request, tmp_path_factory):
     """(architecture, transformers model, {outtype: GGUF path})."""
     name = request.param
-    arch, config_cls, model_cls, config = MODELS[name]
+    arch, config_cls, model_cls, config, *extra = MODELS[name]
     d = tmp_path_factory.mktemp(name)
     model = save_tiny(d / "hf", config_cls, model_cls, SEED, **SHAPE, **config)
-    return arch, model, {t: convert(d / "hf", d / f"{name}-{t}.gguf", t) for t in ("f32", "f16")}
+    paths = convert(d / "hf", d / name, ("f32", "f16"))
+    if extra:
+        paths = {t: with_metadata(p, p.with_suffix(".swa.gguf"), extra[0]) for t, p in paths.items()}
+    return arch, model, paths
 
 
 def check_rows(got, want, tol):
@@ -64,6 +70,6 @@ def test_logits_match_transformers(tiny, outtype, tol):
     want = hf_logits(model, ids)
     g = GraphModel(gguf, "cpu", n_threads=1, n_ctx=N_CTX, n_batch=16, flash_attn="off")
     check_rows(g.eval(ids), want, tol)      # 16 + 4: two chunks
-    g.reset()
+    g = GraphModel(gguf, "cpu", n_threads=1, n_ctx=N_CTX, n_batch=16, flash_attn="on")
     steps = [g.eval(ids[:9])] + [g.eval([t]) for t in ids[9:]]
     check_rows(np.concatenate(steps), want, tol)

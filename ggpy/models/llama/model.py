@@ -87,7 +87,7 @@ class Inputs:
     """The graph's inputs for `n_tokens` tokens attending over the first `n_kv` cache rows (cache row i holds
     position i): token ids and positions (I32, ne = (n_tokens,); the positions also name the cache rows the tokens'
     keys and values go to), the causal mask (F32, ne = (n_kv, n_tokens): 0 where token j may see row i, -inf
-    elsewhere) and, for a model with a sliding window, the sliding one (`kq_mask_swa`: 0 only over the n_swa rows
+    elsewhere; None where every block slides) and, for a model with a sliding window, the sliding one (`kq_mask_swa`: 0 only over the n_swa rows
     up to the token's position; swa_mask builds it). The graph depends on n_tokens and n_kv only: the same graph
     serves every n_past it fits."""
 
@@ -95,26 +95,29 @@ class Inputs:
     n_kv: int
     tokens: ggpy.Tensor
     pos: ggpy.Tensor
-    mask: ggpy.Tensor
+    mask: ggpy.Tensor | None
     mask_swa: ggpy.Tensor | None = None
 
 
-def new_inputs(ctx, n_tokens: int, n_kv: int, swa: bool = False) -> Inputs:
-    """The inputs of a graph; `swa`: with the sliding-window mask too."""
-    def mask(name):
-        return ctx.new_tensor(ggpy.F32, (n_kv, n_tokens)).set_name(name).set_input()
+def new_inputs(ctx, n_tokens: int, n_kv: int, hp: HParams | None = None) -> Inputs:
+    """The inputs of a graph of the model `hp`: the causal mask where a block attends causally (every block
+    without hp), the sliding-window mask where one slides."""
+    slides = [hp.is_swa(il) for il in range(hp.n_layer)] if hp else [False]
+
+    def mask(name, used):
+        return ctx.new_tensor(ggpy.F32, (n_kv, n_tokens)).set_name(name).set_input() if used else None
     return Inputs(n_tokens, n_kv,
                   ctx.new_tensor(ggpy.I32, (n_tokens,)).set_name("tokens").set_input(),
                   ctx.new_tensor(ggpy.I32, (n_tokens,)).set_name("pos").set_input(),
-                  mask("kq_mask"), mask("kq_mask_swa") if swa else None)
+                  mask("kq_mask", not all(slides)), mask("kq_mask_swa", any(slides)))
 
 
 def swa_mask(n_swa: int, n_past: int, n_tokens: int, n_kv: int):
-    """The sliding-window mask (F32 numpy (n_tokens, n_kv)) of `n_tokens` tokens at positions n_past.. : row j is 0
+    """The sliding-window mask (F32 numpy (1, 1, n_tokens, n_kv)) of `n_tokens` tokens at positions n_past.. : row j is 0
     over the cache rows p with 0 <= pos_j - p < n_swa, -inf elsewhere (llama.cpp's LLAMA_SWA_TYPE_STANDARD)."""
     pos = n_past + np.arange(n_tokens)[:, None]
     d = pos - np.arange(n_kv)[None, :]
-    return np.where((d >= 0) & (d < n_swa), 0.0, -np.inf).astype(np.float32)
+    return np.where((d >= 0) & (d < n_swa), 0.0, -np.inf).astype(np.float32).reshape(1, 1, n_tokens, n_kv)
 
 
 def forward(m, hp: HParams, cache: KVCache, inp: Inputs, all_logits: bool = True, flash_attn: bool = False):

@@ -154,7 +154,7 @@ class GraphModel:
         the sampling head (Step.picks and values) computed on the backend too."""
         t0 = time.perf_counter()
         n_tokens, n_kv, all_logits, head = key
-        inputs = new_inputs(ggpy.Context(), n_tokens, n_kv, swa=self.hp.n_swa > 0)
+        inputs = new_inputs(ggpy.Context(), n_tokens, n_kv, self.hp)
         logits = forward(self.weights, self.hp, self.cache, inputs, all_logits, self.flash_attn)
         step = Step(key, ggpy.Graph(), inputs, logits)
         if head:
@@ -195,7 +195,7 @@ class GraphModel:
         ramp = self._ramp[start:]
         mask = np.lib.stride_tricks.as_strided(ramp, (1, 1, n, inp.n_kv), (0, 0, -ramp.itemsize, ramp.itemsize))
         if inp.mask_swa is not None:
-            return {"tokens": np.asarray(tokens, dtype=np.int32), "kq_mask": mask,
+            return {"tokens": np.asarray(tokens, dtype=np.int32), **({"kq_mask": mask} if inp.mask is not None else {}),
                     "pos": np.arange(self.n_past, self.n_past + n, dtype=np.int32),
                     "kq_mask_swa": swa_mask(self.hp.n_swa, self.n_past, n, inp.n_kv)}
         if n == 1:

@@ -105,10 +105,16 @@ def _merges(merges: list) -> list:
 def spm_merges(tokens: list, scores: list) -> list:
     """SentencePiece's merges as BPE's: every (left, right) pair of tokens whose concatenation is a token, the
     joined token of highest score first. llama.cpp takes the leftmost of equal-score pairs; a rank cannot say
-    "leftmost", so equal scores rank the longer joined token first (runs of U+2581 grow from the left)."""
+    "leftmost", so equal scores rank the longer joined token first (runs of U+2581 grow from the left).
+    The lefts of a token are the tokens that are its prefixes: in sorted order, a stack holds them."""
     ids = {t: i for i, t in enumerate(tokens)}
-    ranked = [(-scores[i], -len(t), i, t[:k], t[k:]) for i, t in enumerate(tokens) for k in range(1, len(t))
-              if t[:k] in ids and t[k:] in ids]
+    ranked, prefixes = [], []
+    for t in sorted(tokens):
+        while prefixes and not t.startswith(prefixes[-1]):
+            prefixes.pop()
+        i = ids[t]
+        ranked += [(-scores[i], -len(t), i, p, t[len(p):]) for p in prefixes if t[len(p):] in ids]
+        prefixes.append(t)
     ranked.sort()
     return [(left, right) for *_, left, right in ranked]
 

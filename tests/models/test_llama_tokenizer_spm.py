@@ -204,21 +204,21 @@ def test_equals_the_transcribed_llama_cpp_algorithm(tmp_path, kind):
     assert tok.eog_ids == ends
 
 
-def sentencepiece_vocab(tmp_path, add_dummy_prefix=True):
-    """A byte-fallback BPE model trained by sentencepiece on corpus() (identity normalization, spaces kept),
-    converted as convert_hf_to_gguf.py's _create_vocab_sentencepiece converts one. -> (processor, path)"""
+def sentencepiece_vocab(tmp_path, add_dummy_prefix=True, model_type="bpe"):
+    """A byte-fallback BPE (or unigram) model trained by sentencepiece on corpus() (identity normalization, spaces
+    kept), converted as convert_hf_to_gguf.py's _create_vocab_sentencepiece converts one. -> (processor, path)"""
     import io
     spm = pytest.importorskip("sentencepiece")
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus()), model_writer=model, model_type="bpe",
-                                   vocab_size=800, byte_fallback=True, normalization_rule_name="identity",
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus()), model_writer=model, model_type=model_type,
+                                   vocab_size=800 if model_type == "bpe" else 450, byte_fallback=True, normalization_rule_name="identity",
                                    add_dummy_prefix=add_dummy_prefix, remove_extra_whitespaces=False,
                                    character_coverage=0.995, minloglevel=2)
     sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
     n = sp.vocab_size()
     types = [T.UNKNOWN if sp.is_unknown(i) else T.CONTROL if sp.is_control(i) else T.UNUSED if sp.is_unused(i)
              else T.BYTE if sp.is_byte(i) else T.NORMAL for i in range(n)]
-    path = write_vocab(tmp_path / f"sp{int(add_dummy_prefix)}.gguf", [sp.id_to_piece(i) for i in range(n)],
+    path = write_vocab(tmp_path / f"sp{int(add_dummy_prefix)}{model_type}.gguf", [sp.id_to_piece(i) for i in range(n)],
                        [sp.get_score(i) for i in range(n)], types, add_space_prefix=add_dummy_prefix)
     return sp, path
 
@@ -269,9 +269,21 @@ def test_equals_llama_cpp(tmp_path, kind):
     _equal_to_llama_cpp(_vocab(tmp_path, kind)[3], 300)
 
 
-@pytest.mark.parametrize("prefix", [True, False])
-def test_equals_llama_cpp_on_a_sentencepiece_model(tmp_path, prefix):
-    _equal_to_llama_cpp(sentencepiece_vocab(tmp_path, prefix)[1], 300)
+@pytest.mark.parametrize("prefix,model_type", [(True, "bpe"), (False, "bpe"), (True, "unigram")])
+def test_equals_llama_cpp_on_a_sentencepiece_model(tmp_path, prefix, model_type):
+    _equal_to_llama_cpp(sentencepiece_vocab(tmp_path, prefix, model_type)[1], 300)
+
+
+def test_unigram_vocabulary_is_merged_as_llama_cpp_merges_it(tmp_path):
+    """llama.cpp merges a unigram model's pieces by score too (not sentencepiece's Viterbi): the transcription."""
+    _, path = sentencepiece_vocab(tmp_path, True, "unigram")
+    _, metadata = read_gguf(path)
+    tokens, scores = metadata["tokenizer.ggml.tokens"], metadata["tokenizer.ggml.scores"]
+    types = [T(k) for k in metadata["tokenizer.ggml.token_type"]]
+    tok = tokenizer_of(path)
+    for text in texts():
+        want = reference_spm(text, tokens, scores, types, True, False)
+        assert tok.encode(text, add_special=False, parse_special=False) == want, f"{text!r} ({SEED})"
 
 
 def test_decode_and_stream_give_the_text_back(tmp_path):

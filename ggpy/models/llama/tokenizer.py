@@ -218,19 +218,18 @@ class Tokenizer:
         self.chat_template = template if isinstance(template, str) else None
         self._bytes = _byte_values(md, tokens, self.types) if self.spm else {}
         self._rstrip = _rstrip_patterns(metadata, tokens, self.types)
+        if self.spm:
+            scores = md.list_of("tokenizer.ggml.scores", (float, int), required=False) or [0.0] * n
+            if len(scores) != n or any(x != x for x in scores):
+                md.fail(f"tokenizer.ggml.scores has {len(scores)} entries for {n} tokens, or a NaN")
+            unk = md.token_id("tokenizer.ggml.unknown_token_id", n, 0 if n else None)
+        else:
+            merges = md.list_of("tokenizer.ggml.merges", str)
         try:
-            if self.spm:
-                scores = md.list_of("tokenizer.ggml.scores", (float, int), required=False) or [0.0] * n
-                if len(scores) != n or any(x != x for x in scores):
-                    md.fail(f"tokenizer.ggml.scores has {len(scores)} entries for {n} tokens, or a NaN")
-                unk = md.token_id("tokenizer.ggml.unknown_token_id", n, 0 if n else None)
-                hf = _build_spm(tokens, scores, self.add_space_prefix, None if unk is None else tokens[unk])
-            else:
-                hf = _build_hf(tokens, md.list_of("tokenizer.ggml.merges", str), pre)
+            hf = _build_spm(tokens, scores, self.add_space_prefix, None if unk is None else tokens[unk]) if self.spm \
+                else _build_hf(tokens, merges, pre)
             self._hf = _added(hf, tokens, self.types)
         except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types on bad vocabularies
-            if isinstance(e, ModelFileError):
-                raise
             md.fail(f"its tokenizer could not be built ({type(e).__name__}: {e})")
 
     @staticmethod

@@ -250,9 +250,9 @@ def _detokenize_of_llama_cpp(llm, lowlevel, ids, special):
 
 
 def _equal_to_llama_cpp(path, n):
+    llm = llama_cpp(path, vocab_only=True)          # skips where llama-cpp-python is not installed
     import llama_cpp as lowlevel
     tok = tokenizer_of(path)
-    llm = llama_cpp(path, vocab_only=True)
     for special in (True, False):
         assert [tok.token_bytes(i, special) for i in range(tok.n_vocab)] == \
             _pieces_of_llama_cpp(llm, lowlevel, tok.n_vocab, special)

@@ -183,7 +183,7 @@ def _vocab(tmp_path, kind="llama"):
     control = ["<start_of_turn>", "<end_of_turn>", "<|end|>", "<|endoftext|>"]      # llama.cpp needs the last for Phi-3
     gemma = kind == "gemma"
     tokens, scores, types = llama2_layout(trained_pieces() + RUNS * gemma, control,
-                                          ["<tag>", "  x", "\n" * 5] if gemma else ["<tag>"], 4 * (kind == "phi3"))
+                                          ["<tag>", "  x", "\n" * 5, "   "] if gemma else ["<tag>"], 4 * (kind == "phi3"))
     keys = {"add_space_prefix": False, "eot_token_id": tokens.index("<end_of_turn>")} if gemma else {}
     name = "Phi-3 Mini 4k Instruct" if kind == "phi3" else "tiny"
     return tokens, scores, types, write_vocab(tmp_path / f"{kind}.gguf", tokens, scores, types, name=name, **keys)

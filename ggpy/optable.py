@@ -73,7 +73,7 @@ def _table() -> dict:
         add("elementwise", name)
     for name in ("sum", "sum_rows", "mean"):
         add("reduce", name)
-    for name in ("argmax", "top_k"):
+    for name in ("argmax", "top_k", "argsort"):
         add("topk", name)
     add("norm", "norm", inplace=True, fuses=("norm_affine",), bias="row")
     add("norm", "rms_norm", inplace=True, fuses=("add_rms_norm", "norm_mat_vec", "rms_norm_mul"))
@@ -83,6 +83,7 @@ def _table() -> dict:
     add("rope", "rope", ("rope", "rope_ext"), inplace=True, fuses=("rope_kv", "rope_set_rows"))  # each pair is read before it is written
     add("attention", "flash_attn_ext", quantized=(1, 2))     # K and V of a Q8_0 cache
     add("matmul", "mul_mat", quantized=(0,), fuses=("epilogue", "attention", "glu", "mul_mat_add"), bias="row")
+    add("moe", "mul_mat_id", quantized=(0,))
     for name in ("im2col", "conv_1d", "conv_transpose_2d"):
         add("conv", name)
     add("conv", "conv_2d", fuses=("epilogue",), bias="channel")

@@ -11,13 +11,14 @@ from .elementwise import (UNARY_OPS, abs, add, clamp, cos, div, elu, exp, gelu, 
 from .layout import (cast, concat, cont, cont_1d, cont_2d, cont_3d, cont_4d, cpy, dup, get_rows, pad, pad_ext, repeat,
                      set_rows)
 from .matmul import mul_mat
+from .moe import mul_mat_id
 from .norm import group_norm, norm, rms_norm
 from .pool import *  # noqa: F401,F403 - pool_2d, upscale, interpolate
 from .reduce import mean, sum, sum_rows
 from .rope import rope, rope_ext
 from .sam import add_rel_pos, get_rel_pos, win_part, win_unpart
 from .softmax import diag_mask_inf, soft_max, soft_max_ext
-from .topk import argmax, top_k
+from .topk import argmax, argsort, top_k
 from .view import (permute, reshape, reshape_1d, reshape_2d, reshape_3d, reshape_4d, transpose, view_1d, view_2d,
                    view_3d, view_4d, view_tensor)
 

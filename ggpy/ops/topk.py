@@ -1,14 +1,17 @@
 """The largest values of each row: argmax (the index of the largest) and top_k (the indices of the k largest, in
 descending order): sampling on the device, so that only token ids cross to the host.
 
-Order (both ops, every backend): larger values first, equal values by lower index, nan above every number
-(argmax: the first nan, as numpy), -0.0 equal to 0.0.
+Order (every op, every backend): larger values first, equal values by lower index, nan above every number
+(argmax: the first nan, as numpy), -0.0 equal to 0.0; argsort ascending: smaller values first, equal values by lower
+index, nan last.
 """
 from __future__ import annotations
 
 from ..errors import ShapeError
 from ..types import I32
 from ._common import check_float, check_int, new_node
+
+ORDERS = ("asc", "desc")
 
 
 def argmax(a):
@@ -28,3 +31,12 @@ def top_k(a, k: int):
     if k > a.ne[0]:
         raise ShapeError(f"top_k: k = {k} is larger than the rows of a (ne={a.ne}); expected k <= {a.ne[0]}")
     return new_node("top_k", I32, (k,) + a.ne[1:], [a], {"k": k})
+
+
+def argsort(a, order: str = "asc"):
+    """ggml_argsort: the indices that sort each row of a (ne = (n, ne1, ne2, ne3)) in `order` ("asc": smallest first,
+    "desc": largest first; equal values by lower index either way); result I32 of a's ne."""
+    check_float("argsort", a)
+    if order not in ORDERS:
+        raise ValueError(f"argsort: order must be one of {ORDERS}, got {order!r}")
+    return new_node("argsort", I32, a.ne, [a], {"desc": int(order == "desc")})

@@ -13,7 +13,7 @@ import pytest
 
 import ggpy
 from ggpy.backends.cuda import sources
-from ggpy.backends.cuda.kernels import attention, attention_flash, conv, generated, layout, pool
+from ggpy.backends.cuda.kernels import attention, attention_flash, conv, generated, layout, moe, pool
 from ggpy.backends.cuda.kernels.common import FLOATS, SUFFIX
 from ggpy.backends.cuda.registry import KERNELS
 from ggpy.graph import Context
@@ -92,6 +92,7 @@ def _expected_kernels() -> set:
     names |= {"add_rms_norm_f32", "add_rms_norm_mul_f32"} | {f"rms_norm_mul_{t}" for t in f}
     names |= {f"rope_set_rows_{a}_{b}" for a, b in product(f, f)} | {f"rope_kv_{t}" for t in f}
     names |= {"argmax_keys", "top_k_keys"}
+    names |= {f"mmv_id_{t}" for t in f} | {f"{k}_id_{q}" for k in ("mmv", "mmvq") for q in moe.QUANT}
     for c in ("", "c_"):
         names |= {f"{op}_{c}{a}_{b}" for op in generated.BINARY for a, b in product(f, f)}
         names |= {f"{op}_{c}{t}" for op in generated.UNARY for t in f}

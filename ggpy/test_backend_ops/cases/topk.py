@@ -1,4 +1,4 @@
-"""Cases for argmax and top_k: short and vocabulary-long rows (49152, 128256, 151936: several passes on CUDA), k
+"""Cases for argmax, top_k and argsort: short and vocabulary-long rows (49152, 128256, 151936: several passes on CUDA), k
 from 1 to 256, 1 to 4 rows, F16/BF16, non-contiguous rows, ties (equal values by lower index), signed zeros, nan."""
 from __future__ import annotations
 
@@ -41,8 +41,32 @@ def _top_k(t, ne, k, how="cont"):
     return lambda ctx: ops.top_k(layout(ctx, t, ne, how), k)
 
 
-def cases():
+ARGSORT_SHAPES = [(1, 1), (8, 3), (33, 5, 2), (128, 7), (257, 2), (2048, 2)]
+
+
+def _argsort(t, ne, order, how="cont"):
+    return lambda ctx: ops.argsort(layout(ctx, t, ne, how), order)
+
+
+def argsort_cases():
+    """argsort both ways: a router's rows (8 to 128 experts), odd and long rows (2048: CUDA's one-block sort), F16/BF16,
+    non-contiguous rows, ties, signed zeros, nan."""
     out = []
+    for order in ("asc", "desc"):
+        for t in TYPES:
+            for ne in ARGSORT_SHAPES:
+                out.append(OpCase("argsort", f"{t.name},ne={ne},{order}", _argsort(t, ne, order)))
+                out.append(OpCase("argsort", f"{t.name},ne={ne},{order},ties", _argsort(t, ne, order), fill=_small_ints))
+        for how in LAYOUTS[1:]:
+            out.append(OpCase("argsort", f"f32,{how},{order}", _argsort(F32, (13, 6), order, how)))
+        for fill in (_signed_zeros, _some_nan):
+            out.append(OpCase("argsort", f"f32,ne=(500,3),{order},{fill.__name__[1:]}", _argsort(F32, (500, 3), order),
+                              fill=fill))
+    return out
+
+
+def cases():
+    out = argsort_cases()
     for t in TYPES:
         for ne in ARGMAX_SHAPES[:5]:
             out.append(OpCase("argmax", f"{t.name},ne={ne}", _argmax(t, ne)))

@@ -1,5 +1,6 @@
-"""argmax and top_k over the rows of a (rows split over the workers), in the order of ggpy/ops/topk.py: larger
-values first, equal values by lower index, nan above every number, -0.0 as 0.0.
+"""argmax, top_k and argsort over the rows of a (rows split over the workers), in the orders of ggpy/ops/topk.py:
+larger values first, equal values by lower index, nan above every number, -0.0 as 0.0 (argsort ascending: the
+reverse, but equal values still by lower index).
 
 Arrays are numpy views of shape (ne3, ne2, ne1, ne0) with any strides; F16/BF16 arrive as their bits and every
 element goes through `load`. Values are compared as integer keys of their float32 bits (`key`), so a block of BLOCK
@@ -122,3 +123,30 @@ def bind_top_k(b: BoundNode):
     rows = x.size // max(x.shape[-1], 1)
     nth = max(1, min(b.threads_for(x.size), rows))
     return launch(top_k_rows, (d, x), nth)
+
+
+@kernel
+def argsort_rows(d, a, desc, ith, nth):
+    """d (I32, a's shape) = the indices sorting each row of a: ascending (nan last) or with desc descending (nan
+    first), equal values by lower index (a stable sort of the keys)."""
+    ne3, ne2, ne1, n = a.shape
+    keys = np.empty(n, np.int64)
+    r0, r1 = block(ne3 * ne2 * ne1, ith, nth)
+    for r in range(r0, r1):
+        i3, i2, i1 = row_index(r, ne2, ne1)
+        row = a[i3, i2, i1]
+        for i0 in range(n):
+            k = np.int64(key(load(row[i0])))
+            keys[i0] = -k if desc else k
+        order = np.argsort(keys, kind="mergesort")
+        out = d[i3, i2, i1]
+        for i0 in range(n):
+            out[i0] = order[i0]
+
+
+@register("argsort")
+def bind_argsort(b: BoundNode):
+    d, x = b.dst, b.srcs[0]
+    rows = x.size // max(x.shape[-1], 1)
+    nth = max(1, min(b.threads_for(x.size), rows))
+    return launch(argsort_rows, (d, x, bool(b.node.op_params["desc"])), nth)

@@ -1,5 +1,5 @@
-// argmax and top_k (kernels/topk.py): the best k elements of each row in the order of ggpy/ops/topk.py, as 64-bit
-// keys (the value's bits made monotonic, high; 0xffffffff - index, low): larger values first, equal values by lower
+// argmax, top_k and argsort (kernels/topk.py): the best k elements of each row in the order of ggpy/ops/topk.py, as
+// 64-bit keys (the value's bits made monotonic, high; 0xffffffff - index, low): larger values first, equal values by lower
 // index, nan above every number, -0.0 as 0.0; all keys of a row differ, and 0 lies below every key.
 //
 // A pass takes the rows' elements (floats, or the keys a previous pass kept) in chunks of TOPK_CHUNK: block
@@ -12,22 +12,23 @@
 #define TOPK_CHUNK 2048
 typedef unsigned long long u64;
 
-__device__ __forceinline__ u64 topk_key(float v, i64 i) {
+__device__ __forceinline__ u64 topk_key(float v, i64 i, bool asc) {
     const unsigned u = __float_as_uint(v);
     const unsigned o = v != v ? 0xffffffffu : v == 0.0f ? 0x80000000u : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    return ((u64)o << 32) | (u64)(0xffffffffu - (unsigned)i);
+    return ((u64)(asc ? ~o : o) << 32) | (u64)(0xffffffffu - (unsigned)i);
 }
 __device__ __forceinline__ int topk_index(u64 key) { return (int)(0xffffffffu - (unsigned)key); }
 
-// element i of this block's row: a float of src0 (any strides; row coordinates from blockIdx.x) or a kept key
+// element i of this block's row: a float of src0 (any strides; row coordinates from blockIdx.x; a.ip[3]: keys
+// ordered by ascending value, argsort's, nan last) or a kept key
 template <typename T> struct RowKeys {
-    const char* x; i64 nb;
-    __device__ RowKeys(const Args& a) {
+    const char* x; i64 nb; bool asc;
+    __device__ RowKeys(const Args& a) : asc(a.ip[3] != 0) {
         i64 r = blockIdx.x, c1 = r % a.ne0[1]; r /= a.ne0[1];
         x = a.src0 + c1 * a.nb0[1] + (r % a.ne0[2]) * a.nb0[2] + (r / a.ne0[2]) * a.nb0[3];
         nb = a.nb0[0];
     }
-    __device__ u64 operator()(i64 i) const { return topk_key(to_f(*(const T*)(x + i * nb)), i); }
+    __device__ u64 operator()(i64 i) const { return topk_key(to_f(*(const T*)(x + i * nb)), i, asc); }
 };
 template <> struct RowKeys<u64> {
     const u64* x;

@@ -1,7 +1,8 @@
-"""argmax and top_k (k <= MAX_K) on CUDA, in passes over chunks of CHUNK elements of each row (topk.cu): a pass
-keeps the best k keys of every chunk of its rows in the temp block, the next pass takes those as its rows, until
-one chunk a row remains, whose pass writes the indices: argmax over 128256 takes two passes, top_k three (k = 40) or
-four (k = 256 over 151936). Every pass has a block per (row, chunk), so a long row spreads over the GPU."""
+"""argmax, top_k (k <= MAX_K) and argsort (rows of at most CHUNK: top_k of the whole row) on CUDA, in passes over
+chunks of CHUNK elements of each row (topk.cu): a pass keeps the best k keys of every chunk of its rows in the temp
+block, the next pass takes those as its rows, until one chunk a row remains, whose pass writes the indices: argmax
+over 128256 takes two passes, top_k three (k = 40) or four (k = 256 over 151936). Every pass has a block per (row,
+chunk), so a long row spreads over the GPU."""
 from __future__ import annotations
 
 from ....types import I32
@@ -15,7 +16,7 @@ ALIGN = 256
 
 
 def k_of(node) -> int:
-    return node.op_params["k"] if node.op == "top_k" else 1
+    return node.op_params["k"] if node.op == "top_k" else node.ne[0] if node.op == "argsort" else 1
 
 
 def counts(node) -> list[int]:
@@ -41,7 +42,9 @@ def refusal(node) -> str | None:
     x = node.src[0]
     if x.type not in FLOATS or node.type != I32:
         return f"{node.op} on CUDA takes an F32/F16/BF16 source; got {x.type.name} -> {node.type.name}"
-    if k_of(node) > MAX_K:
+    if node.op == "argsort" and x.ne[0] > CHUNK:
+        return f"argsort on CUDA takes rows of at most {CHUNK} elements (one block's sort); got ne={x.ne}"
+    if node.op == "top_k" and k_of(node) > MAX_K:
         return f"top_k on CUDA takes k <= {MAX_K}; got k = {k_of(node)}"
     if x.ne[0] >= 2 ** 31 or rows(node) >= 2 ** 31 or -(-x.ne[0] // CHUNK) >= 2 ** 16:
         return f"{node.op} on CUDA takes rows of fewer than {CHUNK * 2 ** 16} elements, fewer than 2^31 rows"
@@ -54,7 +57,8 @@ def temp_size(node, impl, backend) -> int:
 
 
 def kernel_name(node, impl=None) -> str:
-    return f"{node.op}_{SUFFIX[node.src[0].type]}"
+    """argsort runs as top_k of a whole row (k = n, one pass), its keys ascending where it sorts so."""
+    return f"{'top_k' if node.op == 'argsort' else node.op}_{SUFFIX[node.src[0].type]}"
 
 
 def sort_size(count: int) -> int:
@@ -78,8 +82,8 @@ def steps(backend, node, impl=None) -> list:
         dst = tensor_ptr(node) if last else halves[p % 2]
         size = sort_size(count)
         out.append(backend.launch(node, name, dst, node, src, (), ((rows(node), -(-count // CHUNK)), max(32, size // 2)),
-                                  int(last), (k, count, size)))
+                                  int(last), (k, count, size, int(node.op == "argsort" and not node.op_params["desc"]))))
     return out
 
 
-register(ops=("argmax", "top_k"), refusal=refusal, name=kernel_name, temp_size=temp_size, steps=steps)
+register(ops=("argmax", "top_k", "argsort"), refusal=refusal, name=kernel_name, temp_size=temp_size, steps=steps)

@@ -75,6 +75,15 @@ __device__ __forceinline__ void unravel(i64 i, const i64* ne, i64* c) {
     c[1] = i % ne[1]; i /= ne[1];
     c[2] = i % ne[2]; c[3] = i / ne[2];
 }
+// 8 elements of T at p (16-byte aligned) to v, or v to p: sizeof(T) / 2 16-byte accesses (v __align__(16))
+template <typename T> __device__ __forceinline__ void load8(const char* p, T* v) {
+    #pragma unroll
+    for (int i = 0; i < (int)sizeof(T) / 2; ++i) ((uint4*)v)[i] = ((const uint4*)p)[i];
+}
+template <typename T> __device__ __forceinline__ void store8(char* p, const T* v) {
+    #pragma unroll
+    for (int i = 0; i < (int)sizeof(T) / 2; ++i) ((uint4*)p)[i] = ((const uint4*)v)[i];
+}
 __device__ __forceinline__ i64 byte_offset(const i64* c, const i64* nb) {
     return c[0] * nb[0] + c[1] * nb[1] + c[2] * nb[2] + c[3] * nb[3];
 }

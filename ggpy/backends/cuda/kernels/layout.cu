@@ -2,7 +2,22 @@
 // (one thread per dst element) and set_rows (one thread per element of b) (kernels/layout.py).
 #include "common.cuh"
 
+// a.ip[0] (layout.py's dense_copy): both contiguous and 16-byte aligned, a multiple of 8 elements: 8 a thread
+template <typename S, typename D> __device__ void copy_dense(const Args& a) {
+    for (i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x; c < a.n >> 3; c += (i64)gridDim.x * blockDim.x) {
+        __align__(16) S s[8];
+        __align__(16) D d[8];
+        load8(a.src0 + (c << 3) * (i64)sizeof(S), s);
+        #pragma unroll
+        for (int j = 0; j < 8; ++j) d[j] = convert<D, S>(s[j]);
+        store8(a.dst + (c << 3) * (i64)sizeof(D), d);
+    }
+}
 template <typename S, typename D, typename I> __device__ void copy_i(const Args& a) {
+    if (a.ip[0]) {
+        copy_dense<S, D>(a);
+        return;
+    }
     FOR_EACH_ELEMENT_I(a, i, I) {
         I cs[4], cd[4];
         unravel(i, a.ne0, cs);

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ....types import BF16, F16, F32, I32, Q8_0
 from ..registry import register
 from . import quant
-from .common import FLOATS, SUFFIX, elementwise_config, iparam32
+from .common import BLOCK, FLOATS, MAX_BLOCKS, SUFFIX, elementwise_config, iparam32, tensor_ptr
 from .generated import CHAIN
 
 COPY_PAIRS = tuple((s, d) for s in (F32, F16, BF16) for d in (F32, F16, BF16)) + ((I32, I32),)
@@ -32,6 +32,33 @@ def copy_refusal(node) -> str | None:
     if a.nelements != node.nelements:
         return f"{node.op}: the source has {a.nelements} elements, the destination {node.nelements}"
     return None
+
+
+def _dense(t) -> bool:
+    """Whether t's elements lie in ne order with no gaps (t: a Tensor, or a layout with ne, nb, type)."""
+    nb = t.type.size
+    for n, stride in zip(t.ne, t.nb):
+        if n > 1 and stride != nb:
+            return False
+        nb *= n
+    return True
+
+
+def dense_copy(dst_ptr: int, dst, src_ptr: int, src) -> tuple:
+    """Args.ip of a copy into a float type: (1,) where it runs 8 elements a thread with 16-byte loads and stores (dst
+    and, unless quantized, src without gaps and 16-byte aligned, a multiple of 8 elements: layout.cu's copy_dense,
+    quant.cuh's dequantize_k), else (0,)."""
+    ok = dst.type in FLOATS and dst.nelements % 8 == 0 and dst_ptr % 16 == 0 and _dense(dst)
+    return (int(ok and (src.type.quantized or (src_ptr % 16 == 0 and _dense(src)))),)
+
+
+def copy_config(dst, ints: tuple) -> tuple:
+    """(grid, block) of a copy: a thread per 8 elements on the dense path."""
+    return (min(MAX_BLOCKS, -(-dst.nelements // (8 * BLOCK))), BLOCK) if ints[0] else elementwise_config(dst)
+
+
+def _copy_ints(node) -> tuple:
+    return dense_copy(tensor_ptr(node), node, tensor_ptr(node.src[0]), node.src[0])
 
 
 def kernel_name(node, impl=None) -> str:
@@ -66,7 +93,8 @@ def params(node) -> tuple:
 
 
 register(ops=("dup", "cont", "cpy", "cast"), refusal=copy_refusal, name=copy_kernel_name,
-         iparam=iparam32, fuses={"chain": CHAIN})
+         iparam=iparam32, int_params=_copy_ints, launch_config=lambda node: copy_config(node, _copy_ints(node)),
+         fuses={"chain": CHAIN})
 register(ops=("concat", "pad", "repeat", "get_rows"), refusal=refusal, name=kernel_name,
          params=params)
 

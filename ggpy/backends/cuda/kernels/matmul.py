@@ -27,7 +27,7 @@ from ...kernel import Fused
 from ..cublas import MISSING, WORKSPACE, Gemm
 from ..gemm_plan import align_temp, contiguous, gemm_type, operand_layout
 from ..registry import register
-from . import attention, quant
+from . import attention, layout, quant
 from .common import FLOATS, SUFFIX, Args, apart, extent, pack_args, tensor_ptr
 
 def refusal(node) -> str | None:
@@ -139,7 +139,9 @@ def gemm_steps(backend, node, add=None, residual_node=None, residual=None) -> li
     steps = []
     for i, offset, c in conversions(node):
         ptr, t = ops[i][:2]
-        steps.append(backend.launch(node, f"copy_{SUFFIX[t.type]}_{SUFFIX[gtype]}", temp + offset, c, [(ptr, t)]))
+        ints = layout.dense_copy(temp + offset, c, ptr, t)
+        steps.append(backend.launch(node, f"copy_{SUFFIX[t.type]}_{SUFFIX[gtype]}", temp + offset, c, [(ptr, t)],
+                                    config=layout.copy_config(c, ints), ints=ints))
         ops[i] = [temp + offset, c, (True, c.ne[0])]
     (pa, ta, _), (pb, tb, (kb, ldb)) = ops
     dst = node if add is None else add

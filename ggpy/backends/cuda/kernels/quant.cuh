@@ -71,12 +71,20 @@ template <typename T> struct dq_float { static __device__ void at8(const char* r
 } };
 
 // dst (any float type, src0's element count) = src0 dequantized, in ne order: a thread per 8 elements of a row
+// a.ip[0] (layout.py's dense_copy): dst contiguous and 16-byte aligned, its 8 elements one or two 16-byte stores
 template <typename Q, typename D> __device__ void dequantize_k(const Args& a) {
     for (i64 ch = (i64)blockIdx.x * blockDim.x + threadIdx.x; ch < a.n >> 3; ch += (i64)gridDim.x * blockDim.x) {
         i64 cs[4], cd[4];
         unravel(ch << 3, a.ne0, cs);
         float v[8];
         Q::at8(a.src0 + cs[1] * a.nb0[1] + cs[2] * a.nb0[2] + cs[3] * a.nb0[3], 0, (int)(cs[0] >> 3), v);
+        if (a.ip[0]) {
+            __align__(16) D d[8];
+            #pragma unroll
+            for (int j = 0; j < 8; ++j) d[j] = from_f<D>(v[j]);
+            store8(a.dst + (ch << 3) * (i64)sizeof(D), d);
+            continue;
+        }
         #pragma unroll
         for (int j = 0; j < 8; ++j) {
             unravel((ch << 3) + j, a.ne, cd);

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from ggpy import ModelFileError
 
-from . import layers
+from . import arch_moe, layers
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,10 @@ def _gemma3(keys, hp) -> dict:
 
 
 ARCHITECTURES = {
-    "llama": Arch("norm", read=_llama),
+    "llama": Arch("norm", experts=True, ffn=FFN(*arch_moe.or_dense(layers.gated_mlp, _mlp_tensors)),
+                  read=lambda k, hp: {**_llama(k, hp), **arch_moe.read_experts(k, hp)}),   # with experts: Mixtral
+    "qwen3moe": Arch("neox", qk_norm="head", experts=True, ffn=FFN(arch_moe.moe_ffn, arch_moe.moe_tensors),
+                     read=arch_moe.read_experts),
     "qwen2": Arch("neox", qkv_bias=True),
     "qwen3": Arch("neox", qk_norm="head"),
     "olmo2": Arch("neox", qk_norm="full", norms="post", swa_rope=True, read=lambda k, hp: _swa(k, hp, 4)),

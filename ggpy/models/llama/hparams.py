@@ -53,6 +53,8 @@ class HParams:
     rope_base_swa: float = 10000.0     # the sliding blocks' rope base (their frequency scale is 1)
     n_expert: int = 0              # mixture of experts: experts per block and those used per token
     n_expert_used: int = 0
+    n_ff_exp: int = 0              # an expert's feed-forward width (0: n_ff)
+    expert_weights_scale: float = 0.0  # the chosen experts' weights' multiplier (0: none)
 
     def is_swa(self, il: int) -> bool:
         """Whether block `il` attends through the sliding window."""

@@ -54,23 +54,22 @@ template <typename Q> __device__ void mmvq_id_k(const Args& a) {
     if (s.m < a.ne0[1] && !s.valid && (threadIdx.x & 31) == 0) *s.out(a) = 0.f;
 }
 
-#define MOE_BOUNDS __launch_bounds__(32 * MOE_WARPS)
-extern "C" __global__ void MOE_BOUNDS mmv_id_f32(const Args a) { grid_dependency(); mmv_id_k<dq_float<float> >(a); }
-extern "C" __global__ void MOE_BOUNDS mmv_id_f16(const Args a) { grid_dependency(); mmv_id_k<dq_float<half_t> >(a); }
-extern "C" __global__ void MOE_BOUNDS mmv_id_bf16(const Args a) { grid_dependency(); mmv_id_k<dq_float<bf16_t> >(a); }
-extern "C" __global__ void MOE_BOUNDS mmv_id_q4_0(const Args a) { grid_dependency(); mmv_id_k<dq_q4_0>(a); }
-extern "C" __global__ void MOE_BOUNDS mmvq_id_q4_0(const Args a) { grid_dependency(); mmvq_id_k<mq_q4_0>(a); }
-extern "C" __global__ void MOE_BOUNDS mmv_id_q4_1(const Args a) { grid_dependency(); mmv_id_k<dq_q4_1>(a); }
-extern "C" __global__ void MOE_BOUNDS mmvq_id_q4_1(const Args a) { grid_dependency(); mmvq_id_k<mq_q4_1>(a); }
-extern "C" __global__ void MOE_BOUNDS mmv_id_q5_0(const Args a) { grid_dependency(); mmv_id_k<dq_q5_0>(a); }
-extern "C" __global__ void MOE_BOUNDS mmvq_id_q5_0(const Args a) { grid_dependency(); mmvq_id_k<mq_q5_0>(a); }
-extern "C" __global__ void MOE_BOUNDS mmv_id_q5_1(const Args a) { grid_dependency(); mmv_id_k<dq_q5_1>(a); }
-extern "C" __global__ void MOE_BOUNDS mmvq_id_q5_1(const Args a) { grid_dependency(); mmvq_id_k<mq_q5_1>(a); }
-extern "C" __global__ void MOE_BOUNDS mmv_id_q8_0(const Args a) { grid_dependency(); mmv_id_k<dq_q8_0>(a); }
-extern "C" __global__ void MOE_BOUNDS mmvq_id_q8_0(const Args a) { grid_dependency(); mmvq_id_k<mq_q8_0>(a); }
-extern "C" __global__ void MOE_BOUNDS mmv_id_q4_k(const Args a) { grid_dependency(); mmv_id_k<dq_q4_k>(a); }
-extern "C" __global__ void MOE_BOUNDS mmvq_id_q4_k(const Args a) { grid_dependency(); mmvq_id_k<mq_q4_k>(a); }
-extern "C" __global__ void MOE_BOUNDS mmv_id_q5_k(const Args a) { grid_dependency(); mmv_id_k<dq_q5_k>(a); }
-extern "C" __global__ void MOE_BOUNDS mmvq_id_q5_k(const Args a) { grid_dependency(); mmvq_id_k<mq_q5_k>(a); }
-extern "C" __global__ void MOE_BOUNDS mmv_id_q6_k(const Args a) { grid_dependency(); mmv_id_k<dq_q6_k>(a); }
-extern "C" __global__ void MOE_BOUNDS mmvq_id_q6_k(const Args a) { grid_dependency(); mmvq_id_k<mq_q6_k>(a); }
+extern "C" __global__ void mmv_id_f32(const Args a) { grid_dependency(); mmv_id_k<dq_float<float> >(a); }
+extern "C" __global__ void mmv_id_f16(const Args a) { grid_dependency(); mmv_id_k<dq_float<half_t> >(a); }
+extern "C" __global__ void mmv_id_bf16(const Args a) { grid_dependency(); mmv_id_k<dq_float<bf16_t> >(a); }
+extern "C" __global__ void mmv_id_q4_0(const Args a) { grid_dependency(); mmv_id_k<dq_q4_0>(a); }
+extern "C" __global__ void mmvq_id_q4_0(const Args a) { grid_dependency(); mmvq_id_k<mq_q4_0>(a); }
+extern "C" __global__ void mmv_id_q4_1(const Args a) { grid_dependency(); mmv_id_k<dq_q4_1>(a); }
+extern "C" __global__ void mmvq_id_q4_1(const Args a) { grid_dependency(); mmvq_id_k<mq_q4_1>(a); }
+extern "C" __global__ void mmv_id_q5_0(const Args a) { grid_dependency(); mmv_id_k<dq_q5_0>(a); }
+extern "C" __global__ void mmvq_id_q5_0(const Args a) { grid_dependency(); mmvq_id_k<mq_q5_0>(a); }
+extern "C" __global__ void mmv_id_q5_1(const Args a) { grid_dependency(); mmv_id_k<dq_q5_1>(a); }
+extern "C" __global__ void mmvq_id_q5_1(const Args a) { grid_dependency(); mmvq_id_k<mq_q5_1>(a); }
+extern "C" __global__ void mmv_id_q8_0(const Args a) { grid_dependency(); mmv_id_k<dq_q8_0>(a); }
+extern "C" __global__ void mmvq_id_q8_0(const Args a) { grid_dependency(); mmvq_id_k<mq_q8_0>(a); }
+extern "C" __global__ void mmv_id_q4_k(const Args a) { grid_dependency(); mmv_id_k<dq_q4_k>(a); }
+extern "C" __global__ void mmvq_id_q4_k(const Args a) { grid_dependency(); mmvq_id_k<mq_q4_k>(a); }
+extern "C" __global__ void mmv_id_q5_k(const Args a) { grid_dependency(); mmv_id_k<dq_q5_k>(a); }
+extern "C" __global__ void mmvq_id_q5_k(const Args a) { grid_dependency(); mmvq_id_k<mq_q5_k>(a); }
+extern "C" __global__ void mmv_id_q6_k(const Args a) { grid_dependency(); mmv_id_k<dq_q6_k>(a); }
+extern "C" __global__ void mmvq_id_q6_k(const Args a) { grid_dependency(); mmvq_id_k<mq_q6_k>(a); }

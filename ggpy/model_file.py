@@ -2,7 +2,7 @@
 
 A tensor stored with numpy shape (d_{n-1}, ..., d_0) becomes a ggpy tensor of ne = (d_0, ..., d_{n-1}):
 GGUF records ggml's ne, and its data is the C-order array of the reversed shape. Block-quantized tensors
-(Q4_0 ... Q6_K) are copied as they are, their blocks' bytes unchanged.
+(Q4_0 ... IQ4_XS: types.QUANT_TYPES) are copied as they are, their blocks' bytes unchanged.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ def mul_mat(a, b):
 
     a.ne = (K, M, A2, A3), b.ne = (K, N, B2, B3) with B2 % A2 == 0 and B3 % A3 == 0 (a is broadcast);
     result F32, ne = (M, N, B2, B3): each output row n holds the dot products of b's row n with a's rows.
-    A block-quantized a (the weight: Q4_0 ... Q6_K) takes an F32 b.
+    A block-quantized a (the weight: Q4_0 ... Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS) takes an F32 b.
     """
     if check_tensor("mul_mat", a).type.quantized:
         check_tensor("mul_mat", b, "b")

@@ -32,6 +32,7 @@ from .chat import ChatTemplateError, render_chat
 from .fetch import FetchError, default_model
 from .generate import NonFiniteLogitsError, generate
 from .gguf_file import open_llama
+from .arch import ARCHITECTURES
 from .model import CACHE_TYPES
 from .runner import DEFAULT_BATCH, DEFAULT_CTX, GraphModel
 from .sampling import Sampler
@@ -84,8 +85,8 @@ def _utf8(text):
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ggpy-llama", description=__doc__.split(":")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-m", "--model", help="GGUF file of a llama or qwen2 model (default: SmolLM2-135M-Instruct "
-                   "Q4_1, fetched once)")
+    p.add_argument("-m", "--model", help=f"GGUF file of a {', '.join(ARCHITECTURES)} model (default: "
+                   "SmolLM2-135M-Instruct Q4_1, fetched once)")
     p.add_argument("-p", "--prompt", type=_utf8, required=True)
     p.add_argument("-n", "--n-predict", type=_at_least(0), default=64, metavar="N", help="tokens to generate (64)")
     p.add_argument("--temp", type=_at_least(0.0, float), default=0.8, help="temperature; 0 is greedy (0.8)")

@@ -3,17 +3,27 @@ as a chain of R copies in one CUDA graph (R distinct weights or caches, over 128
 them, as a token's ~30 blocks do not), timed with CUDA events over replays: microseconds per op and the bytes it
 must read per microsecond. PDL on and off side by side.
 
-    python3 benchmarks/cuda_decode_ops.py [--only mul_mat|flash_attn_ext] [--replays 20]
+    python3 benchmarks/cuda_decode_ops.py [--only mul_mat|flash_attn_ext|floor] [--replays 20] [--cache F16,Q8_0]
+        [--chunks 1,4,16]
+
+flash_attn_ext reads its K and V as a model's cache (one (head dim x KV heads, rows) tensor each, heads interleaved in a
+row), F16 or Q8_0, with a mask whose padded tail is -inf as a token's (rows in use rounded up); --chunks also times
+each shape with fa_vec_k's keys split in that many chunks (attention_flash.split forced; 0: as it chooses with no
+clusters). `floor`: a scale of 64
+floats in the same chain, the per-op cost of a launch with no work.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 
 import numpy as np
 
 import ggpy
 from ggpy.backends.cuda import CUDABackend
 from ggpy.backends.cuda.device import Event
+from ggpy.backends.cuda.kernels import attention_flash
 
 L2_DEFEAT = 128 << 20
 
@@ -24,9 +34,11 @@ MAT_VECS = [("smollm2 q/o", "Q4_1", 576, 576), ("smollm2 k/v", "Q4_1", 576, 192)
             ("1b q/o", "Q4_K", 2048, 2048), ("1b k/v", "Q4_K", 2048, 512), ("1b gate", "Q4_K", 2048, 8192),
             ("1b down", "Q6_K", 8192, 2048), ("1b head", "Q6_K", 2048, 128256),
             ("1b q/o", "Q8_0", 2048, 2048), ("1b gate", "Q8_0", 2048, 8192), ("1b down", "Q8_0", 8192, 2048)]
-# (label, head dim, query heads, KV heads, cache rows)
-ATTENTION = [("smollm2", 64, 9, 3, 512), ("smollm2", 64, 9, 3, 4096), ("1b", 64, 32, 8, 512), ("1b", 64, 32, 8, 4096),
-             ("d128", 128, 32, 8, 512), ("d128", 128, 32, 8, 4096)]
+# (label, head dim, query heads, KV heads, cache rows read, rows in use (the rest masked -inf))
+ATTENTION = [(label, 64, h, hk, nkv, used) for label, h, hk in (("smollm2", 9, 3), ("1b", 32, 8))
+             for nkv, used in ((256, 256), (576, 513), (4096, 4096))]
+ATTENTION += [("d128", 128, 32, 8, 576, 513), ("d128", 128, 32, 8, 4096, 4096)]
+CACHE_TYPES = ("F16", "Q8_0")
 
 
 def random_blocks(t, rng) -> np.ndarray:
@@ -70,47 +82,86 @@ def mat_vec_chain(backend, type_name: str, K: int, M: int, rng):
     return graph, n, per
 
 
-def attention_chain(backend, d: int, h: int, hk: int, nkv: int, rng):
-    per = 2 * d * hk * nkv * 2
+def attention_chain(backend, d: int, h: int, hk: int, nkv: int, used: int, cache: str, rng):
+    t = getattr(ggpy, cache)
+    per = 2 * t.row_bytes(d * hk) * nkv
     n = max(4, min(64, L2_DEFEAT // per))
     ctx = ggpy.Context()
     q = ctx.new_tensor(ggpy.F32, (d, 1, h)).set_input()
-    mask = ctx.new_tensor(ggpy.F32, (nkv, 1)).set_input()
-    kvs = [(ctx.new_tensor(ggpy.F16, (d, nkv, hk)), ctx.new_tensor(ggpy.F16, (d, nkv, hk))) for _ in range(n)]
+    mask = ctx.new_tensor(ggpy.F16, (nkv, 1)).set_input()
+    caches = [ctx.new_tensor(t, (d * hk, nkv)).set_input() for _ in range(2 * n)]
     graph = ggpy.Graph()
-    for k, v in kvs:
+    for kc, vc in zip(caches[::2], caches[1::2]):
+        k, v = (ggpy.view_3d(c, d, nkv, hk, c.nb[1], c.nb[1] // hk) for c in (kc, vc))
         graph.build_forward_expand(ggpy.flash_attn_ext(q, k, v, mask, d ** -0.5))
     ggpy.GraphAllocator(backend).alloc_graph(graph)
     q.set(rng.standard_normal(q.shape).astype(np.float32))
-    mask.set(np.zeros(mask.shape, np.float32))
-    for k, v in kvs:
-        for t in (k, v):
-            t.set(rng.standard_normal(t.shape).astype(np.float16))
+    mask.set(np.where(np.arange(nkv) < used, 0.0, -np.inf).astype(np.float16).reshape(mask.shape))
+    for c in caches:
+        c.set(random_blocks(c, rng) if t is ggpy.Q8_0 else rng.standard_normal(c.shape).astype(np.float16))
     return graph, n, per
+
+
+def floor_chain(backend, rng):
+    """A scale of 64 floats, 64 times: the per-op cost of a launch that does nothing."""
+    ctx = ggpy.Context()
+    x = ctx.new_tensor(ggpy.F32, (64,)).set_input()
+    graph, y = ggpy.Graph(), x
+    for _ in range(64):
+        y = ggpy.scale(y, 1.0)
+        graph.build_forward_expand(y)
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    x.set(rng.standard_normal(64).astype(np.float32))
+    return graph, 64, 256
+
+
+@contextlib.contextmanager
+def split_as(chunks: int | None):
+    """attention_flash.split as it chooses (None), with no clusters (0), or with `chunks` chunks of keys."""
+    names = ("TARGET_BLOCKS", "MIN_CHUNK", "MAX_CHUNKS", "CLUSTER_MAX_KEYS")
+    saved = [getattr(attention_flash, n) for n in names]
+    if chunks is not None:
+        attention_flash.CLUSTER_MAX_KEYS = dict.fromkeys(attention_flash.HEAD_DIMS, 0)
+    if chunks:
+        attention_flash.TARGET_BLOCKS, attention_flash.MIN_CHUNK, attention_flash.MAX_CHUNKS = 1 << 20, 1, chunks
+    try:
+        yield
+    finally:
+        for n, v in zip(names, saved):
+            setattr(attention_flash, n, v)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", choices=("mul_mat", "flash_attn_ext"))
+    p.add_argument("--only", choices=("mul_mat", "flash_attn_ext", "floor"))
     p.add_argument("--replays", type=int, default=20)
+    p.add_argument("--cache", default=",".join(CACHE_TYPES), help="flash_attn_ext's K/V types (comma-separated)")
+    p.add_argument("--chunks", default="0", help="flash_attn_ext also with these chunk counts (comma-separated; 0: "
+                   "as split chooses without clusters)")
     opts = p.parse_args(argv)
     backends = {"pdl": CUDABackend("cuda"), "no pdl": CUDABackend("cuda", pdl=False)}
     rng = np.random.default_rng(0)
     print(f"decode ops on {backends['pdl'].device.name}: us per op in a chain of R inside one CUDA graph")
     print("| op | shape | R | us (pdl) | us (no pdl) | GB/s read (pdl) |\n| --- | --- | --- | --- | --- | --- |")
     jobs = []
+    if opts.only in (None, "floor"):
+        jobs.append(("scale F32", "64 floats (launch floor)", None, lambda b: floor_chain(b, rng)))
     if opts.only in (None, "mul_mat"):
-        jobs += [(f"mul_mat {t}", f"{label} {K}x{M}", lambda b, t=t, K=K, M=M: mat_vec_chain(b, t, K, M, rng))
+        jobs += [(f"mul_mat {t}", f"{label} {K}x{M}", None, lambda b, t=t, K=K, M=M: mat_vec_chain(b, t, K, M, rng))
                  for label, t, K, M in MAT_VECS]
     if opts.only in (None, "flash_attn_ext"):
-        jobs += [("flash_attn_ext F16", f"{label} d{d} {h}/{hk} heads, {nkv} rows",
-                  lambda b, d=d, h=h, hk=hk, nkv=nkv: attention_chain(b, d, h, hk, nkv, rng))
-                 for label, d, h, hk, nkv in ATTENTION]
-    for op, shape, make in jobs:
+        for (label, d, h, hk, nkv, used), cache, chunks in itertools.product(
+                ATTENTION, opts.cache.split(","), [None] + [int(c) for c in opts.chunks.split(",") if c]):
+            jobs.append((f"flash_attn_ext {cache}", f"{label} d{d} {h}/{hk} heads, {nkv} rows ({used} used)"
+                         + ("" if chunks is None else f", {chunks} chunks" if chunks else ", no cluster"), chunks,
+                         lambda b, d=d, h=h, hk=hk, nkv=nkv, used=used, cache=cache:
+                         attention_chain(b, d, h, hk, nkv, used, cache, rng)))
+    for op, shape, chunks, make in jobs:
         us = {}
-        for name, backend in backends.items():
-            graph, n, per = make(backend)
-            us[name] = timed(backend, graph, opts.replays) / n * 1e6
+        with split_as(chunks):
+            for name, backend in backends.items():
+                graph, n, per = make(backend)
+                us[name] = timed(backend, graph, opts.replays) / n * 1e6
         print(f"| {op} | {shape} | {n} | {us['pdl']:.2f} | {us['no pdl']:.2f} | {per / us['pdl'] / 1e3:.0f} |",
               flush=True)
 

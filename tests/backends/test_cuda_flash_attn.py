@@ -3,6 +3,8 @@ F16 (or F32) cache by set_rows, the attention reading the cache's first n_kv row
 a causal mask; the flash path and the mul_mat -> soft_max -> mul_mat path (V seen transposed) each against a float64
 reference on the cache's stored values. Which kernels a node gets (keys split for a generated token, tensor cores for a
 prompt's F16 K/V) is checked without a GPU; the runs skip without one."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -23,7 +25,7 @@ def _node(n, n_kv, hd=HD, kv_type=F16, heads=HEADS, kv_heads=KV_HEADS):
 def test_a_token_splits_the_keys_and_a_prompt_runs_on_tensor_cores():
     token = _node(1, 4096, heads=32, kv_heads=8)
     rb, z, chunk, chunks = attention_flash.split(token)
-    assert (rb, z) == (4, 1) and chunks > 8 and chunk % attention_flash.TILE == 0 and chunk * (chunks - 1) < 4096
+    assert (rb, z) == (4, 1) and chunks > 8 and chunk % 64 == 0 and chunk * (chunks - 1) < 4096
     assert attention_flash.choose(token, None) == "vec"
     assert attention_flash.temp_size(token, "vec", None) == 32 * chunks * (64 + 2) * 4
     assert attention_flash.kernel_name(token, "vec") == "fa_vec_d64_r4_f16_f16"
@@ -31,7 +33,17 @@ def test_a_token_splits_the_keys_and_a_prompt_runs_on_tensor_cores():
     assert attention_flash.choose(prompt, None) == "tc" and attention_flash.temp_size(prompt, "tc", None) == 0
     assert attention_flash.choose(_node(100, 300, kv_type=F32), None) == "vec"
     assert "head dims" in attention.flash_attn_refusal(_node(1, 64, hd=80))
-    assert attention_flash.kernel_names() >= {"fa_vec_d128_r8_q8_0_f16", "fa_combine_d64", "fa_mma_d128_q8_0_q8_0"}
+    assert attention_flash.kernel_names() >= {"fa_vec_d128_r8_q8_0_f16", "fa_combine_d64", "fa_mma_d128_q8_0_q8_0",
+                                              "fa_vec_d64_r4_q8_0_q8_0_cl"}
+    hopper = SimpleNamespace(device=SimpleNamespace(cc=(9, 0)))      # clusters of CLUSTER chunks, no partials
+    short = _node(1, 1024, heads=32, kv_heads=8)
+    assert attention_flash.split(short, hopper) == (4, 1, 1024 // attention_flash.CLUSTER, attention_flash.CLUSTER)
+    assert attention_flash.kernel_name(short, "vec", hopper) == "fa_vec_d64_r4_f16_f16_cl"
+    assert attention_flash.temp_size(short, "vec", hopper) == 0
+    assert not attention_flash.clustered(token, hopper) and not attention_flash.clustered(short, None)
+    mixed = ggpy.flash_attn_ext(*short.src[:2], _node(1, 1024, kv_type=Q8_0, heads=32, kv_heads=8).src[2],
+                                short.src[3], 0.125)
+    assert not attention_flash.clustered(mixed, hopper) and attention_flash.clustered(short, hopper)
 
 
 def _run(backend, n, n_kv, flash: bool, cache_type, mask_type, seed: int):
@@ -177,3 +189,48 @@ def test_cuda_flash_attn_tensor_cores_vs_float64(cuda_backend, case):
     np.testing.assert_allclose(got, ref, rtol=4e-3, atol=4e-3)
     if mask is not None:
         assert not got[:, 1].any()
+
+
+VEC_CASES = [  # D, n, n_kv (keys in use: the rest masked -inf), H, Hk, K and V type
+    (64, 1, 256, 256, 9, 3, F16), (64, 1, 576, 513, 9, 3, Q8_0), (64, 1, 4096, 4000, 32, 8, F16),
+    (64, 2, 768, 700, 32, 8, F32), (128, 1, 576, 513, 32, 8, Q8_0), (128, 3, 4096, 4096, 8, 2, F16),
+    (64, 1, 6000, 5900, 9, 3, F16), (64, 1, 40, 33, 4, 1, Q8_0), (64, 1, 1536, 1500, 9, 3, F16),
+]
+
+
+@pytest.mark.parametrize("cluster", [True, False], ids=["cluster", "global"])
+@pytest.mark.parametrize("case", VEC_CASES, ids=lambda c: f"D{c[0]}-n{c[1]}-kv{c[2]}/{c[3]}-H{c[4]}/{c[5]}-{c[6].name}")
+def test_cuda_flash_attn_decode_vs_float64(cuda_backend, case, cluster, monkeypatch):
+    """fa_vec_k for a few query rows against float64, its chunks merged in a cluster's shared memory (sm_90 on, at
+    most CLUSTER_MAX_KEYS keys) or through memory (partials and arrival counters): the model's cache layout (heads
+    interleaved in a row), a padded tail masked -inf, grouped-query heads."""
+    d, n, n_kv, used, h, hk, t = case
+    if not cluster:
+        monkeypatch.setattr(attention_flash, "CLUSTER_MAX_KEYS", dict.fromkeys(attention_flash.HEAD_DIMS, 0))
+    rng = np.random.default_rng(n_kv + h)
+    ctx = ggpy.Context()
+    q = ctx.new_tensor(F32, (d, n, h)).set_input()
+    caches = [ctx.new_tensor(t, (d * hk, n_kv)).set_input() for _ in range(2)]
+    k, v = (ggpy.view_3d(c, d, n_kv, hk, c.nb[1], c.nb[1] // hk) for c in caches)
+    mask = ctx.new_tensor(F16, (n_kv, n)).set_input()
+    out = ggpy.flash_attn_ext(q, k, v, mask, d ** -0.5)
+    graph = ggpy.Graph().build_forward_expand(out)
+    ggpy.GraphAllocator(cuda_backend).alloc_graph(graph)
+    assert attention_flash.clustered(out, cuda_backend) == (cluster and cuda_backend.device.cc >= (9, 0)
+                                                            and n_kv <= attention_flash.CLUSTER_MAX_KEYS[d])
+    kv = []
+    for c in caches:
+        if t == Q8_0:
+            raw, vals = _q8_0(rng, (n_kv, d * hk))
+            c.set(raw)
+        else:
+            vals = rng.uniform(-1, 1, (n_kv, d * hk)).astype(np.float16 if t == F16 else np.float32)
+            c.set(vals)
+        kv.append(vals.astype(np.float64).reshape(1, n_kv, hk, d).transpose(0, 2, 1, 3))
+    qv = rng.uniform(-1, 1, (1, h, n, d)).astype(np.float32)
+    q.set(qv)
+    mv = np.where(np.arange(n_kv) < used, rng.uniform(-1, 0, (n, n_kv)), -np.inf).astype(np.float16)
+    mask.set(mv.reshape(1, 1, n, n_kv))
+    cuda_backend.compute(graph)
+    ref = _reference(qv.astype(np.float64), *kv, mv.astype(np.float64)[None, None], d ** -0.5, 0.0, 0.0)
+    np.testing.assert_allclose(out.numpy().reshape(ref.shape), ref, rtol=2e-5, atol=2e-5)

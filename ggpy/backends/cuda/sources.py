@@ -18,7 +18,7 @@ from .kernels.conv import DIRECT_K, DIRECT_W
 from .kernels.quant import MMV_MAX_N
 
 KERNEL_DIR = Path(__file__).parent / "kernels"
-_KERNEL = re.compile(r'^extern "C" __global__ void (\w+)\(', re.M)
+_KERNEL = re.compile(r'^extern "C" __global__ void (?:[A-Z_0-9]+ )?(\w+)\(', re.M)     # an attribute macro may come first
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,12 @@
 // fa_vec_k: few query rows (a generated token), the keys split in chunks over blockIdx.x; a block takes one chunk of
 //   one KV head for RB (query head, row) pairs of its group (blockIdx.z the pairs, blockIdx.y KV head and sequence);
 //   a group of D / 8 lanes takes a key, each lane the same 8 elements of q (registers), K and V, so a lane group
-//   keeps its own online softmax and accumulator with no exchange but the score's sum; a pass issues every load of
-//   its keys (up to NB a lane group) before any math; the lane groups, then the warps merged at the end; one chunk
-//   writes dst, several (at most FA_MAXC) write their partial (max, sum, accumulator) in the temp block, merged by
+//   keeps its own online softmax and accumulator with no exchange but the score's sum; a pass takes FA_NB
+//   keys a lane group in little code (passes of 8 keys fully unrolled, ~100 KB of SASS, took ~5 us each
+//   on an H200 whatever their keys), its loads issued a pass ahead; the lane groups, then the warps merged at the
+//   end. The chunks of a (blockIdx.y, z) merge
+//   either as one cluster of FA_CL blocks through their shared memory (sm_90 on, the _cl kernels), or, one chunk
+//   writing dst, several (at most FA_MAXC) write their partial (max, sum, accumulator) in the temp block, merged by
 //   the last block of the pairs to arrive (a.count) or else by fa_combine_k. F32 math on F32, F16 or Q8_0 K and V.
 // A row whose scores are all -inf gives zeros (as the CPU kernel).
 #pragma once
@@ -25,8 +28,10 @@ struct FaArgs {
     int* count;                 // fa_vec_k: chunks arrived per (blockIdx.y, blockIdx.z), zero between kernels (or null)
 };
 
-#define FA_WARPS 4
+#define FA_WARPS 8              // fa_vec_k's warps (attention_flash.py VEC_WARPS)
+#define FA_NB 2                 // fa_vec_k: keys a lane group takes a pass (4 in a cluster: slower on an H200)
 #define FA_MAXC 32              // fa_vec_k: chunks its last block merges at most (attention_flash.py MAX_CHUNKS)
+#define FA_CL 8                 // fa_vec_k: blocks of a cluster (attention_flash.py CLUSTER)
 
 struct q8_0_t {};               // K / V rows of Q8_0 blocks: f16 d, 32 int8 (34 bytes)
 // a lane's 8 consecutive elements 8 sub .. 8 sub + 7 of a K / V row: `load` issues the loads, `get` converts
@@ -69,9 +74,11 @@ template <> struct FaLd<q8_0_t> {                   // rows aligned to 2 bytes: 
     }
 };
 
-__device__ __forceinline__ float fa_slope(const FaArgs& a, int h) {
-    return h < a.nlog2 ? powf(a.m0, (float)(h + 1)) : powf(a.m1, (float)(2 * (h - a.nlog2) + 1));
+__device__ __noinline__ float fa_slope_of(float m0, float m1, int nlog2, int h) {     // one copy: powf is long code
+    return h < nlog2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - nlog2) + 1));
 }
+__device__ __forceinline__ float fa_slope(const FaArgs& a, int h) { return fa_slope_of(a.m0, a.m1, a.nlog2, h); }
+__device__ __noinline__ float fa_softcap(float cap, float x) { return cap * tanhf(x); }   // one copy
 __device__ __forceinline__ float fa_mask(const FaArgs& a, const char* row, int j) {
     return a.mask_f16 ? to_f(((const half_t*)row)[j]) : ((const float*)row)[j];
 }
@@ -104,13 +111,65 @@ template <int DV> __device__ void fa_combine_row(const FaArgs& a, i64 row, int d
     *(float*)(a.dst + hq * a.ds[0] + i1 * a.ds[1] + i3 * a.ds[2] + d * 4) = L > 0.f ? A / L : 0.f;
 }
 
-template <int D, int DV, int RB, typename TK, typename TV> __device__ void fa_vec_k(const FaArgs& a) {
+// fa_vec_k's entries: two blocks an SM (at most 128 registers a thread) for up to 4 pairs, else one; _CL: a cluster
+// of FA_CL blocks on sm_90, one block an SM
+#define FA_VEC2 __launch_bounds__(FA_WARPS * 32, 2)
+#define FA_VEC1 __launch_bounds__(FA_WARPS * 32, 1)
+#if __CUDA_ARCH__ >= 900
+#define FA_VEC_CL __cluster_dims__(FA_CL, 1, 1) __launch_bounds__(FA_WARPS * 32, 1)
+#else
+#define FA_VEC_CL FA_VEC1
+#endif
+__device__ __forceinline__ void fa_cluster_sync() {         // every block of the cluster here, its writes visible
+#if __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+template <typename T> __device__ __forceinline__ const T* fa_cluster_map(const T* p, int rank) {
+#if __CUDA_ARCH__ >= 900
+    const T* q;
+    asm("mapa.u64 %0, %1, %2;" : "=l"(q) : "l"(p), "r"(rank));     // the same shared variable of block `rank`
+    return q;
+#else
+    return p;
+#endif
+}
+__device__ __forceinline__ int fa_cluster_rank() {
+    int r = 0;
+#if __CUDA_ARCH__ >= 900
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+    return r;
+}
+
+// CL: 1, or FA_CL (sm_90 on): the FA_CL chunks of (blockIdx.y, z) are one cluster, merged through their shared memory
+// a pass's loads of a lane group: its NB keys j0 + t G (below c1) of K and V, and the mask's bits of them for each row
+template <int RB, int NB, int G, typename TK, typename TV>
+__device__ __forceinline__ void fa_issue(const FaArgs& a, const char* kb, const char* vb, const char* const* mrow,
+                                         int j0, int c1, int sub, FaLd<TK>* kr, FaLd<TV>* vr, unsigned (*mb)[NB]) {
+    #pragma unroll
+    for (int t = 0; t < NB; ++t) {
+        const int j = j0 + t * G;
+        kr[t] = FaLd<TK>{}; vr[t] = FaLd<TV>{};
+        if (j < c1) {
+            kr[t].load(kb + (i64)j * a.ks[0], sub);
+            vr[t].load(vb + (i64)j * a.vs[0], sub);
+        }
+        #pragma unroll
+        for (int r = 0; r < RB; ++r)
+            mb[r][t] = j < c1 && mrow[r] ? (a.mask_f16 ? *(const unsigned short*)(mrow[r] + 2 * j)
+                                                        : *(const unsigned*)(mrow[r] + 4 * j)) : 0u;
+    }
+}
+
+// CL: 1, or FA_CL (sm_90 on): the FA_CL chunks of (blockIdx.y, z) are one cluster, merged through their shared memory
+template <int D, int DV, int RB, int CL, typename TK, typename TV> __device__ void fa_vec_k(const FaArgs& a) {
     static_assert(D == DV, "fa_vec_k: a lane takes the same 8 elements of q, K and V");
-    constexpr int L = D / 8, KPI = 32 / L;                  // lanes of a key, keys a warp reads at once
-    constexpr int NB = (RB == 8 ? 2 : 8) / (sizeof(TK) == 4 || sizeof(TV) == 4 ? 2 : 1);    // keys a lane per pass
-    constexpr int G = FA_WARPS * KPI;                       // keys a block takes one per lane group
-    __shared__ float wm[FA_WARPS][RB], wl[FA_WARPS][RB];
-    __shared__ __align__(16) float wacc[FA_WARPS][RB][DV];
+    // lanes of a key, keys a warp reads at once, keys a lane group takes a pass
+    constexpr int L = D / 8, KPI = 32 / L, NB = FA_NB;
+    constexpr int W = FA_WARPS, G = W * KPI;                // warps, keys a block takes one per lane group
+    __shared__ float wm[W][RB], wl[W][RB];
+    __shared__ __align__(16) float wacc[W][RB][DV];
     const float NEG = __int_as_float(0xff800000);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane % L, slot = lane / L;
     const int group = a.h / a.hk, g = blockIdx.y % a.hk, i3 = blockIdx.y / a.hk;
@@ -125,63 +184,53 @@ template <int D, int DV, int RB, typename TK, typename TV> __device__ void fa_ve
         const int p = p0 + r, hq = g * group + p % group;
         const char* qr = a.q + (p / group) * a.qs[0] + hq * a.qs[1] + i3 * a.qs[2] + sub * 32;
         #pragma unroll
-        for (int i = 0; i < 8; ++i) q[r][i] = r < np ? *(const float*)(qr + 4 * i) : 0.f;     // scaled in the scores
+        for (int i = 0; i < 8; ++i) q[r][i] = r < np ? *(const float*)(qr + 4 * i) * qscale : 0.f;
         mrow[r] = a.mask && r < np ? a.mask + (p / group) * a.ms[0] + (hq % a.mh) * a.ms[1] + (i3 % a.mw) * a.ms[2] : 0;
         slope[r] = a.m0 == 1.f && a.m1 == 1.f ? 1.f : fa_slope(a, hq);      // no ALiBi: no powf
         m[r] = NEG; l[r] = 0.f;
         #pragma unroll
         for (int i = 0; i < 8; ++i) acc[r][i] = 0.f;
     }
-    const int c0 = blockIdx.x * a.chunk, c1 = min(a.nkv, c0 + a.chunk);
-    for (int t0 = c0; t0 < c1; t0 += NB * G) {              // a pass: every load first, then the math
-        const int nt = min(NB, (c1 - t0 + G - 1) / G), j0 = t0 + warp * KPI + slot;
-        FaLd<TK> kr[NB];
-        FaLd<TV> vr[NB];
-        float x[RB][NB];                                    // the mask's bits, then the scores, then P
+    const int c0 = blockIdx.x * a.chunk, c1 = min(a.nkv, c0 + a.chunk), jl = warp * KPI + slot;
+    FaLd<TK> kr[NB];
+    FaLd<TV> vr[NB];
+    unsigned mb[RB][NB];                                    // the mask's bits
+    fa_issue<RB, NB, G>(a, kb, vb, mrow, c0 + jl, c1, sub, kr, vr, mb);
+    for (int t0 = c0; t0 < c1; t0 += NB * G) {              // a pass: the next pass's loads, then this one's math
+        FaLd<TK> kn[NB];
+        FaLd<TV> vn[NB];
+        unsigned mn[RB][NB];
+        fa_issue<RB, NB, G>(a, kb, vb, mrow, t0 + NB * G + jl, c1, sub, kn, vn, mn);
+        float x[RB][NB];                                    // the scores, then P
         #pragma unroll
         for (int t = 0; t < NB; ++t) {
-            const int j = j0 + t * G;
-            kr[t] = FaLd<TK>{}; vr[t] = FaLd<TV>{};
-            if (t < nt && j < c1) {
-                kr[t].load(kb + (i64)j * a.ks[0], sub);
-                vr[t].load(vb + (i64)j * a.vs[0], sub);
-            }
+            float kx[8];
+            kr[t].get(kx);
             #pragma unroll
-            for (int r = 0; r < RB; ++r) {                  // no use before every load is issued
-                unsigned b = 0u;
-                if (t < nt && j < c1 && mrow[r])
-                    b = a.mask_f16 ? *(const unsigned short*)(mrow[r] + 2 * j) : *(const unsigned*)(mrow[r] + 4 * j);
-                x[r][t] = __uint_as_float(b);
+            for (int r = 0; r < RB; ++r) {
+                float s = 0.f;
+                #pragma unroll
+                for (int i = 0; i < 8; ++i) s = fmaf(q[r][i], kx[i], s);
+                #pragma unroll
+                for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                x[r][t] = s;
             }
         }
-        #pragma unroll
-        for (int t = 0; t < NB; ++t) {
-            const bool valid = t < nt && j0 + t * G < c1;
-            if (t < nt) {
-                float kx[8];
-                kr[t].get(kx);
+        if (a.softcap > 0.f) {
+            #pragma unroll
+            for (int r = 0; r < RB; ++r)
                 #pragma unroll
-                for (int r = 0; r < RB; ++r) {
-                    float s = 0.f;
-                    #pragma unroll
-                    for (int i = 0; i < 8; ++i) s = fmaf(q[r][i], kx[i], s);
-                    #pragma unroll
-                    for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-                    s *= qscale;
-                    if (a.softcap > 0.f) s = a.softcap * tanhf(s);
-                    const float mv = a.mask_f16 ? to_f((half_t)__float_as_uint(x[r][t])) : x[r][t];
-                    x[r][t] = valid && r < np ? s + slope[r] * mv : NEG;
-                }
-            } else {
-                #pragma unroll
-                for (int r = 0; r < RB; ++r) x[r][t] = NEG;
-            }
+                for (int t = 0; t < NB; ++t) x[r][t] = fa_softcap(a.softcap, x[r][t]);
         }
         #pragma unroll
-        for (int r = 0; r < RB; ++r) {                      // online softmax of the lane group's keys
+        for (int r = 0; r < RB; ++r) {                      // the mask, then the lane group's online softmax
             float mx = m[r];
             #pragma unroll
-            for (int t = 0; t < NB; ++t) mx = fmaxf(mx, x[r][t]);
+            for (int t = 0; t < NB; ++t) {
+                const float mv = a.mask_f16 ? to_f((half_t)mb[r][t]) : __uint_as_float(mb[r][t]);
+                x[r][t] = t0 + jl + t * G < c1 && r < np ? x[r][t] + slope[r] * mv : NEG;
+                mx = fmaxf(mx, x[r][t]);
+            }
             const float c = m[r] == NEG ? 0.f : __expf(m[r] - mx);
             l[r] *= c;
             #pragma unroll
@@ -195,14 +244,18 @@ template <int D, int DV, int RB, typename TK, typename TV> __device__ void fa_ve
         }
         #pragma unroll
         for (int t = 0; t < NB; ++t) {
-            if (t < nt) {
-                float vx[8];
-                vr[t].get(vx);
+            float vx[8];
+            vr[t].get(vx);
+            #pragma unroll
+            for (int r = 0; r < RB; ++r)
                 #pragma unroll
-                for (int r = 0; r < RB; ++r)
-                    #pragma unroll
-                    for (int i = 0; i < 8; ++i) acc[r][i] = fmaf(x[r][t], vx[i], acc[r][i]);
-            }
+                for (int i = 0; i < 8; ++i) acc[r][i] = fmaf(x[r][t], vx[i], acc[r][i]);
+        }
+        #pragma unroll
+        for (int t = 0; t < NB; ++t) {
+            kr[t] = kn[t]; vr[t] = vn[t];
+            #pragma unroll
+            for (int r = 0; r < RB; ++r) mb[r][t] = mn[r][t];
         }
     }
     #pragma unroll
@@ -227,24 +280,46 @@ template <int D, int DV, int RB, typename TK, typename TV> __device__ void fa_ve
         }
     }
     __syncthreads();
+    __shared__ float bm[RB], bl[RB];                            // CL > 1: the block's max and sum (wacc[0]: its acc)
     for (int t = threadIdx.x; t < np * DV; t += blockDim.x) {       // the warps merged
         const int r = t / DV, d = t % DV, p = p0 + r, hq = g * group + p % group, i1 = p / group;
         float M = NEG, S = 0.f, A = 0.f;
         #pragma unroll
-        for (int w = 0; w < FA_WARPS; ++w) M = fmaxf(M, wm[w][r]);
+        for (int w = 0; w < W; ++w) M = fmaxf(M, wm[w][r]);
         #pragma unroll
-        for (int w = 0; w < FA_WARPS; ++w) {
+        for (int w = 0; w < W; ++w) {
             const float c = wm[w][r] == NEG ? 0.f : __expf(wm[w][r] - M);
             S += wl[w][r] * c;
             A += wacc[w][r][d] * c;
         }
-        if (a.nchunks == 1) {
+        if (CL > 1) {                                           // a thread reads and writes its own (r, d) only
+            if (d == 0) { bm[r] = M; bl[r] = S; }
+            wacc[0][r][d] = A;
+        } else if (a.nchunks == 1) {
             *(float*)(a.dst + hq * a.ds[0] + i1 * a.ds[1] + i3 * a.ds[2] + d * 4) = S > 0.f ? A / S : 0.f;
         } else {
             float* pr = a.part + (((i64)(i3 * a.n + i1) * a.h + hq) * a.nchunks + blockIdx.x) * (DV + 2);
             if (d == 0) { pr[0] = M; pr[1] = S; }
             pr[2 + d] = A;
         }
+    }
+    if (CL > 1) {
+        fa_cluster_sync();                                      // every block's (max, sum, acc) in its shared memory
+        for (int t = fa_cluster_rank() * blockDim.x + threadIdx.x; t < np * DV; t += CL * blockDim.x) {
+            const int r = t / DV, d = t % DV, p = p0 + r, hq = g * group + p % group, i1 = p / group;
+            float mc[CL], M = NEG, S = 0.f, A = 0.f;
+            #pragma unroll
+            for (int c = 0; c < CL; ++c) M = fmaxf(M, mc[c] = *fa_cluster_map(&bm[r], c));
+            #pragma unroll
+            for (int c = 0; c < CL; ++c) {
+                const float e = mc[c] == NEG ? 0.f : __expf(mc[c] - M);
+                S += *fa_cluster_map(&bl[r], c) * e;
+                A += *fa_cluster_map(&wacc[0][r][d], c) * e;
+            }
+            *(float*)(a.dst + hq * a.ds[0] + i1 * a.ds[1] + i3 * a.ds[2] + d * 4) = S > 0.f ? A / S : 0.f;
+        }
+        fa_cluster_sync();                                      // no block leaves while another reads its memory
+        return;
     }
     if (a.nchunks == 1 || !a.count) return;
     __shared__ bool last;                                       // the chunks' last block merges their partials

@@ -1,12 +1,14 @@
 """flash_attn_ext on CUDA (attention_flash.cuh; the entry, with its refusal, is kernels/attention.py's), two
 implementations:
 
-`vec` (fa_vec_d{D}_r{RB}_{K type}_{V type}): the keys split in chunks of a multiple of TILE over blockIdx.x, enough chunks
-that about TARGET_BLOCKS blocks run (MIN_CHUNK keys a chunk at least, MAX_CHUNKS chunks at most); a block takes RB
-(query head, query row) pairs of one KV head's group, so the group's query heads read each key once; with several
-chunks every block writes its partial (max, sum, Dv accumulator) into the temp block and the last block of the chunks
-to finish merges them (one launch: an arrival counter per block of pairs in memory of the backend's, zero between
-kernels), else (over COUNTERS) fa_combine_d{D}.
+`vec` (fa_vec_d{D}_r{RB}_{K type}_{V type}[_cl]): a block of VEC_WARPS warps takes RB (query head, query row) pairs of
+one KV head's group, so the group's query heads read each key once, and a chunk of the keys (a multiple of the keys
+it takes at once; chunks over blockIdx.x). On sm_90 with K and V of one type and at most CLUSTER_MAX_KEYS keys,
+CLUSTER chunks form a cluster (_cl) merged in its blocks' shared memory; else enough chunks that about TARGET_BLOCKS
+blocks run (MIN_CHUNK keys a lane group at least, MAX_CHUNKS chunks at most), every block writing its partial (max,
+sum, Dv accumulator) into the temp block and the last block of the chunks to finish merging them (one launch: an
+arrival counter per block of pairs in memory of the backend's, zero between kernels), else (over COUNTERS)
+fa_combine_d{D}.
 F32 math on F32, F16 or Q8_0 K and V (any pair).
 `tc` (fa_mma_d{D}_{K type}_{V type}, attention_fa_mma.cuh): F16 or Q8_0 K and V on tensor cores for prompt chunks, a
 warp per 16 (query head, row) pairs of one KV head's group, the keys split in chunks (tc_split) merged by
@@ -27,13 +29,15 @@ HEAD_DIMS = (64, 128)
 KV_TYPES = (F32, F16, Q8_0)     # K's and V's types (any pair)
 TC_TYPES = (F16, Q8_0)          # K's and V's types of the tensor-core kernel (F32 stays exact on vec)
 ROWS = (1, 2, 4, 8)             # (query head, row) pairs per block of fa_vec_k (RB)
-WARPS = 4                       # warps per block (FA_WARPS, FA_MMA_WARPS in the .cuh)
-TILE = 4 * WARPS                # fa_vec_k: keys a block takes one a lane group (D 64; D 128: half), a chunk's unit
-MIN_CHUNK, MAX_CHUNKS = 32, 32  # fa_vec_k: keys a chunk takes at least, chunks at most (FA_MAXC in the .cuh)
+WARPS = 4                       # warps per block of fa_mma_k (FA_MMA_WARPS in the .cuh)
+VEC_WARPS = 8                   # fa_vec_k's warps (FA_WARPS): two blocks an SM for RB up to 4, a cluster's one
+MIN_CHUNK, MAX_CHUNKS = 4, 32   # fa_vec_k: keys a lane group takes at least, chunks at most (FA_MAXC in the .cuh)
 TARGET_BLOCKS = 264             # about two blocks per SM of an H100 / H200
 TC_MIN_N = 16                   # query rows from which F16 K/V run on tensor cores
 TC_ROWS = 16 * WARPS            # (query head, row) pairs per block of fa_mma_k
 TC_TARGET, TC_MIN_CHUNK = {64: 792, 128: 264}, 256   # fa_mma_k: blocks per head dim (H200), keys per chunk at least
+CLUSTER = 8                     # fa_vec_k on sm_90: blocks of a cluster (FA_CL)
+CLUSTER_MAX_KEYS = {64: 1536, 128: 768}     # keys a cluster takes at most (6 a lane group: 3 passes)
 COUNTERS = 1 << 12              # fa_vec_k's per-backend counters: a launch of more (blockIdx.y, z) runs fa_combine
 ALIGN = {F32: 16, F16: 8, Q8_0: 2}     # bytes K's and V's rows are aligned to (vector loads)
 _I64_3 = ctypes.c_int64 * 3
@@ -63,7 +67,15 @@ def accepts(node, impl: str, backend) -> bool:
     return impl == "vec" or _tc_fits(node)
 
 
-def split(node) -> tuple[int, int, int, int]:
+def clustered(node, backend) -> bool:
+    """Whether fa_vec_k runs as clusters of CLUSTER chunks merged in shared memory (sm_90 on, K and V of one type, at
+    most CLUSTER_MAX_KEYS keys): no partials in memory, no arrival counters."""
+    k, v = node.src[1:3]
+    cc = getattr(getattr(backend, "device", None), "cc", (0, 0))
+    return cc >= (9, 0) and k.type == v.type and k.ne[1] <= CLUSTER_MAX_KEYS[k.ne[0]]
+
+
+def split(node, backend=None) -> tuple[int, int, int, int]:
     """fa_vec_k's (RB, blocks of pairs per KV head, keys per chunk, chunks)."""
     q, k = node.src[:2]
     n, h, s = q.ne[1:]
@@ -71,10 +83,12 @@ def split(node) -> tuple[int, int, int, int]:
     pairs = h // hk * n
     rb = next((r for r in ROWS if r >= pairs), ROWS[-1])
     z = _cdiv(pairs, rb)
-    want = max(1, min(_cdiv(TARGET_BLOCKS, hk * s * z), MAX_CHUNKS, _cdiv(nkv, MIN_CHUNK)))
-    unit = TILE * 64 // q.ne[0]
+    unit = VEC_WARPS * 32 * 8 // q.ne[0]      # keys a block takes one a lane group (of D / 8 lanes)
+    want = max(1, min(_cdiv(TARGET_BLOCKS, hk * s * z), MAX_CHUNKS, _cdiv(nkv, MIN_CHUNK * unit)))
+    if clustered(node, backend):
+        want = CLUSTER
     chunk = _cdiv(_cdiv(nkv, want), unit) * unit
-    return rb, z, chunk, _cdiv(nkv, chunk)
+    return rb, z, chunk, CLUSTER if want == CLUSTER and clustered(node, backend) else _cdiv(nkv, chunk)
 
 
 def tc_split(node) -> tuple[int, int, int]:
@@ -104,21 +118,24 @@ def temp_size(node, impl: str, backend) -> int:
     if not accepts(node, impl, backend):
         raise UnsupportedOpError(f"cuda: flash_attn_ext '{node.name}' cannot run as {impl}: tc takes F16 or Q8_0 K "
                                  "and V and q strides of 8 bytes")
-    chunks = tc_split(node)[2] if impl == "tc" else split(node)[3]
+    chunks = tc_split(node)[2] if impl == "tc" else split(node, backend)[3]
     q, v = node.src[0], node.src[2]
-    return 0 if chunks == 1 else q.ne[1] * q.ne[2] * q.ne[3] * chunks * (v.ne[0] + 2) * 4
+    return 0 if chunks == 1 or impl == "vec" and clustered(node, backend) else q.ne[1] * q.ne[2] * q.ne[3] * chunks * (v.ne[0] + 2) * 4
 
 
-def kernel_name(node, impl) -> str:
+def kernel_name(node, impl, backend=None) -> str:
     q, k, v = node.src[:3]
     types = f"{SUFFIX[k.type]}_{SUFFIX[v.type]}"
-    return f"fa_mma_d{q.ne[0]}_{types}" if impl == "tc" else f"fa_vec_d{q.ne[0]}_r{split(node)[0]}_{types}"
+    if impl == "tc":
+        return f"fa_mma_d{q.ne[0]}_{types}"
+    return f"fa_vec_d{q.ne[0]}_r{split(node)[0]}_{types}" + ("_cl" if clustered(node, backend) else "")
 
 
 def kernel_names() -> set:
     """Every kernel this module launches (for the sources test)."""
     names = {f"fa_vec_d{d}_r{r}_{SUFFIX[k]}_{SUFFIX[v]}" for d in HEAD_DIMS for r in ROWS for k in KV_TYPES
              for v in KV_TYPES}
+    names |= {f"fa_vec_d{d}_r{r}_{SUFFIX[t]}_{SUFFIX[t]}_cl" for d in HEAD_DIMS for r in ROWS for t in KV_TYPES}
     names |= {f"fa_mma_d{d}_{SUFFIX[k]}_{SUFFIX[v]}" for d in HEAD_DIMS for k in TC_TYPES for v in TC_TYPES}
     return names | {f"fa_combine_d{d}" for d in HEAD_DIMS}
 
@@ -147,9 +164,11 @@ def steps(backend, node, impl: str) -> list:
                                  f"to {ALIGN[k.type]} and {ALIGN[v.type]} bytes)")
     a = _args(node)
     n, h, s = q.ne[1:]
-    block = (32 * WARPS, 1, 1)
-    z, a.chunk, a.nchunks = tc_split(node) if impl == "tc" else split(node)[1:]
+    block = (32 * (WARPS if impl == "tc" else VEC_WARPS), 1, 1)
+    z, a.chunk, a.nchunks = tc_split(node) if impl == "tc" else split(node, backend)[1:]
     grid = (z * a.nchunks, k.ne[2], s) if impl == "tc" else (a.nchunks, k.ne[2] * s, z)
+    if impl == "vec" and clustered(node, backend):
+        return [backend.launch_struct(node, kernel_name(node, impl, backend), grid, block, a)]
     if a.nchunks > 1:
         a.part = backend.temp_ptr(node)
         a.count = _counters(backend) if impl == "vec" and grid[1] * grid[2] <= COUNTERS else None

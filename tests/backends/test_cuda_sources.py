@@ -13,7 +13,7 @@ import pytest
 
 import ggpy
 from ggpy.backends.cuda import sources
-from ggpy.backends.cuda.kernels import attention, attention_flash, conv, generated, layout, moe, pool
+from ggpy.backends.cuda.kernels import attention, attention_flash, conv, generated, layout, moe, pool, quant
 from ggpy.backends.cuda.kernels.common import FLOATS, SUFFIX
 from ggpy.backends.cuda.registry import KERNELS
 from ggpy.graph import Context
@@ -88,6 +88,7 @@ def _expected_kernels() -> set:
         names |= {f"get_rows_{q}"} | {f"{k}_{q}" for k in ("mmvq", "mmvq_glu", "mmvq_s", "mmvq_s_glu")}
         names |= {f"{k}_{q}_{t}" for k in ("copy", "mmv") for t in f}
     names |= {f"mmv_{a}_{b}" for a, b in product(f, f)} | {f"copy_f32_{t.name}" for t in QUANTIZE_TO}
+    names |= {f"{k}_{t.name}" for k in ("mmvq_v", "mmvq_v_glu") for t in quant.MMVQ_STREAM_TYPES}
     names |= {"quantize_q8_1_f32", "norm_mmvq", "norm_mmvq_glu", "rms_norm_mul_q8_1"}
     names |= {"add_rms_norm_f32", "add_rms_norm_mul_f32"} | {f"rms_norm_mul_{t}" for t in f}
     names |= {f"rope_set_rows_{a}_{b}" for a, b in product(f, f)} | {f"rope_kv_{t}" for t in f}

@@ -23,13 +23,13 @@ CACHE = Path.home() / ".cache" / "ggpy"
 NEEDED = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
 DRIVER = """
 import runpy, sys
-src, model_dir, jobs = sys.argv[1], sys.argv[2], sys.argv[3:]
+src, jobs = sys.argv[1], sys.argv[2:]
 sys.path.insert(0, src)
 import conversion.base as base
 from conversion import gemma, phi
 base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "smollm"
 gemma.Gemma2Model.set_vocab = phi.Phi3MiniModel.set_vocab = base.TextModel._set_vocab_gpt2
-for out, outtype in zip(jobs[::2], jobs[1::2]):
+for model_dir, out, outtype in zip(jobs[::3], jobs[1::3], jobs[2::3]):
     sys.argv = [src + "/convert_hf_to_gguf.py", model_dir, "--outfile", out, "--outtype", outtype]
     runpy.run_path(sys.argv[0], run_name="__main__")
 """
@@ -76,19 +76,18 @@ def converter_src() -> Path:
     return src
 
 
-def convert(model_dir: Path, stem: Path, outtypes=("f32",)) -> dict:
-    """Convert the Hugging Face model in model_dir to GGUFs `{stem}-{outtype}.gguf` (outtypes among f32, f16, bf16,
-    q8_0), in one process; {outtype: path}."""
+def convert(jobs: dict) -> dict:
+    """Convert Hugging Face models: jobs {(model_dir, outtype): GGUF path} (outtype f32, f16, bf16 or q8_0), all in
+    one process (the converter's imports once); returns jobs."""
     src = converter_src()
-    paths = {t: Path(f"{stem}-{t}.gguf") for t in outtypes}
     env = {**os.environ, "PYTHONPATH": f"{src / 'gguf-py'}{os.pathsep}{src}"}
     env.pop("NO_LOCAL_GGUF", None)
-    jobs = [str(a) for t, p in paths.items() for a in (p, t)]
-    run = subprocess.run([sys.executable, "-c", DRIVER, str(src), str(model_dir), *jobs], env=env,
-                         capture_output=True, text=True, timeout=600)
+    args = [str(a) for (d, t), p in jobs.items() for a in (d, p, t)]
+    run = subprocess.run([sys.executable, "-c", DRIVER, str(src), *args], env=env, capture_output=True, text=True,
+                         timeout=900)
     if run.returncode:
         raise RuntimeError(f"convert_hf_to_gguf.py failed ({run.returncode}):\n{run.stderr[-4000:]}")
-    return paths
+    return jobs
 
 
 def with_metadata(src: Path, dst: Path, extra: dict) -> Path:
@@ -104,7 +103,7 @@ def with_metadata(src: Path, dst: Path, extra: dict) -> Path:
     for k, v in extra.items():
         w.add_uint32(k, v)
     for t in r.tensors:
-        w.add_tensor(t.name, t.data, raw_shape=list(reversed([int(n) for n in t.shape])), raw_dtype=t.tensor_type)
+        w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)     # data: numpy shape reversed(ne), or bytes per row
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -6,6 +6,7 @@ import dataclasses
 
 import gguf
 import llvmlite.binding as llvm
+import numba
 import numpy as np
 import pytest
 from llvmlite import ir
@@ -166,3 +167,18 @@ def test_autotune_times_q8_beside_the_exact_path():
     backend = ggpy.CPUBackend(n_threads=2)
     winner, times = backend.measure_impls(KERNELS["mul_mat"], node, KERNELS["mul_mat"].candidates(node, backend))
     assert {"dot", "q8"} <= set(times) and all(s > 0 for s in times.values()) and winner in times
+
+
+def test_register_tiles_compile_to_the_integer_instructions():
+    """tile_q8 of a 32-block type as numba compiles it for this host: int8 products, the 8-column tile unrolled (a
+    weight block unpacked once, eight products of it)."""
+    @numba.njit
+    def tiles(a, xq, xds, xt, out):
+        q8dot.tile_q8_q4_1(a, 0, a.shape[0], xq, xds, xt, out)
+
+    n, k = q8dot.TILE_COLS, 64
+    tiles(np.zeros((3, 40), np.uint8), np.zeros((n, k), np.int8), np.zeros((n, 4), np.float32),
+          np.zeros((4, n), np.float32), np.zeros((n, 3), np.float32))
+    asm = next(iter(tiles.inspect_asm().values()))
+    products = ("vpdpbusd",) if q8dot.VNNI else ("vpmaddubsw", "vpmaddwd")
+    assert all(asm.count(f"\t{name}\t") >= n for name in products)

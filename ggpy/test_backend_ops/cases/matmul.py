@@ -3,7 +3,7 @@ weights."""
 from __future__ import annotations
 
 from ... import ops
-from ...types import BF16, F16, F32, Q4_0, Q4_1, Q4_K, Q6_K, Q8_0, QUANT_TYPES
+from ...types import BF16, F16, F32, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q6_K, Q8_0, QUANT_TYPES
 from ..harness import OpCase
 from ..references import evaluate
 from .util import layout, leaf
@@ -107,6 +107,8 @@ Q8_NMSE = 1e-3
 """Few columns of b times a quantized a on integer dot products (the default on CUDA and the CPU): b's columns
 rounded to 8 bits per block (step max|x| / 127, error variance step^2 / 12) give nmse ~1.5e-5 on uniform inputs,
 up to ~2e-4 over the few outputs of a small case; a format error (a nibble, bit or scale out of place) > 1e-2."""
+Q8_TILED = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
+"""Types whose products with up to 48 rows of b the CPU takes on integer dot products too (register tiles)."""
 QUANT_GEMM_NMSE = 1e-6
 """More than 8 columns of b per matrix: CUDA runs a tensor-core GEMM on F16 copies of the dequantized a and of b (as
 ggml's cuBLAS path), each rounded by up to 2^-11: nmse ~ 1e-7."""
@@ -122,11 +124,13 @@ place, its rows strided)."""
         for k, m, n, ad, bd, how in ((k0, 33, 1, (1, 1), (1, 1), "cont"), (k1, 40, 7, (1, 1), (1, 1), "cont"),
                                      (k2, 70, 64, (1, 1), (1, 1), "cont"), (k0, 16, 3, (2, 1), (4, 3), "cont"),
                                      (k1, 24, 9, (1, 2), (2, 2), "cont"), (k0, 20, 2, (1, 1), (1, 1), "permuted")):
-            impl = "(q8|dot)" if n * (bd[0] * bd[1] if ad == (1, 1) else 1) <= 8 else "(gemm|blas)"
+            rows = n * (bd[0] * bd[1] if ad == (1, 1) else 1)
+            impl = "(q8|dot)" if rows <= 8 else "(q8|gemm|blas)" if rows <= 48 and t in Q8_TILED else "(gemm|blas)"
             out.append(OpCase("mul_mat", f"{t.name},f32,K={k},M={m},N={n},a23={ad},b23={bd},b={how}",
                               lambda ctx, t=t, k=k, m=m, n=n, ad=ad, bd=bd, how=how: ops.mul_mat(
                                   leaf(ctx, t, (k, m) + ad), layout(ctx, F32, (k, n) + bd, how)),
-                              flops=_flops, max_nmse=Q8_NMSE if n <= 8 else QUANT_GEMM_NMSE, kernel=f"{impl}_{t.name}"))
+                              flops=_flops, max_nmse=Q8_NMSE if "q8" in impl else QUANT_GEMM_NMSE,
+                              kernel=f"{impl}_{t.name}"))
     return out
 
 

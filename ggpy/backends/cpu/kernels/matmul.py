@@ -470,13 +470,14 @@ def mul_mat_q8_rows(code, code_up, act, d, a, up, x, res, xf, xq, xds, xt, tiles
                 if up.size:
                     h(uu, r0, r1, q, ds, xt_, out[1])
                 for j in range(n):
-                    for r in range(r0, r1):
-                        v = out[0, j, r - r0]
-                        if up.size:
-                            v = f(v, zero, zero) * out[1, j, r - r0]
-                        if res.size:
-                            v += res[i3, i2, j, r]
-                        d[i3, i2, j, r] = v
+                    dst, got = d[i3, i2, j, r0:r1], out[0, j, :r1 - r0]
+                    if up.size:
+                        for i in range(r1 - r0):
+                            dst[i] = f(got[i], zero, zero) * out[1, j, i]
+                    else:
+                        dst[:] = got
+                    if res.size:
+                        dst += res[i3, i2, j, r0:r1]
 
 
 def _q8_scratch_bytes(node) -> int:

@@ -376,35 +376,32 @@ def quantize_row_q8(xq, xds, x):
 # -- tile_q8_<type>(a, r0, r1, xq, xds, xt, out): out[j, r - r0] = row r of a . activation column j, r0 <= r < r1 ---
 
 TILE_COLS = 8
-"""Activation columns per register tile of dot_q8_tile32 (one row of a each; a lone column takes two rows)."""
+"""Activation columns per register tile of dot_q8_tile32 (one row of a each)."""
 
 
 @scalar
-def _tile(mode, has_min, nr, nc, size, qh_at, qs_at, center, a, r, r0, j, xq, xt, out):
-    """dot_q8_tile32 on rows r .. r + nr - 1 of a and columns j .. j + nc - 1, into out[j:, r - r0:]."""
-    dot_q8_tile32(mode, has_min, nr, nc, a[r].ctypes.data, a.strides[0], xq[j].ctypes.data, xq.strides[0],
+def _tile(mode, has_min, nc, size, qh_at, qs_at, center, a, r, r0, j, xq, xt, out):
+    """dot_q8_tile32 on row r of a and columns j .. j + nc - 1, into out[j:, r - r0]."""
+    dot_q8_tile32(mode, has_min, 1, nc, a[r].ctypes.data, a.strides[0], xq[j].ctypes.data, xq.strides[0],
                   xt.ctypes.data + 4 * j, xq.shape[0], xq.shape[1] // QK, size, qh_at, qs_at, center,
                   out[j].ctypes.data + 4 * (r - r0), out.strides[0])
 
 
 @scalar
-def _tiles32(mode, has_min, size, qh_at, qs_at, center, a, r0, r1, xq, xt, out):
-    """The 32-block types' tile_q8 (dot_q8_tile32's arguments for the type first): each row of a times TILE_COLS
-    columns at a time, then four, then the last columns one at a time by pairs of rows."""
-    n = xq.shape[0]
+def _tiles32(mode, has_min, size, qh_at, qs_at, center, a, r0, r1, xq, xds, xt, out):
+    """The 32-block types' tile_q8 (dot_q8_blocks32's arguments for the type first): each row of a times TILE_COLS
+    columns at a time, then four, then the last columns one dot product at a time (faster than a 1-column tile)."""
+    n, nb = xq.shape[0], xq.shape[1] // QK
     full = n - n % TILE_COLS
     four = full + (n - full) // 4 * 4
     for r in range(r0, r1):
         for j in range(0, full, TILE_COLS):
-            _tile(mode, has_min, 1, TILE_COLS, size, qh_at, qs_at, center, a, r, r0, j, xq, xt, out)
+            _tile(mode, has_min, TILE_COLS, size, qh_at, qs_at, center, a, r, r0, j, xq, xt, out)
         if four > full:
-            _tile(mode, has_min, 1, 4, size, qh_at, qs_at, center, a, r, r0, full, xq, xt, out)
-    pairs = r1 - (r1 - r0) % 2
-    for j in range(four, n):
-        for r in range(r0, pairs, 2):
-            _tile(mode, has_min, 2, 1, size, qh_at, qs_at, center, a, r, r0, j, xq, xt, out)
-        if pairs < r1:
-            _tile(mode, has_min, 1, 1, size, qh_at, qs_at, center, a, pairs, r0, j, xq, xt, out)
+            _tile(mode, has_min, 4, size, qh_at, qs_at, center, a, r, r0, full, xq, xt, out)
+        for j in range(four, n):
+            out[j, r - r0] = dot_q8_blocks32(mode, has_min, a[r].ctypes.data, xq[j].ctypes.data, xds[j].ctypes.data,
+                                             nb, size, qh_at, qs_at, center)
 
 
 @scalar
@@ -417,27 +414,27 @@ def _dots(dot, a, r0, r1, xq, xds, out):
 
 @scalar
 def tile_q8_q4_0(a, r0, r1, xq, xds, xt, out):
-    _tiles32(NIBBLE, 0, 18, 0, 2, np.float32(8.0), a, r0, r1, xq, xt, out)
+    _tiles32(NIBBLE, 0, 18, 0, 2, np.float32(8.0), a, r0, r1, xq, xds, xt, out)
 
 
 @scalar
 def tile_q8_q4_1(a, r0, r1, xq, xds, xt, out):
-    _tiles32(NIBBLE, 1, 20, 0, 4, np.float32(0.0), a, r0, r1, xq, xt, out)
+    _tiles32(NIBBLE, 1, 20, 0, 4, np.float32(0.0), a, r0, r1, xq, xds, xt, out)
 
 
 @scalar
 def tile_q8_q5_0(a, r0, r1, xq, xds, xt, out):
-    _tiles32(NIBBLE_WORD_BIT, 0, 22, 2, 6, np.float32(16.0), a, r0, r1, xq, xt, out)
+    _tiles32(NIBBLE_WORD_BIT, 0, 22, 2, 6, np.float32(16.0), a, r0, r1, xq, xds, xt, out)
 
 
 @scalar
 def tile_q8_q5_1(a, r0, r1, xq, xds, xt, out):
-    _tiles32(NIBBLE_WORD_BIT, 1, 24, 4, 8, np.float32(0.0), a, r0, r1, xq, xt, out)
+    _tiles32(NIBBLE_WORD_BIT, 1, 24, 4, 8, np.float32(0.0), a, r0, r1, xq, xds, xt, out)
 
 
 @scalar
 def tile_q8_q8_0(a, r0, r1, xq, xds, xt, out):
-    _tiles32(INT8, 0, 34, 0, 2, np.float32(0.0), a, r0, r1, xq, xt, out)
+    _tiles32(INT8, 0, 34, 0, 2, np.float32(0.0), a, r0, r1, xq, xds, xt, out)
 
 
 @scalar

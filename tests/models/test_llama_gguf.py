@@ -50,7 +50,7 @@ def test_opens_with_the_written_hparams(tmp_path, arch):
 
 
 def test_refuses_another_architecture(tmp_path):
-    refused(write_tiny_llama(tmp_path / "m.gguf", arch="falcon"), "general.architecture='falcon'", "llama, qwen2")
+    refused(write_tiny_llama(tmp_path / "m.gguf", arch="falcon"), "general.architecture='falcon'", "llama", "qwen2", "gemma3", "phi3")
 
 
 @pytest.mark.parametrize("key", ["llama.block_count", "llama.embedding_length", "llama.attention.head_count",

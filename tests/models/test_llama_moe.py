@@ -1,7 +1,8 @@
 """The mixture-of-experts architectures against transformers: tiny random Qwen3-MoE and Mixtral models (hf_convert:
 every weight random, norms too) converted by llama.cpp's convert_hf_to_gguf.py, read by ggpy (qwen3moe; llama with
 llama.expert_count); logits against transformers' float32 forward on the same tokens (F32 file: relative error <=
-1e-3 per row, the same top-1), at once and as a prompt then one token at a time."""
+1e-3 per row, the same top-1), at once and as a prompt then one token at a time; the converter's Q8_0 file (experts
+quantized: mul_mat_id on integer dot products) no further from transformers than llama.cpp on the same file."""
 import importlib.util
 
 import numpy as np
@@ -27,13 +28,16 @@ MODELS = {  # name -> (GGUF architecture, config class, model class, config)
 N_CTX = 64
 
 
-@pytest.fixture(scope="module", params=list(MODELS))
-def tiny(request, tmp_path_factory):
-    name = request.param
-    arch, config_cls, model_cls, config = MODELS[name]
-    d = tmp_path_factory.mktemp(name)
-    model = save_tiny(d / "hf", config_cls, model_cls, SEED, **SHAPE, **config)
-    return arch, model, convert(d / "hf", d / name, ("f32",))
+TYPES = ("f32", "q8_0")
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """{name: (transformers model, {outtype: GGUF path})} of every model of MODELS (one converter process)."""
+    d = tmp_path_factory.mktemp("moe")
+    models = {name: save_tiny(d / name, cfg[1], cfg[2], SEED, **SHAPE, **cfg[3]) for name, cfg in MODELS.items()}
+    jobs = convert({(d / name, t): d / f"{name}-{t}.gguf" for name in MODELS for t in TYPES})
+    return {name: (model, {t: jobs[d / name, t] for t in TYPES}) for name, model in models.items()}
 
 
 def check_rows(got, want, tol):
@@ -42,10 +46,11 @@ def check_rows(got, want, tol):
     assert (got.argmax(1) == want.argmax(1)).all(), f"top-1 differs (seed {SEED})"
 
 
-def test_logits_match_transformers(tiny):
-    arch, model, paths = tiny
+@pytest.mark.parametrize("name", list(MODELS))
+def test_logits_match_transformers(converted, name):
+    model, paths = converted[name]
     gguf = open_llama(paths["f32"])
-    assert gguf.hparams.arch == arch and gguf.hparams.n_expert == model.config.to_dict().get(
+    assert gguf.hparams.arch == MODELS[name][0] and gguf.hparams.n_expert == model.config.to_dict().get(
         "num_experts", model.config.to_dict().get("num_local_experts"))
     ids = [int(i) for i in np.random.default_rng(SEED).integers(3, 320, 20)]
     want = hf_logits(model, ids)
@@ -54,3 +59,21 @@ def test_logits_match_transformers(tiny):
     g = GraphModel(gguf, "cpu", n_threads=1, n_ctx=N_CTX, n_batch=16, flash_attn="on")
     steps = [g.eval(ids[:9])] + [g.eval([t]) for t in ids[9:]]
     check_rows(np.concatenate(steps), want, 1e-3)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_q8_0_no_worse_than_llama_cpp(converted, name):
+    """ggpy's distance from transformers' float32 logits on the Q8_0 file within llama.cpp's own on that file, and
+    mostly the same top-1 as llama.cpp."""
+    from llama_cpp_ref import llama_cpp
+    model, paths = converted[name]
+    ids = [int(i) for i in np.random.default_rng(SEED + 1).integers(3, 320, 20)]
+    want = hf_logits(model, ids)
+    ref = llama_cpp(paths["q8_0"], n_ctx=N_CTX, n_threads=1, logits_all=True)
+    ref.eval(ids)
+    theirs = np.array(ref.scores[:len(ids)], dtype=np.float64)
+    g = GraphModel(open_llama(paths["q8_0"]), "cpu", n_threads=1, n_ctx=N_CTX, flash_attn="off")
+    ours = np.concatenate([g.eval(ids[:9])] + [g.eval([t]) for t in ids[9:]])
+    err_ours, err_theirs = (np.linalg.norm(x - want, axis=1) / np.linalg.norm(want, axis=1) for x in (ours, theirs))
+    assert err_ours.max() <= 1.25 * err_theirs.max() + 1e-3, f"{err_ours.max():.2e} vs llama.cpp {err_theirs.max():.2e}"
+    assert (ours.argmax(1) == theirs.argmax(1)).mean() >= 0.9, f"top-1 (seed {SEED})"

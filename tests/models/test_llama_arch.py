@@ -80,6 +80,17 @@ def test_logits_match_transformers(converted, name, outtype, tol):
     check_rows(np.concatenate(steps), want, tol)
 
 
+@pytest.mark.parametrize("name", list(MODELS))
+def test_cuda_logits_match_transformers(cuda_backend, converted, name):
+    """The F32 files on the CUDA backend (flash attention where it runs it; a prompt, then one token at a time):
+    within 1e-2 per row of transformers' float32 logits (its products may round through F16/TF32), the same top-1."""
+    model, paths = converted[name]
+    ids = [int(i) for i in np.random.default_rng(SEED).integers(3, 320, 20)]
+    g = GraphModel(open_llama(paths["f32"]), cuda_backend, n_ctx=N_CTX, n_batch=16, flash_attn="auto", **F32_CACHE)
+    got = np.concatenate([g.eval(ids[:9])] + [g.eval([t]) for t in ids[9:]])
+    check_rows(got, hf_logits(model, ids), 1e-2)
+
+
 # llama.cpp leaves out: its llama reads no sliding window; its vocabulary loader wants Phi-3's own special tokens
 # (unordered_map::at on the tiny BPE)
 NOT_IN_LLAMA_CPP = ("mistral", "phi3")

@@ -66,7 +66,7 @@ def test_refuses_a_missing_key(tmp_path, key):
     ("llama.block_count", 7, ["no tensor 'blk.2.attn_norm.weight'"]),
     ("llama.block_count", 10**6, ["block_count=1000000", "only"]),
     ("llama.feed_forward_length", 256, ["'blk.0.ffn_gate.weight' has shape (64, 128)", "expected (64, 256)"]),
-    ("llama.expert_count", 8, ["mixture-of-experts"]),
+    ("llama.expert_count", 8, ["llama.expert_used_count=0", "expected 1 to llama.expert_count=8"]),
     ("llama.rope.scaling.type", "longrope", ["'longrope' is not supported"]),
     ("tokenizer.ggml.model", "bert", ["tokenizer.ggml.model is 'bert'"]),
     ("tokenizer.ggml.pre", "nonesuch", ["tokenizer.ggml.pre='nonesuch'"]),

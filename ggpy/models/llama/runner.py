@@ -61,7 +61,7 @@ class TokenStep:
     its graph attends over) while the lane runs it. `mask_n`: the n_past its mask row holds (-1: none yet); the row
     of n_past + 1 differs from it in one element."""
 
-    __slots__ = ("step", "runner", "lo", "hi", "head", "argmax", "tok", "pos", "mask", "picks", "values", "mask_n",
+    __slots__ = ("step", "runner", "lo", "hi", "head", "greedy", "tok", "pos", "mask", "picks", "values", "mask_n",
                  "t0", "t1", "sampler")
 
     @classmethod
@@ -74,7 +74,7 @@ class TokenStep:
             return None
         self = cls()
         self.step, self.runner, self.lo, self.hi, self.head = step, runner, lo, inp.n_kv, step.key[3]
-        self.argmax = self.head[0] == "argmax"
+        self.greedy = self.head[0] == "argmax"
         self.tok, self.pos, self.mask, self.picks, self.values = (v.reshape(-1) for v in views)
         self.mask_n, self.t0, self.t1, self.sampler = -1, 0.0, 0.0, None
         return self
@@ -295,7 +295,7 @@ class GraphModel:
         if pending.__class__ is TokenStep:
             pending.runner.synchronize()
             t2 = time.perf_counter()
-            token = self._choose(pending.picks, pending.values, pending.argmax, pending.sampler)
+            token = self._choose(pending.picks, pending.values, pending.greedy, pending.sampler)
             t3 = time.perf_counter()
             stats = self.stats
             stats.compute_s += t3 - pending.t0

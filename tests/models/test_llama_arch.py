@@ -65,7 +65,7 @@ def check_rows(got, want, tol):
     assert (got.argmax(1) == want.argmax(1)).all(), f"top-1 differs (seed {SEED})"
 
 
-@pytest.mark.parametrize("outtype,tol", [("f32", 1e-3), ("f16", 2e-2)])
+@pytest.mark.parametrize("outtype,tol", [("f32", 1e-3), ("f16", 5e-3)])    # F16: up to 1.6e-3 seen
 @pytest.mark.parametrize("name", list(MODELS))
 def test_logits_match_transformers(converted, name, outtype, tol):
     model, paths = converted[name]

@@ -65,8 +65,8 @@ def test_new_tensor_bad_shape(ne):
 def test_new_tensor_bad_type():
     with pytest.raises(ggpy.TypeMismatchError, match="complex|c16|unknown"):
         ggpy.Context().new_tensor(np.complex128, (2, 2))
-    with pytest.raises(ggpy.TypeMismatchError, match="q3_k"):
-        ggpy.Context().new_tensor("q3_k", (32, 2))
+    with pytest.raises(ggpy.TypeMismatchError, match="iq3_xxs"):
+        ggpy.Context().new_tensor("iq3_xxs", (32, 2))
     with pytest.raises(ggpy.ShapeError, match="q4_0 tensor needs ne\\[0\\] to be a multiple of its block of 32"):
         ggpy.Context().new_tensor("q4_0", (2, 2))
 

@@ -20,9 +20,10 @@ prepare)
     fi
     $PY -m pytest -q -p no:cacheprovider -rfE tests/models/test_llama_cuda.py tests/models/test_llama_next_token.py \
         tests/backends/test_cuda_flash_attn.py tests/backends/test_topk.py tests/backends/test_cuda_mmvq.py \
-        tests/backends/test_norm_mat_vec.py tests/backends/test_rope_kv.py tests/core/test_runner.py 2>&1 | tail -n 12
+        tests/backends/test_norm_mat_vec.py tests/backends/test_rope_kv.py tests/core/test_runner.py \
+        tests/backends/test_mul_mat_id.py tests/backends/test_quant_low_bits.py tests/models/test_mobilesam_cuda.py 2>&1 | tail -n 12
     $PY -m pytest -q -p no:cacheprovider -rfE tests/backends/test_backend_ops.py \
-        -k "cuda- and (flash_attn or mul_mat or rms_norm or rope or set_rows or top_k or argmax or glu or add)" 2>&1 | tail -n 8
+        -k "cuda- and (flash_attn or mul_mat or rms_norm or rope or set_rows or top_k or argmax or argsort or glu or add or cpy or cont)" 2>&1 | tail -n 8
     wait
     tail -n 3 /tmp/llama-build.log 2>/dev/null
     $PY benchmarks/llama_gpu.py --models "$MODELS" --llama-cpp "$BIN" --prepare-only ;;

@@ -1,14 +1,13 @@
 """The float64 reference forward (ggpy/models/llama/reference.py) against independent implementations: transformers
 loading the same GGUF (its own dequantization, rope and attention; float32 kernels), transformers' YaRN frequencies,
 and llama.cpp itself (per-position logits: relative error and top-1 agreement; greedy tokens on SmolLM2)."""
-import sys
 import warnings
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
 pytest.importorskip("tokenizers")          # the llama extra: pip install -e ".[llama]"
 
+from hf_convert import real_torchvision_only
 from llama_cpp_ref import llama_cpp, smollm_path
 from llama_tiny import write_tiny_llama
 
@@ -40,19 +39,6 @@ def test_kv_cache_reads_in_pieces_as_at_once(tiny):
     model.reset()
     pieces = np.concatenate([model.eval(ids[:9]), model.eval(ids[9:10]), model.eval(ids[10:])])
     np.testing.assert_allclose(pieces, whole, rtol=1e-10, atol=1e-10)
-
-
-@contextmanager
-def real_torchvision_only():
-    """Hide the MobileSAM tests' torchvision stand-in (conftest installs it in sys.modules), which transformers
-    would take for torchvision and fail to import from."""
-    stubs = {k: m for k, m in sys.modules.items() if k.split(".")[0] == "torchvision" and getattr(m, "__file__", None) is None}
-    for k in stubs:
-        del sys.modules[k]
-    try:
-        yield
-    finally:
-        sys.modules.update(stubs)
 
 
 def transformers_logits(path, ids):

@@ -7,6 +7,7 @@ of b, float types, rows with an index outside a skipped; into Q8_0 rows a warp p
 quantize_row_q8_0)."""
 from __future__ import annotations
 
+from ....graph.tensor import contiguous_strides
 from ....types import BF16, F16, F32, I32, Q8_0
 from ..registry import register
 from . import quant
@@ -35,13 +36,8 @@ def copy_refusal(node) -> str | None:
 
 
 def _dense(t) -> bool:
-    """Whether t's elements lie in ne order with no gaps (t: a Tensor, or a layout with ne, nb, type)."""
-    nb = t.type.size
-    for n, stride in zip(t.ne, t.nb):
-        if n > 1 and stride != nb:
-            return False
-        nb *= n
-    return True
+    """Whether t (a Tensor, or a layout with ne, nb, type) has the strides of a contiguous tensor of its shape."""
+    return tuple(t.nb) == contiguous_strides(t.type, tuple(t.ne))
 
 
 def dense_copy(dst_ptr: int, dst, src_ptr: int, src) -> tuple:

@@ -5,7 +5,8 @@
 //   mmv_id_<as>:  exact, F32 accumulation (dq_<type>::at8 of quant.cuh; b F32 at src1);
 //   mmvq_id_<as>: integer dot products (mmvq_rows of quant_mmvq.cuh) with b's columns as q8_1 at src1 (the temp block
 //                 quantize_q8_1_f32 wrote: column c = e % B1 + B1 t).
-#include "quant_mmvq.cuh"
+#include "quant_iq4.cuh"
+#include "quant_q23_k.cuh"
 
 #define MOE_WARPS 4
 
@@ -73,3 +74,11 @@ extern "C" __global__ void mmv_id_q5_k(const Args a) { grid_dependency(); mmv_id
 extern "C" __global__ void mmvq_id_q5_k(const Args a) { grid_dependency(); mmvq_id_k<mq_q5_k>(a); }
 extern "C" __global__ void mmv_id_q6_k(const Args a) { grid_dependency(); mmv_id_k<dq_q6_k>(a); }
 extern "C" __global__ void mmvq_id_q6_k(const Args a) { grid_dependency(); mmvq_id_k<mq_q6_k>(a); }
+extern "C" __global__ void mmv_id_q2_k(const Args a) { grid_dependency(); mmv_id_k<dq_q2_k>(a); }
+extern "C" __global__ void mmvq_id_q2_k(const Args a) { grid_dependency(); mmvq_id_k<mq_q2_k>(a); }
+extern "C" __global__ void mmv_id_q3_k(const Args a) { grid_dependency(); mmv_id_k<dq_q3_k>(a); }
+extern "C" __global__ void mmvq_id_q3_k(const Args a) { grid_dependency(); mmvq_id_k<mq_q3_k>(a); }
+extern "C" __global__ void mmv_id_iq4_nl(const Args a) { grid_dependency(); mmv_id_k<dq_iq4_nl>(a); }
+extern "C" __global__ void mmvq_id_iq4_nl(const Args a) { grid_dependency(); mmvq_id_k<mq_iq4_nl>(a); }
+extern "C" __global__ void mmv_id_iq4_xs(const Args a) { grid_dependency(); mmv_id_k<dq_iq4_xs>(a); }
+extern "C" __global__ void mmvq_id_iq4_xs(const Args a) { grid_dependency(); mmvq_id_k<mq_iq4_xs>(a); }

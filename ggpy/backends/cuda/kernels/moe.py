@@ -14,7 +14,7 @@ from .common import FLOATS, SUFFIX, tensor_ptr
 from .quant import MAX_GRID_Y, QUANTIZE_BLOCK, mmvq_aligned
 
 MOE_WARPS = 4           # moe.cu's rows a block
-QUANT = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k")    # the as types moe.cu instantiates
+QUANT = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs")   # moe.cu's
 
 
 def _has_kernel(t) -> bool:

@@ -44,6 +44,13 @@ def test_a_token_splits_the_keys_and_a_prompt_runs_on_tensor_cores():
     mixed = ggpy.flash_attn_ext(*short.src[:2], _node(1, 1024, kv_type=Q8_0, heads=32, kv_heads=8).src[2],
                                 short.src[3], 0.125)
     assert not attention_flash.clustered(mixed, hopper) and attention_flash.clustered(short, hopper)
+    gemma = _node(2, 4096, hd=256, kv_type=Q8_0, heads=8, kv_heads=2)     # 8 pairs a KV head: two blocks of 4
+    assert attention_flash.split(gemma)[:2] == (4, 2) and attention_flash.choose(gemma, None) == "vec"
+    assert attention_flash.kernel_name(gemma, "vec") == "fa_vec_d256_r4_q8_0_q8_0"
+    assert attention_flash.kernel_name(_node(1, 300, hd=256, heads=4, kv_heads=1), "vec", hopper) == \
+        "fa_vec_d256_r4_f16_f16_cl"
+    assert attention_flash.kernel_name(_node(40, 300, hd=256), "tc") == "fa_mma_d256_f16_f16"
+    assert "fa_vec_d256_r8_f16_f16" not in attention_flash.kernel_names()
 
 
 def _run(backend, n, n_kv, flash: bool, cache_type, mask_type, seed: int):
@@ -142,6 +149,9 @@ TC_CASES = [  # D, n, n_kv, H, Hk, S, Sk, K type, V type, mask (type, Mh, Mw), m
     (128, 33, 300, 8, 2, 2, 1, Q8_0, F16, (F32, 2, 2), 8.0, 0.0, False),
     (64, 17, 77, 4, 4, 1, 1, F16, Q8_0, None, 0.0, 30.0, True),
     (64, 100, 1500, 12, 3, 1, 1, Q8_0, Q8_0, (F16, 1, 1), 0.0, 0.0, False),
+    (256, 40, 700, 4, 1, 1, 1, F16, F16, (F16, 1, 1), 0.0, 50.0, False),      # Gemma-2/3: heads of 256, softcap
+    (256, 70, 1100, 8, 2, 1, 1, F16, Q8_0, (F32, 1, 1), 0.0, 0.0, True),
+    (256, 17, 100, 4, 4, 2, 1, Q8_0, Q8_0, (F16, 2, 2), 8.0, 0.0, False),
 ]
 
 
@@ -195,6 +205,7 @@ VEC_CASES = [  # D, n, n_kv (keys in use: the rest masked -inf), H, Hk, K and V 
     (64, 1, 256, 256, 9, 3, F16), (64, 1, 576, 513, 9, 3, Q8_0), (64, 1, 4096, 4000, 32, 8, F16),
     (64, 2, 768, 700, 32, 8, F32), (128, 1, 576, 513, 32, 8, Q8_0), (128, 3, 4096, 4096, 8, 2, F16),
     (64, 1, 6000, 5900, 9, 3, F16), (64, 1, 40, 33, 4, 1, Q8_0), (64, 1, 1536, 1500, 9, 3, F16),
+    (256, 1, 384, 380, 4, 1, F16), (256, 1, 4096, 4000, 4, 1, Q8_0), (256, 3, 700, 650, 8, 2, F32),
 ]
 
 
@@ -234,3 +245,42 @@ def test_cuda_flash_attn_decode_vs_float64(cuda_backend, case, cluster, monkeypa
     cuda_backend.compute(graph)
     ref = _reference(qv.astype(np.float64), *kv, mv.astype(np.float64)[None, None], d ** -0.5, 0.0, 0.0)
     np.testing.assert_allclose(out.numpy().reshape(ref.shape), ref, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("softcap", [0.0, 50.0], ids=["nocap", "cap50"])
+@pytest.mark.parametrize("kv_type", [F16, Q8_0], ids=["f16", "q8_0"])
+@pytest.mark.parametrize("n,n_kv", [(1, 300), (1, 4096), (2, 1500), (64, 1200)])
+def test_cuda_flash_attn_heads_of_256_sliding_window_vs_float64(cuda_backend, n, n_kv, kv_type, softcap):
+    """Gemma-2/3's attention: heads of 256 (4 query heads a KV head), the sliding window's mask (query at position p
+    sees keys p - 511 .. p; the padded tail -inf), the logit softcap, over the model's cache layout: a generated token
+    or two on fa_vec_k (in a cluster for 300 keys on sm_90), a prompt chunk on fa_mma_k, against float64."""
+    d, h, hk, window = 256, 8, 2, 512
+    rng = np.random.default_rng(n * n_kv + int(softcap))
+    ctx = ggpy.Context()
+    q = ctx.new_tensor(F32, (d, n, h)).set_input()
+    caches = [ctx.new_tensor(kv_type, (d * hk, n_kv)).set_input() for _ in range(2)]
+    k, v = (ggpy.view_3d(c, d, n_kv, hk, c.nb[1], c.nb[1] // hk) for c in caches)
+    mask = ctx.new_tensor(F16, (n_kv, n)).set_input()
+    out = ggpy.flash_attn_ext(q, k, v, mask, 1.0 / 16, 0.0, softcap)
+    graph = ggpy.Graph().build_forward_expand(out)
+    ggpy.GraphAllocator(cuda_backend).alloc_graph(graph)
+    assert attention_flash.choose(out, cuda_backend) == ("tc" if n >= attention_flash.TC_MIN_N else "vec")
+    kv = []
+    for c in caches:
+        if kv_type == Q8_0:
+            raw, vals = _q8_0(rng, (n_kv, d * hk))
+            c.set(raw)
+        else:
+            vals = rng.uniform(-1, 1, (n_kv, d * hk)).astype(np.float16)
+            c.set(vals)
+        kv.append(vals.astype(np.float64).reshape(1, n_kv, hk, d).transpose(0, 2, 1, 3))
+    qv = rng.uniform(-2, 2, (1, h, n, d)).astype(np.float32)
+    q.set(qv)
+    pos = n_kv - 20 - n + np.arange(n)[:, None]         # the last 20 rows: padding
+    j = np.arange(n_kv)[None, :]
+    mv = np.where((j <= pos) & (j > pos - window), 0.0, -np.inf).astype(np.float16)
+    mask.set(mv.reshape(1, 1, n, n_kv))
+    cuda_backend.compute(graph)
+    ref = _reference(qv.astype(np.float64), *kv, mv.astype(np.float64)[None, None], 1.0 / 16, 0.0, softcap)
+    tol = 4e-3 if n >= attention_flash.TC_MIN_N else 2e-5
+    np.testing.assert_allclose(out.numpy().reshape(ref.shape), ref, rtol=tol, atol=tol)

@@ -1,7 +1,7 @@
 """Cases for flash_attn_ext: a generated token and a prompt, grouped-query heads, F32/F16 K and V read through
 views of a cache (as a llama graph does), causal masks with a fully masked row, F16/F32 masks broadcast over heads,
-logit softcap, ALiBi, Dv != D, several sequences; decode shapes (1-4 query rows over up to 4096 cache rows whose tail
-is masked, as a padded KV cache) with F32, F16 and Q8_0 K and V, where the CPU splits the KV length."""
+logit softcap, ALiBi, Dv != D, several sequences, heads of 256; decode shapes (1-4 query rows over up to 4096 cache
+rows whose tail is masked, as a padded KV cache) with F32, F16 and Q8_0 K and V, where the CPU splits the KV length."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,6 +25,9 @@ CASES = [  # (D, Dv, N, n_kv, H, Hk, S, mask type, scale, max_bias, softcap)
     (64, 64, 3, 50, 6, 2, 1, F32, 0.5, 8.0, 0.0),
     (64, 64, 33, 200, 8, 2, 1, F16, 0.125, 0.0, 0.0),
     (128, 128, 70, 150, 4, 1, 1, F32, 0.088, 0.0, 0.0),
+    # heads of 256 (Gemma-2/3) with a softcap: a generated token, a prompt chunk
+    (256, 256, 1, 600, 4, 1, 1, F16, 0.0625, 0.0, 50.0),
+    (256, 256, 33, 200, 4, 1, 1, F16, 0.0625, 0.0, 50.0),
 ]
 TC_NMSE = 5e-5      # F16 K and V for 16+ query rows may run on tensor cores (q and P rounded to F16)
 
@@ -39,6 +42,8 @@ DECODE = [  # (D, N, n_kv, H, Hk, K type, V type): a generated token or a few ov
     (128, 1, 4096, 32, 8, Q8_0, Q8_0),
     (64, 4, 2048, 8, 2, F16, Q8_0),
     (32, 1, 700, 4, 1, F32, Q8_0),
+    (256, 1, 1000, 4, 1, Q8_0, Q8_0),
+    (256, 2, 600, 8, 2, F16, F32),
 ]
 
 
@@ -47,6 +52,7 @@ PROMPT = [  # (D, N, n_kv, H, Hk, K type, V type): prompt chunks over a quantize
     (64, 33, 200, 8, 2, Q8_0, Q8_0),
     (128, 70, 150, 4, 1, F16, Q8_0),
     (64, 20, 100, 4, 4, Q8_0, F32),
+    (256, 40, 300, 4, 1, Q8_0, F16),
 ]
 
 

@@ -142,7 +142,7 @@ def flash_attn_refusal(node) -> str | None:
     if any(s % flash.ALIGN[t.type] for t in (k, v) for s in t.nb[1:]) or any(s % 4 for s in q.nb[1:]):
         return (f"flash_attn_ext on CUDA reads K's and V's rows aligned to {flash.ALIGN[k.type]} and "
                 f"{flash.ALIGN[v.type]} bytes: k nb={k.nb}, v nb={v.nb}, q nb={q.nb}")
-    pair_blocks = -(-q.ne[2] // k.ne[2] * q.ne[1] // flash.ROWS[-1])
+    pair_blocks = -(-q.ne[2] // k.ne[2] * q.ne[1] // flash.rows(d)[-1])
     if k.ne[1] == 0 or k.ne[1] >= 1 << 31 or k.ne[2] * q.ne[3] > 65535 or q.ne[2] > 65535 or pair_blocks > 65535:
         return f"flash_attn_ext on CUDA: q ne={q.ne}, k ne={k.ne} exceed its grid"
     return None

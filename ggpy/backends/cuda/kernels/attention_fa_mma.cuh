@@ -1,8 +1,9 @@
 // flash_attn_ext for prompt chunks on tensor cores (kernels/attention_flash.py's `tc`), FlashAttention-2 style:
 // fa_mma_k: a block of FA_MMA_WARPS warps takes 16 (query head, row) pairs a warp of one KV head's group (the
 //   group's heads share every K / V tile) and one chunk of the keys (blockIdx.x = pair block * nchunks + chunk);
-//   K and V tiles of 64 keys go to shared memory as F16 (F16 by cp.async, the next K tile loading during the softmax
-//   and P.V, the next V tile during the scores; Q8_0 dequantized and rounded), read by ldmatrix (V transposed) into
+//   K and V tiles of FA_MMA_KC keys (32 for heads of 256) go to shared memory as F16 (F16 by cp.async, the next K
+//   tile loading during the softmax and P.V, the next V tile during the scores; Q8_0 dequantized and rounded), read
+//   by ldmatrix (V transposed) into
 //   mma.sync m16n8k16 (F32 accumulation); q (scaled, in log2 units) and P rounded to F16; the mask tile to F16 in
 //   shared memory (the next tile's rows prefetched to L1); the online softmax in registers with exp2; a block skips a
 //   tile its mask hides entirely. One chunk writes dst, several write (max, sum, accumulator) partials to the temp
@@ -12,7 +13,7 @@
 #include "attention_flash.cuh"
 
 #define FA_MMA_WARPS 4
-#define FA_MMA_KC 64            // keys per tile
+#define FA_MMA_KC 64            // keys per tile (32 for heads of 256: K, V and mask tiles in 48 KB of shared)
 
 __device__ __forceinline__ unsigned fa_smem(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void fa_cp16(void* dst, const void* src, int n) {     // n of 16 bytes copied, rest zeroed
@@ -35,25 +36,25 @@ __device__ __forceinline__ unsigned fa_h2(float lo, float hi) {
     unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
 }
 
-// rows j0 .. j0 + 63 of K or V (rows from kc on zeroed) into sh (row stride P halves); v16: 16-byte aligned rows
-template <int D, int P, typename T> struct FaTile {
+// rows j0 .. j0 + KC - 1 of K or V (rows from kc on zeroed) into sh (row stride P halves); v16: 16-byte aligned rows
+template <int D, int KC, int P, typename T> struct FaTile {
     static __device__ __forceinline__ void load(half_t* sh, const char* base, i64 stride, int j0, int kc, bool v16) {
         if (v16) {
-            for (int c = threadIdx.x; c < FA_MMA_KC * D / 8; c += FA_MMA_WARPS * 32) {
+            for (int c = threadIdx.x; c < KC * D / 8; c += FA_MMA_WARPS * 32) {
                 const int j = c / (D / 8), d = c % (D / 8) * 8;
                 fa_cp16(sh + j * P + d, base + (j < kc ? (i64)(j0 + j) * stride + d * 2 : 0), j < kc ? 16 : 0);
             }
         } else {
-            for (int c = threadIdx.x; c < FA_MMA_KC * D / 4; c += FA_MMA_WARPS * 32) {
+            for (int c = threadIdx.x; c < KC * D / 4; c += FA_MMA_WARPS * 32) {
                 const int j = c / (D / 4), d = c % (D / 4) * 4;
                 fa_cp8(sh + j * P + d, base + (j < kc ? (i64)(j0 + j) * stride + d * 2 : 0), j < kc ? 8 : 0);
             }
         }
     }
 };
-template <int D, int P> struct FaTile<D, P, q8_0_t> {
+template <int D, int KC, int P> struct FaTile<D, KC, P, q8_0_t> {
     static __device__ __forceinline__ void load(half_t* sh, const char* base, i64 stride, int j0, int kc, bool) {
-        for (int c = threadIdx.x; c < FA_MMA_KC * D / 8; c += FA_MMA_WARPS * 32) {
+        for (int c = threadIdx.x; c < KC * D / 8; c += FA_MMA_WARPS * 32) {
             const int j = c / (D / 8), d = c % (D / 8) * 8;
             uint4 u = make_uint4(0u, 0u, 0u, 0u);
             if (j < kc) {
@@ -68,18 +69,19 @@ template <int D, int P> struct FaTile<D, P, q8_0_t> {
     }
 };
 
-// the mask at keys j0 .. j0 + 63 of the block's pairs pb0 .. pb0 + 63 as F16 into Ms (-inf past c1 and for pairs
-// past the last); whether this thread stored a finite value. A thread's 8 quads of keys (pairs tid / 16 + 8 t, keys
-// 4 (tid % 16) ..: 16-byte F32 / 8-byte F16 loads where mvec) are all loaded before any is stored.
-__device__ __forceinline__ bool fa_mask_tile(const FaArgs& a, half_t (*Ms)[FA_MMA_KC + 8], int pb0, int kh, int i3,
-                                             int j0, int c1, bool mvec) {
-    constexpr int T = 16 * FA_MMA_KC / 4 / 32;
+// the mask at keys j0 .. j0 + KC - 1 of the block's pairs pb0 .. pb0 + 63 as F16 into Ms (-inf past c1 and for
+// pairs past the last); whether this thread stored a finite value. A thread's KC / 8 quads of keys (pairs
+// tid / (KC / 4) + 512 t / KC, keys 4 (tid % (KC / 4)) ..: 16-byte F32 / 8-byte F16 loads where mvec) are all loaded
+// before any is stored.
+template <int KC> __device__ __forceinline__ bool fa_mask_tile(const FaArgs& a, half_t (*Ms)[KC + 8], int pb0, int kh,
+                                                               int i3, int j0, int c1, bool mvec) {
+    constexpr int T = 16 * KC / 4 / 32;
     const float NEG = __int_as_float(0xff800000);
-    const int group = a.h / a.hk, j = j0 + threadIdx.x % (FA_MMA_KC / 4) * 4;
+    const int group = a.h / a.hk, j = j0 + threadIdx.x % (KC / 4) * 4;
     float4 x[T];
     #pragma unroll
     for (int t = 0; t < T; ++t) {
-        const int p = pb0 + threadIdx.x / (FA_MMA_KC / 4) + t * (FA_MMA_WARPS * 32) / (FA_MMA_KC / 4);
+        const int p = pb0 + threadIdx.x / (KC / 4) + t * (FA_MMA_WARPS * 32) / (KC / 4);
         x[t] = make_float4(NEG, NEG, NEG, NEG);
         if (p >= group * a.n) continue;
         const char* mr = a.mask ? a.mask + (p / group) * a.ms[0] + ((kh * group + p % group) % a.mh) * a.ms[1] +
@@ -97,7 +99,7 @@ __device__ __forceinline__ bool fa_mask_tile(const FaArgs& a, half_t (*Ms)[FA_MM
     #pragma unroll
     for (int t = 0; t < T; ++t) {
         const uint2 u = make_uint2(fa_h2(x[t].x, x[t].y), fa_h2(x[t].z, x[t].w));
-        *(uint2*)&Ms[threadIdx.x / (FA_MMA_KC / 4) + t * (FA_MMA_WARPS * 32) / (FA_MMA_KC / 4)][j - j0] = u;
+        *(uint2*)&Ms[threadIdx.x / (KC / 4) + t * (FA_MMA_WARPS * 32) / (KC / 4)][j - j0] = u;
         any |= u.x != 0xfc00fc00u || u.y != 0xfc00fc00u;
     }
     return any;
@@ -114,8 +116,8 @@ __device__ __forceinline__ void fa_mask_prefetch(const FaArgs& a, int pb0, int k
 }
 __device__ __forceinline__ float fa_exp2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 
-template <int D, typename TK, typename TV> __device__ void fa_mma_k(const FaArgs& a) {
-    constexpr int KC = FA_MMA_KC, P = D + 8;                  // row padding (halves): ldmatrix without bank conflicts
+template <int D, typename TK, typename TV, int KC = FA_MMA_KC> __device__ void fa_mma_k(const FaArgs& a) {
+    constexpr int P = D + 8;                  // row padding (halves): ldmatrix without bank conflicts
     constexpr float LOG2E = 1.4426950408889634f;
     __shared__ __align__(16) half_t Ks[KC * P];
     __shared__ __align__(16) half_t Vs[KC * P];
@@ -152,12 +154,12 @@ template <int D, typename TK, typename TV> __device__ void fa_mma_k(const FaArgs
     #pragma unroll
     for (int nd = 0; nd < D / 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
     const int c0 = chunk * a.chunk, c1 = min(a.nkv, c0 + a.chunk);
-    FaTile<D, P, TK>::load(Ks, kb, a.ks[0], c0, c1 - c0, v16);
+    FaTile<D, KC, P, TK>::load(Ks, kb, a.ks[0], c0, c1 - c0, v16);
     fa_commit();
-    FaTile<D, P, TV>::load(Vs, vb, a.vs[0], c0, c1 - c0, v16);
+    FaTile<D, KC, P, TV>::load(Vs, vb, a.vs[0], c0, c1 - c0, v16);
     fa_commit();
     for (int j0 = c0; j0 < c1; j0 += KC) {
-        const bool any = fa_mask_tile(a, Ms, pb0, kh, i3, j0, c1, mvec);
+        const bool any = fa_mask_tile<KC>(a, Ms, pb0, kh, i3, j0, c1, mvec);
         fa_mask_prefetch(a, pb0, kh, i3, j0 + KC, c1);
         fa_wait1();                                           // K's tile (V's may still be loading)
         const bool live = __syncthreads_or(any) && p0 < npair;    // else nothing of the tile for this warp
@@ -176,7 +178,7 @@ template <int D, typename TK, typename TV> __device__ void fa_mma_k(const FaArgs
             }
         }
         __syncthreads();                                      // K's tile read by every warp: load the next one
-        if (j0 + KC < c1) FaTile<D, P, TK>::load(Ks, kb, a.ks[0], j0 + KC, c1 - j0 - KC, v16);
+        if (j0 + KC < c1) FaTile<D, KC, P, TK>::load(Ks, kb, a.ks[0], j0 + KC, c1 - j0 - KC, v16);
         fa_commit();
         unsigned pa[KC / 16][4];                              // P as A fragments
         if (live) {
@@ -234,7 +236,7 @@ template <int D, typename TK, typename TV> __device__ void fa_mma_k(const FaArgs
                 }
         }
         __syncthreads();                                      // V's tile and the mask read: load the next ones
-        if (j0 + KC < c1) FaTile<D, P, TV>::load(Vs, vb, a.vs[0], j0 + KC, c1 - j0 - KC, v16);
+        if (j0 + KC < c1) FaTile<D, KC, P, TV>::load(Vs, vb, a.vs[0], j0 + KC, c1 - j0 - KC, v16);
         fa_commit();
     }
     #pragma unroll

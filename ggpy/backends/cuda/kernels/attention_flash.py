@@ -14,7 +14,7 @@ F32 math on F32, F16 or Q8_0 K and V (any pair).
 warp per 16 (query head, row) pairs of one KV head's group, the keys split in chunks (tc_split) merged by
 fa_combine_d{D}; q is rounded to F16 after scaling, Q8_0 values, P and the mask to F16, accumulation in F32.
 choose: tc for TC_TYPES K and V and at least TC_MIN_N query rows, else vec. Head dims HEAD_DIMS with D == Dv; others
-refused.
+refused. Heads of 256 (Gemma-2/3): vec takes at most MAX_ROWS[256] pairs a block, tc tiles of 32 keys.
 """
 from __future__ import annotations
 
@@ -25,19 +25,20 @@ from ....errors import UnsupportedOpError
 from ....types import F16, F32, Q8_0
 from .common import SUFFIX, tensor_ptr
 
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 128, 256)
 KV_TYPES = (F32, F16, Q8_0)     # K's and V's types (any pair)
 TC_TYPES = (F16, Q8_0)          # K's and V's types of the tensor-core kernel (F32 stays exact on vec)
 ROWS = (1, 2, 4, 8)             # (query head, row) pairs per block of fa_vec_k (RB)
+MAX_ROWS = {64: 8, 128: 8, 256: 4}     # RB at most per head dim (its 8 warps' accumulators: 48 KB of static shared)
 WARPS = 4                       # warps per block of fa_mma_k (FA_MMA_WARPS in the .cuh)
 VEC_WARPS = 8                   # fa_vec_k's warps (FA_WARPS): two blocks an SM for RB up to 4, a cluster's one
 MIN_CHUNK, MAX_CHUNKS = 4, 32   # fa_vec_k: keys a lane group takes at least, chunks at most (FA_MAXC in the .cuh)
 TARGET_BLOCKS = 264             # about two blocks per SM of an H100 / H200
 TC_MIN_N = 16                   # query rows from which F16 K/V run on tensor cores
 TC_ROWS = 16 * WARPS            # (query head, row) pairs per block of fa_mma_k
-TC_TARGET, TC_MIN_CHUNK = {64: 792, 128: 264}, 256   # fa_mma_k: blocks per head dim (H200), keys per chunk at least
+TC_TARGET, TC_MIN_CHUNK = {64: 792, 128: 264, 256: 264}, 256   # fa_mma_k: blocks per head dim (H200), keys per chunk at least
 CLUSTER = 8                     # fa_vec_k on sm_90: blocks of a cluster (FA_CL)
-CLUSTER_MAX_KEYS = {64: 1536, 128: 768}     # keys a cluster takes at most (6 a lane group: 3 passes)
+CLUSTER_MAX_KEYS = {64: 1536, 128: 768, 256: 384}     # keys a cluster takes at most (6 a lane group: 3 passes)
 COUNTERS = 1 << 12              # fa_vec_k's per-backend counters: a launch of more (blockIdx.y, z) runs fa_combine
 ALIGN = {F32: 16, F16: 8, Q8_0: 2}     # bytes K's and V's rows are aligned to (vector loads)
 _I64_3 = ctypes.c_int64 * 3
@@ -52,6 +53,11 @@ class FaArgs(ctypes.Structure):
                 ("mask_f16", ctypes.c_int), ("chunk", ctypes.c_int), ("nchunks", ctypes.c_int),
                 ("scale", ctypes.c_float), ("softcap", ctypes.c_float), ("m0", ctypes.c_float), ("m1", ctypes.c_float),
                 ("nlog2", ctypes.c_int), ("count", ctypes.c_void_p)]
+
+
+def rows(d: int) -> tuple:
+    """fa_vec_k's RB for head dim d."""
+    return tuple(r for r in ROWS if r <= MAX_ROWS[d])
 
 
 def _tc_fits(node) -> bool:
@@ -81,7 +87,7 @@ def split(node, backend=None) -> tuple[int, int, int, int]:
     n, h, s = q.ne[1:]
     hk, nkv = k.ne[2], k.ne[1]
     pairs = h // hk * n
-    rb = next((r for r in ROWS if r >= pairs), ROWS[-1])
+    rb = next((r for r in rows(q.ne[0]) if r >= pairs), rows(q.ne[0])[-1])
     z = _cdiv(pairs, rb)
     unit = VEC_WARPS * 32 * 8 // q.ne[0]      # keys a block takes one a lane group (of D / 8 lanes)
     want = max(1, min(_cdiv(TARGET_BLOCKS, hk * s * z), MAX_CHUNKS, _cdiv(nkv, MIN_CHUNK * unit)))
@@ -133,9 +139,9 @@ def kernel_name(node, impl, backend=None) -> str:
 
 def kernel_names() -> set:
     """Every kernel this module launches (for the sources test)."""
-    names = {f"fa_vec_d{d}_r{r}_{SUFFIX[k]}_{SUFFIX[v]}" for d in HEAD_DIMS for r in ROWS for k in KV_TYPES
+    names = {f"fa_vec_d{d}_r{r}_{SUFFIX[k]}_{SUFFIX[v]}" for d in HEAD_DIMS for r in rows(d) for k in KV_TYPES
              for v in KV_TYPES}
-    names |= {f"fa_vec_d{d}_r{r}_{SUFFIX[t]}_{SUFFIX[t]}_cl" for d in HEAD_DIMS for r in ROWS for t in KV_TYPES}
+    names |= {f"fa_vec_d{d}_r{r}_{SUFFIX[t]}_{SUFFIX[t]}_cl" for d in HEAD_DIMS for r in rows(d) for t in KV_TYPES}
     names |= {f"fa_mma_d{d}_{SUFFIX[k]}_{SUFFIX[v]}" for d in HEAD_DIMS for k in TC_TYPES for v in TC_TYPES}
     return names | {f"fa_combine_d{d}" for d in HEAD_DIMS}
 

@@ -4,7 +4,7 @@ them, as a token's ~30 blocks do not), timed with CUDA events over replays: micr
 must read per microsecond. PDL on and off side by side.
 
     python3 benchmarks/cuda_decode_ops.py [--only mul_mat|flash_attn_ext|floor] [--replays 20] [--cache F16,Q8_0]
-        [--chunks 1,4,16]
+        [--chunks 1,4,16] [--label gemma3]
 
 flash_attn_ext reads its K and V as a model's cache (one (head dim x KV heads, rows) tensor each, heads interleaved in a
 row), F16 or Q8_0, with a mask whose padded tail is -inf as a token's (rows in use rounded up); --chunks also times
@@ -38,6 +38,8 @@ MAT_VECS = [("smollm2 q/o", "Q4_1", 576, 576), ("smollm2 k/v", "Q4_1", 576, 192)
 ATTENTION = [(label, 64, h, hk, nkv, used) for label, h, hk in (("smollm2", 9, 3), ("1b", 32, 8))
              for nkv, used in ((256, 256), (576, 513), (4096, 4096))]
 ATTENTION += [("d128", 128, 32, 8, 576, 513), ("d128", 128, 32, 8, 4096, 4096)]
+ATTENTION += [("gemma3", 256, 4, 1, 512, 512), ("gemma3", 256, 4, 1, 4096, 4096),   # 512 used of 4096: the live keys
+              ("gemma3", 256, 4, 1, 4096, 512)]                                  # of a sliding block's window
 CACHE_TYPES = ("F16", "Q8_0")
 
 
@@ -136,6 +138,7 @@ def main(argv=None):
     p.add_argument("--only", choices=("mul_mat", "flash_attn_ext", "floor"))
     p.add_argument("--replays", type=int, default=20)
     p.add_argument("--cache", default=",".join(CACHE_TYPES), help="flash_attn_ext's K/V types (comma-separated)")
+    p.add_argument("--label", default="", help="flash_attn_ext: only the shapes whose label starts so (gemma3, 1b, ..)")
     p.add_argument("--chunks", default="0", help="flash_attn_ext also with these chunk counts (comma-separated; 0: "
                    "as split chooses without clusters)")
     opts = p.parse_args(argv)
@@ -152,6 +155,8 @@ def main(argv=None):
     if opts.only in (None, "flash_attn_ext"):
         for (label, d, h, hk, nkv, used), cache, chunks in itertools.product(
                 ATTENTION, opts.cache.split(","), [None] + [int(c) for c in opts.chunks.split(",") if c]):
+            if not label.startswith(opts.label):
+                continue
             jobs.append((f"flash_attn_ext {cache}", f"{label} d{d} {h}/{hk} heads, {nkv} rows ({used} used)"
                          + ("" if chunks is None else f", {chunks} chunks" if chunks else ", no cluster"), chunks,
                          lambda b, d=d, h=h, hk=hk, nkv=nkv, used=used, cache=cache:

@@ -249,18 +249,19 @@ def test_cuda_flash_attn_decode_vs_float64(cuda_backend, case, cluster, monkeypa
 
 @pytest.mark.parametrize("softcap", [0.0, 50.0], ids=["nocap", "cap50"])
 @pytest.mark.parametrize("kv_type", [F16, Q8_0], ids=["f16", "q8_0"])
-@pytest.mark.parametrize("n,n_kv", [(1, 300), (1, 4096), (2, 1500), (64, 1200)])
+@pytest.mark.parametrize("n,n_kv", [(1, 300), (1, 4096), (2, 1500), (64, 1200), (20, 1500)])
 def test_cuda_flash_attn_heads_of_256_sliding_window_vs_float64(cuda_backend, n, n_kv, kv_type, softcap):
     """Gemma-2/3's attention: heads of 256 (4 query heads a KV head), the sliding window's mask (query at position p
-    sees keys p - 511 .. p; the padded tail -inf), the logit softcap, over the model's cache layout: a generated token
-    or two on fa_vec_k (in a cluster for 300 keys on sm_90), a prompt chunk on fa_mma_k, against float64."""
+    sees keys p - 511 .. p; the padded tail -inf; F16, or F32 for 1500 keys), the logit softcap, over the model's cache
+    layout: a generated token or two on fa_vec_k (in a cluster for 300 keys on sm_90), a prompt chunk on fa_mma_k (both
+    read only the keys the mask leaves), against float64."""
     d, h, hk, window = 256, 8, 2, 512
     rng = np.random.default_rng(n * n_kv + int(softcap))
     ctx = ggpy.Context()
     q = ctx.new_tensor(F32, (d, n, h)).set_input()
     caches = [ctx.new_tensor(kv_type, (d * hk, n_kv)).set_input() for _ in range(2)]
     k, v = (ggpy.view_3d(c, d, n_kv, hk, c.nb[1], c.nb[1] // hk) for c in caches)
-    mask = ctx.new_tensor(F16, (n_kv, n)).set_input()
+    mask = ctx.new_tensor(F32 if n_kv == 1500 else F16, (n_kv, n)).set_input()
     out = ggpy.flash_attn_ext(q, k, v, mask, 1.0 / 16, 0.0, softcap)
     graph = ggpy.Graph().build_forward_expand(out)
     ggpy.GraphAllocator(cuda_backend).alloc_graph(graph)
@@ -278,7 +279,7 @@ def test_cuda_flash_attn_heads_of_256_sliding_window_vs_float64(cuda_backend, n,
     q.set(qv)
     pos = n_kv - 20 - n + np.arange(n)[:, None]         # the last 20 rows: padding
     j = np.arange(n_kv)[None, :]
-    mv = np.where((j <= pos) & (j > pos - window), 0.0, -np.inf).astype(np.float16)
+    mv = np.where((j <= pos) & (j > pos - window), 0.0, -np.inf).astype(np.float16 if mask.type == F16 else np.float32)
     mask.set(mv.reshape(1, 1, n, n_kv))
     cuda_backend.compute(graph)
     ref = _reference(qv.astype(np.float64), *kv, mv.astype(np.float64)[None, None], 1.0 / 16, 0.0, softcap)

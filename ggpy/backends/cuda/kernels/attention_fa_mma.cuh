@@ -116,6 +116,44 @@ __device__ __forceinline__ void fa_mask_prefetch(const FaArgs& a, int pb0, int k
 }
 __device__ __forceinline__ float fa_exp2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
 
+// [c0, c1) narrowed to the keys from the first (rounded down to KC) to the last that the mask leaves finite for the
+// block's pairs (one mask row for the heads of a query row where the mask has one head); c0 >= c1 where none is.
+// 16-byte loads where the mask's rows are so aligned.
+template <int KC> __device__ void fa_mma_live(const FaArgs& a, int pb0, int kh, int i3, int& c0, int& c1) {
+    __shared__ int slo, shi;
+    const float NEG = __int_as_float(0xff800000);
+    const int group = a.h / a.hk, np = min(FA_MMA_WARPS * 16, group * a.n - pb0), r0 = pb0 / group;
+    const bool one = a.mh == 1;
+    const int nr = one ? (pb0 + np - 1) / group - r0 + 1 : np, per = a.mask_f16 ? 8 : 4, nv = (c1 - c0 + per - 1) / per;
+    const bool vec = ((unsigned long long)a.mask | a.ms[0] | a.ms[1] | a.ms[2]) % 16 == 0;
+    if (threadIdx.x == 0) { slo = c1; shi = c0; }
+    __syncthreads();
+    int tlo = c1, thi = c0;
+    for (int e = threadIdx.x; e < nr * nv; e += blockDim.x) {
+        const int i = e / nv, j = c0 + e % nv * per, p = pb0 + i;
+        const char* mr = a.mask + (one ? r0 + i : p / group) * a.ms[0] + (i3 % a.mw) * a.ms[2] +
+                         (one ? 0 : (kh * group + p % group) % a.mh) * a.ms[1];
+        float x[8];
+        if (vec && j + per <= c1) {
+            const uint4 u = *(const uint4*)(mr + j * (a.mask_f16 ? 2 : 4));
+            const unsigned w[4] = {u.x, u.y, u.z, u.w};
+            #pragma unroll
+            for (int k = 0; k < 8; ++k)
+                x[k] = a.mask_f16 ? to_f((half_t)(w[k >> 1] >> (16 * (k & 1)))) : k < 4 ? __uint_as_float(w[k]) : NEG;
+        } else {
+            #pragma unroll
+            for (int k = 0; k < 8; ++k) x[k] = k < per && j + k < c1 ? fa_mask(a, mr, j + k) : NEG;
+        }
+        #pragma unroll
+        for (int k = 0; k < 8; ++k)
+            if (x[k] != NEG) { tlo = min(tlo, j + k); thi = max(thi, j + k + 1); }
+    }
+    tlo = __reduce_min_sync(0xffffffffu, tlo); thi = __reduce_max_sync(0xffffffffu, thi);
+    if ((threadIdx.x & 31) == 0) { atomicMin(&slo, tlo); atomicMax(&shi, thi); }
+    __syncthreads();
+    c0 = max(c0, slo / KC * KC); c1 = shi;
+}
+
 template <int D, typename TK, typename TV, int KC = FA_MMA_KC> __device__ void fa_mma_k(const FaArgs& a) {
     constexpr int P = D + 8;                  // row padding (halves): ldmatrix without bank conflicts
     constexpr float LOG2E = 1.4426950408889634f;
@@ -153,7 +191,10 @@ template <int D, typename TK, typename TV, int KC = FA_MMA_KC> __device__ void f
     float o[D / 8][4], m[2] = {NEG, NEG}, l[2] = {0.f, 0.f};
     #pragma unroll
     for (int nd = 0; nd < D / 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
-    const int c0 = chunk * a.chunk, c1 = min(a.nkv, c0 + a.chunk);
+    int c0 = chunk * a.chunk, c1 = min(a.nkv, c0 + a.chunk);
+    if constexpr (D == 256) {                                 // only the chunk's live keys (a sliding window's)
+        if (a.mask) fa_mma_live<KC>(a, pb0, kh, i3, c0, c1);
+    }
     FaTile<D, KC, P, TK>::load(Ks, kb, a.ks[0], c0, c1 - c0, v16);
     fa_commit();
     FaTile<D, KC, P, TV>::load(Vs, vb, a.vs[0], c0, c1 - c0, v16);
@@ -239,6 +280,7 @@ template <int D, typename TK, typename TV, int KC = FA_MMA_KC> __device__ void f
         if (j0 + KC < c1) FaTile<D, KC, P, TV>::load(Vs, vb, a.vs[0], j0 + KC, c1 - j0 - KC, v16);
         fa_commit();
     }
+    asm volatile("cp.async.wait_all;" ::: "memory");        // no copy outlives the block (an empty chunk's)
     #pragma unroll
     for (int i = 0; i < 2; ++i) {
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);

@@ -10,6 +10,8 @@
 //   either as one cluster of FA_CL blocks through their shared memory (sm_90 on, the _cl kernels), or, one chunk
 //   writing dst, several (at most FA_MAXC) write their partial (max, sum, accumulator) in the temp block, merged by
 //   the last block of the pairs to arrive (a.count) or else by fa_combine_k. F32 math on F32, F16 or Q8_0 K and V.
+// Heads of 256 (Gemma-2/3, whose sliding blocks read the whole cache under a window mask): a block first finds the
+// keys its rows' mask leaves finite (fa_live) and splits those among the chunks, so the hidden keys are never read.
 // A row whose scores are all -inf gives zeros (as the CPU kernel).
 #pragma once
 #include "attention.cuh"
@@ -162,6 +164,37 @@ __device__ __forceinline__ void fa_issue(const FaArgs& a, const char* kb, const 
     }
 }
 
+// the keys [lo, hi) from the first to the last that the mask rows mrow[0 .. RB) (null: none) leave finite, over the
+// block (16-byte loads of an F16 mask whose rows are so aligned); lo == hi where none is
+template <int RB> __device__ void fa_live(const FaArgs& a, const char* const* mrow, int& lo, int& hi) {
+    __shared__ int slo, shi;
+    if (threadIdx.x == 0) { slo = a.nkv; shi = 0; }
+    __syncthreads();
+    int tlo = a.nkv, thi = 0;
+    #pragma unroll
+    for (int r = 0; r < RB; ++r) {
+        if (!mrow[r]) continue;
+        if (a.mask_f16 && ((unsigned long long)mrow[r] & 15) == 0) {
+            for (int j = threadIdx.x * 8; j < a.nkv; j += blockDim.x * 8) {
+                uint4 u = *(const uint4*)(mrow[r] + 2 * j);
+                const unsigned w[4] = {u.x, u.y, u.z, u.w};
+                #pragma unroll
+                for (int e = 0; e < 8; ++e)
+                    if (j + e < a.nkv && (w[e >> 1] >> (16 * (e & 1)) & 0xffffu) != 0xfc00u) {
+                        tlo = min(tlo, j + e); thi = max(thi, j + e + 1);
+                    }
+            }
+        } else {
+            for (int j = threadIdx.x; j < a.nkv; j += blockDim.x)
+                if (fa_mask(a, mrow[r], j) != __int_as_float(0xff800000)) { tlo = min(tlo, j); thi = max(thi, j + 1); }
+        }
+    }
+    tlo = __reduce_min_sync(0xffffffffu, tlo); thi = __reduce_max_sync(0xffffffffu, thi);
+    if ((threadIdx.x & 31) == 0) { atomicMin(&slo, tlo); atomicMax(&shi, thi); }
+    __syncthreads();
+    lo = slo; hi = max(slo, shi);
+}
+
 // CL: 1, or FA_CL (sm_90 on): the FA_CL chunks of (blockIdx.y, z) are one cluster, merged through their shared memory
 template <int D, int DV, int RB, int CL, typename TK, typename TV> __device__ void fa_vec_k(const FaArgs& a) {
     static_assert(D == DV, "fa_vec_k: a lane takes the same 8 elements of q, K and V");
@@ -191,7 +224,16 @@ template <int D, int DV, int RB, int CL, typename TK, typename TV> __device__ vo
         #pragma unroll
         for (int i = 0; i < 8; ++i) acc[r][i] = 0.f;
     }
-    const int c0 = blockIdx.x * a.chunk, c1 = min(a.nkv, c0 + a.chunk), jl = warp * KPI + slot;
+    int c0 = blockIdx.x * a.chunk, c1 = min(a.nkv, c0 + a.chunk);
+    if constexpr (D == 256) {                               // the live keys split in the chunks (multiples of G)
+        if (a.mask) {
+            int lo, hi;
+            fa_live<RB>(a, mrow, lo, hi);
+            const int per = (hi - lo + a.nchunks * G - 1) / (a.nchunks * G) * G;
+            c0 = min(hi, lo + (int)blockIdx.x * per); c1 = min(hi, c0 + per);
+        }
+    }
+    const int jl = warp * KPI + slot;
     FaLd<TK> kr[NB];
     FaLd<TV> vr[NB];
     unsigned mb[RB][NB];                                    // the mask's bits

@@ -94,6 +94,7 @@ def _expected_kernels() -> set:
     names |= {f"rope_set_rows_{a}_{b}" for a, b in product(f, f)} | {f"rope_kv_{t}" for t in f}
     names |= {"argmax_keys", "top_k_keys"}
     names |= {f"mmv_id_{t}" for t in f} | {f"{k}_id_{q}" for k in ("mmv", "mmvq") for q in moe.QUANT}
+    names |= {"moe_sort"} | {f"mm_id_{t}" for t in f} | {f"mm_id_{q}" for q in moe.QUANT}
     for c in ("", "c_"):
         names |= {f"{op}_{c}{a}_{b}" for op in generated.BINARY for a, b in product(f, f)}
         names |= {f"{op}_{c}{t}" for op in generated.UNARY for t in f}

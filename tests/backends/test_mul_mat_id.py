@@ -1,5 +1,6 @@
-"""mul_mat_id beyond the test-backend-ops cases: the CPU's exact implementation (dot) on every weight type, only the
-chosen experts' rows read (the others hold nan), an expert id out of range, the constructor's checks."""
+"""mul_mat_id beyond the test-backend-ops cases: the CPU's exact implementation (dot) and CUDA's grouped tile GEMM
+(forced) on every weight type, only the chosen experts' rows read (the others hold nan), an expert id out of range,
+which implementation runs a prompt, the constructor's checks."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,19 +10,65 @@ import ggpy
 from ggpy.test_backend_ops import run_case
 from ggpy.test_backend_ops.cases.moe import _experts, _mul_mat_id
 from ggpy.test_backend_ops.harness import OpCase
-from ggpy.types import F16, F32, I32, QUANT_TYPES
+from ggpy.types import BF16, F16, F32, I32, QUANT_TYPES
 
 
-@pytest.mark.parametrize("t", QUANT_TYPES, ids=lambda t: t.name)
-def test_cpu_dot_is_exact(t):
-    """The dot implementation: float32 dot products of the dequantized rows (a row one slot chose: quants.DOT)."""
-    backend = ggpy.CPUBackend(n_threads=2, force={"mul_mat_id": "dot"})
-    for used, tokens in ((2, 1), (3, 5)):
-        case = OpCase("mul_mat_id", f"dot,{t.name},{used},{tokens}", lambda ctx, u=used, n=tokens: _mul_mat_id(
-            ctx, t, 2 * t.block if t.block == 256 else 128, 24, 6, u, n, False), fill=_experts(6), max_nmse=1e-9,
-            kernel=f"dot_id_{t.name}")
+@pytest.mark.parametrize("impl", ["dot", "grouped"])
+@pytest.mark.parametrize("t", (F32, F16, BF16) + tuple(QUANT_TYPES), ids=lambda t: t.name)
+def test_cpu_exact_implementations(t, impl):
+    """dot: float32 dot products of the dequantized rows (a row one slot chose: quants.DOT); grouped: the slots
+    sorted by expert, panels of rows dequantized once and multiplied by the own GEMM (70 tokens of 3 slots over 6
+    experts: ~35 slots an expert, M = 70 two panels and an edge)."""
+    backend = ggpy.CPUBackend(n_threads=2, force={"mul_mat_id": impl})
+    k = 2 * t.block if t.block == 256 else 128 if t.quantized else 72
+    for used, tokens, bc in ((2, 1, True), (3, 70, False), (6, 20, True)):
+        case = OpCase("mul_mat_id", f"{impl},{t.name},{used},{tokens}", lambda ctx, u=used, n=tokens, bc=bc:
+                      _mul_mat_id(ctx, t, k, 70 if impl == "grouped" else 24, 6, u, n, bc), fill=_experts(6),
+                      max_nmse=1e-9, kernel=f"{impl}_id_{t.name}")
         result = run_case(case, backend, seed=used)
         assert result.ok, result.message
+
+
+@pytest.mark.parametrize("t", (F32, F16, BF16) + tuple(QUANT_TYPES), ids=lambda t: t.name)
+def test_cuda_grouped_is_exact(cuda_backend, t):
+    """CUDA's grouped implementation (slots sorted by expert, a tile GEMM): exact float32 on the dequantized rows;
+    150 tokens of 3 slots over 6 experts put ~75 slots on an expert (two tiles of 64), M = 70 two blocks of rows, K
+    = 72 (floats) a partial step of 32."""
+    from ggpy.backends.cuda import CUDABackend
+    backend = CUDABackend("cuda", force={"mul_mat_id": "grouped"})
+    k = 2 * t.block if t.block == 256 else 128 if t.quantized else 72
+    for used, tokens, bc in ((2, 1, True), (3, 150, False), (6, 40, True)):
+        case = OpCase("mul_mat_id", f"grouped,{t.name},{used},{tokens}", lambda ctx, u=used, n=tokens, bc=bc: _mul_mat_id(
+            ctx, t, k, 70, 6, u, n, bc), fill=_experts(6), max_nmse=1e-9)
+        result = run_case(case, backend, seed=tokens)
+        assert result.ok, result.message
+
+
+def test_cuda_prompts_run_grouped():
+    """From GROUPED_MIN_TOKENS tokens mul_mat_id runs as `grouped`, below as mmvq (quantized as) or mmv; more experts
+    than moe_sort counts are refused to it. No GPU needed: the kernel table's choice."""
+    from ggpy.backends.base import Backend
+    from ggpy.backends.cuda import kernels  # noqa: F401 - registers the CUDA entries
+    from ggpy.backends.cuda.kernels import moe
+    from ggpy.backends.cuda.registry import KERNELS
+
+    class Table(Backend):
+        kind, kernels = "CUDA", KERNELS
+
+        def __init__(self, force):
+            super().__init__(None)
+            self.force = self.checked_force(force)
+
+    ctx = ggpy.Context()
+    many, few = moe.GROUPED_MIN_TOKENS, moe.GROUPED_MIN_TOKENS - 1
+    node = lambda t, n, experts=8: ggpy.mul_mat_id(ctx.new_tensor_3d(t, 256, 64, experts), ctx.new_tensor_3d(
+        F32, 256, 1, n), ctx.new_tensor_2d(I32, 2, n))
+    table = Table({})
+    assert [table.impl_for(node(t, n)) for t in (ggpy.Q4_K, F16) for n in (many, few)] == [
+        "grouped", "mmvq", "grouped", "mmv"]
+    assert table.impl_for(node(ggpy.Q4_K, many, moe.GROUPED_MAX_EXPERTS + 1)) == "mmvq"
+    with pytest.raises(ggpy.UnsupportedOpError, match="cannot run as grouped: it takes at most 1024 experts"):
+        moe.temp_size(node(F32, many, moe.GROUPED_MAX_EXPERTS + 1), "grouped", table)
 
 
 def _graph(as_type, k, m, n_expert, used, tokens):
@@ -35,11 +82,16 @@ def _graph(as_type, k, m, n_expert, used, tokens):
     return graph
 
 
-@pytest.mark.parametrize("backend_name", ["cpu", "cuda"])
+@pytest.mark.parametrize("backend_name", ["cpu", "cpu-grouped", "cuda", "cuda-grouped"])
 @pytest.mark.parametrize("as_type", [F32, F16])
 def test_only_the_chosen_experts_are_read(backend_name, as_type, request):
     """Experts no token chose hold nan: the products stay finite and equal numpy's over the chosen ones."""
-    backend = ggpy.CPUBackend(n_threads=2) if backend_name == "cpu" else request.getfixturevalue("cuda_backend")
+    force = {"mul_mat_id": "grouped"} if backend_name.endswith("grouped") else {}
+    if backend_name.startswith("cpu"):
+        backend = ggpy.CPUBackend(n_threads=2, force=force)
+    else:
+        from ggpy.backends.cuda import CUDABackend
+        backend = request.getfixturevalue("cuda_backend") and CUDABackend("cuda", force=force)
     k, m, n_expert, used, tokens = 64, 40, 8, 2, 3
     runner = ggpy.GraphRunner(_graph(as_type, k, m, n_expert, used, tokens), backend)
     rng = np.random.default_rng(7)
@@ -78,3 +130,22 @@ def test_constructor_checks():
         ggpy.mul_mat_id(as_, ctx.new_tensor_3d(F16, 32, 1, 5), ids)
     with pytest.raises(ggpy.TypeMismatchError, match="'ids' has type f32"):
         ggpy.mul_mat_id(as_, b, ctx.new_tensor_2d(F32, 2, 5))
+
+
+def test_cuda_grouped_zeroes_an_expert_out_of_range(cuda_backend):
+    """CUDA's grouped implementation (as mmv and mmvq) writes zeros for a slot whose expert is out of range and the
+    products of the others."""
+    from ggpy.backends.cuda import CUDABackend
+    k, m, n_expert, used, tokens = 64, 70, 4, 2, 40
+    runner = ggpy.GraphRunner(_graph(F32, k, m, n_expert, used, tokens), CUDABackend("cuda", force={
+        "mul_mat_id": "grouped"}))
+    rng = np.random.default_rng(3)
+    ids = np.stack([rng.permutation(n_expert)[:used] for _ in range(tokens)]).astype(np.int32)
+    ids[5, 1], ids[17, 0] = n_expert, -1
+    as_ = rng.uniform(-1, 1, (n_expert, m, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, (tokens, 1, k)).astype(np.float32)
+    runner.set(**{"as": as_, "b": b, "ids": ids}).compute()
+    out = runner.get("out").reshape(tokens, used, m)
+    want = np.einsum("tumk,tk->tum", as_.astype(np.float64)[np.clip(ids, 0, n_expert - 1)], b[:, 0])
+    want[5, 1], want[17, 0] = 0, 0
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)

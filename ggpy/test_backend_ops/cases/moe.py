@@ -1,6 +1,7 @@
 """Cases for mul_mat_id: one token (a mat-vec over the selected experts) to a prompt's worth, b broadcast over the
 slots (B1 = 1: the gate/up products) or one row a slot (the down product), every weight type, odd M, experts picked
-twice by different tokens and never by others, b strided."""
+twice by different tokens and never by others, b strided; prompts of 40 and 100 tokens (the grouped
+implementations: more than 64 slots on an expert)."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +16,7 @@ Q8_NMSE = 1e-3
 nmse ~1e-5, up to ~2e-4 on a small case; a wrong expert or row gives ~1."""
 SHAPES = [  # (K, M, n_expert, n_used, n_tokens, b broadcast over the slots)
     (64, 33, 4, 2, 1, True), (64, 33, 4, 2, 1, False), (128, 17, 8, 3, 5, False), (32, 48, 6, 6, 3, True),
-    (96, 40, 16, 4, 13, True), (64, 9, 1, 1, 2, False),
+    (96, 40, 16, 4, 13, True), (64, 9, 1, 1, 2, False), (64, 70, 5, 3, 40, False), (64, 33, 3, 2, 100, True),
 ]
 
 

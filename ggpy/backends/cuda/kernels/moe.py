@@ -1,7 +1,10 @@
 """mul_mat_id on CUDA (moe.cu): a block per (expert slot, token) and MOE_WARPS rows of the expert that slot chose, a
-warp a row, so only the chosen experts' rows are read. Two implementations: `mmvq` (a quantized as; the default):
+warp a row, so only the chosen experts' rows are read. Three implementations: `mmvq` (a quantized as; the default):
 b's rows quantized to q8_1 in the temp block (quant.cu's quantize_q8_1_f32), then mul_mat's integer row dot
-(quant_mmvq.cuh); `mmv`: exact, F32 accumulation, any as type moe.cu has."""
+(quant_mmvq.cuh); `mmv`: exact, F32 accumulation, any as type moe.cu has. `grouped` (prompts, the default from
+GROUPED_MIN_TOKENS tokens; moe_grouped.cu): the slots sorted by expert in the temp block by one launch (moe_sort),
+then a tile GEMM a block per (at most GROUPED_TN slots of one expert, 64 rows): each expert row dequantized once a tile,
+not once a slot, and a few hundred blocks instead of a block per slot and 4 rows; exact, F32 accumulation."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -14,6 +17,9 @@ from .common import FLOATS, SUFFIX, tensor_ptr
 from .quant import MAX_GRID_Y, QUANTIZE_BLOCK, mmvq_aligned
 
 MOE_WARPS = 4           # moe.cu's rows a block
+GROUPED_TN = 64                  # moe_grouped.cu's MOE_TN: slots a tile
+GROUPED_MAX_EXPERTS = 1024      # its MOE_MAX_EXPERTS: moe_sort's counters in shared memory
+GROUPED_MIN_TOKENS = 32         # tokens from which `grouped` is the default
 QUANT = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs")   # moe.cu's
 
 
@@ -32,8 +38,19 @@ def refusal(node) -> str | None:
     return None
 
 
+def _grouped_fits(node) -> bool:
+    return node.src[0].ne[2] <= GROUPED_MAX_EXPERTS and -(-node.ne[0] // 64) <= MAX_GRID_Y
+
+
 def choose(node, backend) -> str:
+    if node.ne[2] >= GROUPED_MIN_TOKENS and _grouped_fits(node):
+        return "grouped"
     return "mmvq" if node.src[0].type.quantized else "mmv"
+
+
+def _tiles(node) -> int:
+    """An upper bound on the tiles of GROUPED_TN slots of one expert: each expert's last tile may be partial."""
+    return -(-node.ne[1] * node.ne[2] // GROUPED_TN) + node.src[0].ne[2]
 
 
 def temp_size(node, impl, backend) -> int:
@@ -41,12 +58,29 @@ def temp_size(node, impl, backend) -> int:
     if impl == "mmvq" and not node.src[0].type.quantized:
         raise UnsupportedOpError(f"cuda: mul_mat_id '{node.name}' (as {node.src[0].type.name}) cannot run as mmvq: it "
                                  "takes a quantized as")
+    if impl == "grouped" and not _grouped_fits(node):
+        raise UnsupportedOpError(f"cuda: mul_mat_id '{node.name}' (as ne={node.src[0].ne}) cannot run as grouped: it "
+                                 f"takes at most {GROUPED_MAX_EXPERTS} experts")
+    if impl == "grouped":
+        return align_temp(4 * (node.ne[1] * node.ne[2] + 3 * _tiles(node)))
     b = node.src[1]
     return align_temp(b.ne[1] * b.ne[2] * b.ne[0] * 5 // 4) if impl == "mmvq" else 0
 
 
 def kernel_name(node, impl) -> str:
-    return f"{impl}_id_{SUFFIX[node.src[0].type]}"
+    return f"mm_id_{SUFFIX[node.src[0].type]}" if impl == "grouped" else f"{impl}_id_{SUFFIX[node.src[0].type]}"
+
+
+def grouped_steps(backend, node) -> list:
+    """moe_sort (one block: the slots by expert, the tiles) and the tile GEMM (a block per tile and 64 rows)."""
+    a, b, ids = node.src
+    temp, tiles = backend.temp_ptr(node), _tiles(node)
+    sort = backend.launch(node, "moe_sort", tensor_ptr(node), node, [(tensor_ptr(ids), ids), (temp, ids)],
+                          config=(1, 1024), ints=(a.ne[2], tiles))
+    product = backend.launch(node, kernel_name(node, "grouped"), tensor_ptr(node), node, [
+        (tensor_ptr(a), a), (tensor_ptr(b), b), (temp, None)], config=((tiles, -(-a.ne[1] // 64)), 256),
+        ints=(node.ne[1] * node.ne[2],))
+    return [sort, product]
 
 
 def steps(backend, node, impl=None) -> list:
@@ -54,6 +88,8 @@ def steps(backend, node, impl=None) -> list:
     grid = (node.ne[1] * node.ne[2], -(-a.ne[1] // MOE_WARPS))
     ints = (a.ne[2], ids.nb[0], ids.nb[1])
     extra = (tensor_ptr(ids), ids)
+    if impl == "grouped":
+        return grouped_steps(backend, node)
     if impl == "mmv" or not mmvq_aligned(a):
         return [backend.launch(node, f"mmv_id_{SUFFIX[a.type]}", tensor_ptr(node), node, [
             (tensor_ptr(a), a), (tensor_ptr(b), b), extra], config=(grid, 32 * MOE_WARPS), ints=ints)]
@@ -66,5 +102,5 @@ def steps(backend, node, impl=None) -> list:
     return [quantize, product]
 
 
-register(ops=("mul_mat_id",), refusal=refusal, name=kernel_name, temp_size=temp_size, steps=steps, impls=("mmvq", "mmv"),
-         choose=choose)
+register(ops=("mul_mat_id",), refusal=refusal, name=kernel_name, temp_size=temp_size, steps=steps,
+         impls=("mmvq", "mmv", "grouped"), choose=choose)

@@ -174,20 +174,19 @@ template <int RB> __device__ void fa_live(const FaArgs& a, const char* const* mr
     #pragma unroll
     for (int r = 0; r < RB; ++r) {
         if (!mrow[r]) continue;
+        int j0 = 0;                                         // keys from j0 on one a thread
         if (a.mask_f16 && ((unsigned long long)mrow[r] & 15) == 0) {
-            for (int j = threadIdx.x * 8; j < a.nkv; j += blockDim.x * 8) {
-                uint4 u = *(const uint4*)(mrow[r] + 2 * j);
+            j0 = a.nkv / 8 * 8;
+            for (int j = threadIdx.x * 8; j < j0; j += blockDim.x * 8) {
+                const uint4 u = *(const uint4*)(mrow[r] + 2 * j);
                 const unsigned w[4] = {u.x, u.y, u.z, u.w};
                 #pragma unroll
                 for (int e = 0; e < 8; ++e)
-                    if (j + e < a.nkv && (w[e >> 1] >> (16 * (e & 1)) & 0xffffu) != 0xfc00u) {
-                        tlo = min(tlo, j + e); thi = max(thi, j + e + 1);
-                    }
+                    if ((w[e >> 1] >> (16 * (e & 1)) & 0xffffu) != 0xfc00u) { tlo = min(tlo, j + e); thi = max(thi, j + e + 1); }
             }
-        } else {
-            for (int j = threadIdx.x; j < a.nkv; j += blockDim.x)
-                if (fa_mask(a, mrow[r], j) != __int_as_float(0xff800000)) { tlo = min(tlo, j); thi = max(thi, j + 1); }
         }
+        for (int j = j0 + threadIdx.x; j < a.nkv; j += blockDim.x)
+            if (fa_mask(a, mrow[r], j) != __int_as_float(0xff800000)) { tlo = min(tlo, j); thi = max(thi, j + 1); }
     }
     tlo = __reduce_min_sync(0xffffffffu, tlo); thi = __reduce_max_sync(0xffffffffu, thi);
     if ((threadIdx.x & 31) == 0) { atomicMin(&slo, tlo); atomicMax(&shi, thi); }

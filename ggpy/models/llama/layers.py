@@ -70,12 +70,13 @@ def qk_heads(m, hp, il: int, inp, q, k, freq_factors=None):
 def attention(hp, cache, il: int, inp, q, k, v, flash_attn: bool = False):
     """Grouped-query attention of q.ne = (head_dim, n_head, n_tokens) -> ne = (head_dim_v * n_head, n_tokens).
     This ubatch's k.ne = (head_dim * n_head_kv, n_tokens) and v (likewise) are first written into block `il`'s cache
-    rows at the tokens' positions (set_rows); the attention reads the cache's first n_kv rows through views of
+    rows at the tokens' positions, or at inp.cells where a batch names them (set_rows); the attention reads the cache's first n_kv rows through views of
     those writes, so it runs after them, under the causal mask or (a sliding block) the sliding-window one. Query
     head h reads KV head h // n_gqa (broadcast over dim 2): by mul_mat, [soft-cap,] soft_max_ext and mul_mat with V
     seen transposed, or with `flash_attn` by one flash_attn_ext."""
-    kc = ggpy.set_rows(cache.k[il], k, inp.pos).set_name(f"blk.{il}.k_store")
-    vc = ggpy.set_rows(cache.v[il], v, inp.pos).set_name(f"blk.{il}.v_store")
+    cells = inp.pos if inp.cells is None else inp.cells
+    kc = ggpy.set_rows(cache.k[il], k, cells).set_name(f"blk.{il}.k_store")
+    vc = ggpy.set_rows(cache.v[il], v, cells).set_name(f"blk.{il}.v_store")
     hd, hd_v = hp.head_dim, hp.head_dim_v
     k = ggpy.view_3d(kc, hd, inp.n_kv, hp.n_head_kv, kc.nb[1], kc.type.row_bytes(hd))
     v = ggpy.view_3d(vc, hd_v, inp.n_kv, hp.n_head_kv, vc.nb[1], vc.type.row_bytes(hd_v))

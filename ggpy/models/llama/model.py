@@ -36,13 +36,15 @@ class KVCache:
     per position. Without flash attention, attention reads V through a transposed view (unit stride along a row's
     values), which mul_mat takes in place (float V only)."""
 
-    def __init__(self, hp: HParams, n_ctx: int, backend, type_k=ggpy.F16, type_v=ggpy.F16):
+    def __init__(self, hp: HParams, n_ctx: int, backend, type_k=ggpy.F16, type_v=ggpy.F16, spare: int = 0):
+        """`spare` rows after the n_ctx ones (never attended over: batch.py's padding tokens write there)."""
         check_heads(hp, type_k, type_v)
         ctx = ggpy.Context()
         self.n_ctx, self.type_k, self.type_v = n_ctx, type_k, type_v
-        self.k = [ctx.new_tensor(type_k, (hp.head_dim * hp.n_head_kv, n_ctx)).set_name(f"cache_k.{i}")
+        rows = n_ctx + spare
+        self.k = [ctx.new_tensor(type_k, (hp.head_dim * hp.n_head_kv, rows)).set_name(f"cache_k.{i}")
                   for i in range(hp.n_layer)]
-        self.v = [ctx.new_tensor(type_v, (hp.head_dim_v * hp.n_head_kv, n_ctx)).set_name(f"cache_v.{i}")
+        self.v = [ctx.new_tensor(type_v, (hp.head_dim_v * hp.n_head_kv, rows)).set_name(f"cache_v.{i}")
                   for i in range(hp.n_layer)]
         self.buffer = ggpy.alloc_ctx_tensors(ctx, backend)
 
@@ -89,7 +91,10 @@ class Inputs:
     keys and values go to), the causal mask (F32, ne = (n_kv, n_tokens): 0 where token j may see row i, -inf
     elsewhere; None where every block slides) and, for a model with a sliding window, the sliding one (`kq_mask_swa`: 0 only over the n_swa rows
     up to the token's position; swa_mask builds it). The graph depends on n_tokens and n_kv only: the same graph
-    serves every n_past it fits."""
+    serves every n_past it fits.
+    A batch of several sequences (batch.py) also has `cells` (I32 (n_tokens,): the cache rows the tokens' keys and
+    values go to, apart from their positions; the masks then say which rows each token's sequence owns) and `out_ids`
+    (I32 (n_out,): the tokens whose logits the graph computes, ne (n_vocab, n_out))."""
 
     n_tokens: int
     n_kv: int
@@ -97,19 +102,23 @@ class Inputs:
     pos: ggpy.Tensor
     mask: ggpy.Tensor | None
     mask_swa: ggpy.Tensor | None = None
+    cells: ggpy.Tensor | None = None
+    out_ids: ggpy.Tensor | None = None
 
 
-def new_inputs(ctx, n_tokens: int, n_kv: int, hp: HParams | None = None) -> Inputs:
+def new_inputs(ctx, n_tokens: int, n_kv: int, hp: HParams | None = None, n_out: int = 0) -> Inputs:
     """The inputs of a graph of the model `hp`: the causal mask where a block attends causally (every block
-    without hp), the sliding-window mask where one slides."""
+    without hp), the sliding-window mask where one slides; with n_out, a batch's cells and out_ids too."""
     slides = [hp.is_swa(il) for il in range(hp.n_layer)] if hp else [False]
 
     def mask(name, used):
         return ctx.new_tensor(ggpy.F32, (n_kv, n_tokens)).set_name(name).set_input() if used else None
-    return Inputs(n_tokens, n_kv,
-                  ctx.new_tensor(ggpy.I32, (n_tokens,)).set_name("tokens").set_input(),
-                  ctx.new_tensor(ggpy.I32, (n_tokens,)).set_name("pos").set_input(),
-                  mask("kq_mask", not all(slides)), mask("kq_mask_swa", any(slides)))
+
+    def ids(name, n):
+        return ctx.new_tensor(ggpy.I32, (n,)).set_name(name).set_input()
+    return Inputs(n_tokens, n_kv, ids("tokens", n_tokens), ids("pos", n_tokens),
+                  mask("kq_mask", not all(slides)), mask("kq_mask_swa", any(slides)),
+                  ids("cells", n_tokens) if n_out else None, ids("out_ids", n_out) if n_out else None)
 
 
 def swa_mask(n_swa: int, n_past: int, n_tokens: int, n_kv: int):
@@ -121,15 +130,17 @@ def swa_mask(n_swa: int, n_past: int, n_tokens: int, n_kv: int):
 
 
 def forward(m, hp: HParams, cache: KVCache, inp: Inputs, all_logits: bool = True, flash_attn: bool = False):
-    """Logits ne = (n_vocab, n_tokens), or (n_vocab, 1) of the last token without all_logits; `flash_attn`: the
-    attention as one flash_attn_ext per block."""
+    """Logits ne = (n_vocab, n_tokens), or (n_vocab, 1) of the last token without all_logits, or (n_vocab, n_out) of
+    the tokens inp.out_ids names; `flash_attn`: the attention as one flash_attn_ext per block."""
     freq_factors = rope_factors(m, hp, cache.n_ctx)
     x = ggpy.get_rows(m.get("token_embd.weight"), inp.tokens)
     if hp.embd_scale != 1.0:
         x = ggpy.scale(x, hp.embd_scale)
     for il in range(hp.n_layer):
         x = layers.block(m, hp, cache, il, inp, x, freq_factors, flash_attn)
-    if not all_logits:
+    if inp.out_ids is not None:
+        x = ggpy.get_rows(x, inp.out_ids)
+    elif not all_logits:
         x = ggpy.view_2d(x, hp.n_embd, 1, x.nb[1], (inp.n_tokens - 1) * x.nb[1])
     x = layers.norm(m, "output_norm.weight", x, hp.rms_eps)
     out = m.tensors.get("output.weight", m.get("token_embd.weight"))

@@ -1,0 +1,171 @@
+"""The server's engine (ggpy/server/engine.py) on a small random GGUF, CPU: at temperature 0 each request's tokens
+equal a lone run through GraphModel (generate, as ggpy-llama --temp 0), also with several requests at once in
+different slots and lengths and queued behind them; seeded sampling is reproducible; the prompt cache reads only
+the rest of a prompt and gives the same tokens; stop strings, cancel, the queue bound and bad input."""
+import threading
+
+import numpy as np
+import pytest
+pytest.importorskip("tokenizers")          # the llama extra: pip install -e ".[llama]"
+
+from llama_tiny import write_tiny_llama
+
+from ggpy.models.llama.generate import generate
+from ggpy.models.llama.gguf_file import open_llama
+from ggpy.models.llama.runner import GraphModel
+from ggpy.models.llama.sampling import Sampler
+from ggpy.server.engine import Engine, Params, QueueFull
+
+SEED = int(np.random.SeedSequence().entropy % 2**32)
+N_BATCH = 16        # chunks of at most 16 tokens: the mat-mul kernels GraphModel's chunks of 16 use (see below)
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory):
+    return write_tiny_llama(tmp_path_factory.mktemp("model") / "tiny.gguf", seed=SEED, n_layer=2)
+
+
+@pytest.fixture(scope="module")
+def engine(path):
+    eng = Engine(path, "cpu", 2, n_ctx=256, n_parallel=3, n_batch=N_BATCH, max_queue=16).start()
+    yield eng
+    eng.stop()
+
+
+@pytest.fixture(scope="module")
+def lone(path):
+    """tokens of a lone greedy run through GraphModel (chunks of N_BATCH, as ggpy-llama --batch-size 16 --temp 0)."""
+    model = GraphModel(open_llama(path), "cpu", 2, n_ctx=85, n_batch=N_BATCH)
+
+    def run(prompt, n, sampler=None):
+        model.reset()
+        return generate(model, prompt, n, sampler or Sampler(0)).tokens
+    return run
+
+
+class Collect:
+    """An on_event that keeps the events and says when the last came."""
+
+    def __init__(self):
+        self.events, self.done = [], threading.Event()
+
+    def __call__(self, ev):
+        self.events.append(ev)
+        if ev.finish_reason is not None:
+            self.done.set()
+
+    def wait(self):
+        assert self.done.wait(120), "the request did not finish"
+        return self
+
+    @property
+    def tokens(self):
+        return [e.token for e in self.events if e.token is not None]
+
+    @property
+    def text(self):
+        return "".join(e.text for e in self.events)
+
+    @property
+    def last(self):
+        return self.events[-1]
+
+
+def prompts(n, seed, lo=3, hi=40):
+    rng = np.random.default_rng(seed)
+    return [[int(t) for t in rng.integers(0, 320, int(rng.integers(lo, hi)))] for _ in range(n)]
+
+
+def greedy(n):
+    return Params(max_tokens=n, temperature=0, ignore_eos=True)
+
+
+def test_one_request_equals_a_lone_run(engine, lone):
+    prompt = prompts(1, SEED)[0]
+    c = Collect()
+    engine.submit(prompt, greedy(12), c)
+    c.wait()
+    assert c.tokens == lone(prompt, 12), f"seed {SEED}"
+    assert c.last.finish_reason == "length" and c.last.usage == {"prompt_tokens": len(prompt), "completion_tokens": 12}
+    assert c.text == engine.tokenizer.decode(c.tokens)
+
+
+def test_many_requests_at_once_equal_lone_runs(engine, lone):
+    """Seven requests of different lengths in three slots (four wait in the queue, join as slots free up)."""
+    ps = prompts(7, SEED + 1)
+    ns = [5, 17, 9, 3, 12, 20, 1]
+    cs = [Collect() for _ in ps]
+    for p, n, c in zip(ps, ns, cs):
+        engine.submit(p, greedy(n), c)
+    for p, n, c in zip(ps, ns, cs):
+        assert c.wait().tokens == lone(p, n), f"seed {SEED}"
+    assert engine.stats()["slots_busy"] == 0 and engine.stats()["queue_length"] == 0
+
+
+def test_seeded_sampling_is_reproducible_alone_and_in_company(engine, lone):
+    prompt = prompts(1, SEED + 2)[0]
+    p = Params(max_tokens=10, temperature=0.9, top_k=20, top_p=0.9, seed=SEED, ignore_eos=True)
+    a = Collect()
+    engine.submit(prompt, p, a)
+    a.wait()
+    others = [Collect() for _ in range(2)]
+    b = Collect()
+    for q, c in zip(prompts(2, SEED + 3), others):
+        engine.submit(q, greedy(15), c)
+    engine.submit(prompt, p, b)
+    b.wait(), [c.wait() for c in others]
+    assert a.tokens == b.tokens == lone(prompt, 10, Sampler(0.9, 20, 0.9, SEED)), f"seed {SEED}"
+
+
+def test_prompt_cache_reads_only_the_rest(engine, lone):
+    first, rest = prompts(2, SEED + 4, 20, 30)
+    a = Collect()
+    engine.submit(first, greedy(4), a)
+    a.wait()
+    before = engine.stats()["tokens_prompt"]
+    b = Collect()
+    engine.submit(first + rest, greedy(8), b)
+    b.wait()
+    assert engine.stats()["tokens_prompt"] - before == len(rest)        # the slot kept `first` (and a's tokens)
+    assert b.tokens == lone(first + rest, 8), f"seed {SEED}"
+
+
+def test_stop_string_ends_the_text_before_it(engine, lone):
+    prompt = prompts(1, SEED + 5)[0]
+    text = engine.tokenizer.decode(lone(prompt, 16))
+    stop = text[len(text) // 2:len(text) // 2 + 3]
+    c = Collect()
+    engine.submit(prompt, Params(max_tokens=16, temperature=0, stop=["\x00never", stop], ignore_eos=True), c)
+    c.wait()
+    assert c.last.finish_reason == "stop" and c.text == text[:text.find(stop)]
+
+
+def test_cancel_frees_the_slot_within_a_step(path):
+    eng = Engine(path, "cpu", 2, n_ctx=128, n_parallel=1, n_batch=N_BATCH).start()
+    try:
+        first = threading.Event()
+        c = Collect()
+        h = eng.submit(prompts(1, SEED)[0], greedy(10_000), lambda ev: (c(ev), first.set()))
+        assert first.wait(60)
+        h.cancel()
+        d = Collect()
+        eng.submit(prompts(1, SEED + 6)[0], greedy(3), d)
+        assert d.wait().last.finish_reason == "length"
+        assert c.last.finish_reason is None and len(c.tokens) < 50          # dropped, not run to the slot's end
+    finally:
+        eng.stop()
+
+
+def test_queue_bound_and_bad_input(path):
+    eng = Engine(path, "cpu", 2, n_ctx=64, n_parallel=2, max_queue=2)   # not started: requests stay queued
+    for _ in range(2):
+        eng.submit([1, 2, 3], greedy(1), Collect())
+    with pytest.raises(QueueFull):
+        eng.submit([1, 2, 3], greedy(1), Collect())
+    with pytest.raises(ValueError, match="more than a slot's context of 32"):
+        eng.submit(list(range(33)), greedy(1), Collect())
+    for bad in ([], [320], [-1]):
+        with pytest.raises(ValueError):
+            eng.submit(bad, greedy(1), Collect())
+    with pytest.raises(ValueError, match="max_tokens"):
+        eng.submit([1], Params(max_tokens=-1), Collect())

@@ -16,6 +16,7 @@ from ...kernel import Fused
 from ..registry import BoundNode, register
 from .common import block, kernel, launch, row_index, scalar
 from .fp16 import load, store
+from .half import cast
 from .quants import QUANTIZE, QUANTIZE_CODES
 
 
@@ -92,7 +93,7 @@ def rope_set_rows_rows(d, a, pos, idx, ff, inv_freq, neox, freq_scale, ext_facto
         _rotate(x, a[0, i2, i1], cs, sn, neox)
         drow = d[j, i1 * ne0:(i1 + 1) * ne0]
         for i0 in range(ne0):
-            drow[i0] = store(x[i0], dt)
+            drow[i0] = cast(x[i0], dt)
     bad[ith] = n_bad
 
 

@@ -173,7 +173,7 @@ template <int RB> __device__ void fa_live(const FaArgs& a, const char* const* mr
     int tlo = a.nkv, thi = 0;
     #pragma unroll
     for (int r = 0; r < RB; ++r) {
-        if (!mrow[r]) continue;
+        if (!mrow[r] || (r > 0 && mrow[r] == mrow[r - 1])) continue;        // the heads of a row: one mask row
         int j0 = 0;                                         // keys from j0 on one a thread
         if (a.mask_f16 && ((unsigned long long)mrow[r] & 15) == 0) {
             j0 = a.nkv / 8 * 8;

@@ -8,7 +8,8 @@ import sys
 import tokenize
 from pathlib import Path
 
-BUDGETS = {"runtime": 12600, "models": 4600}    # runtime 11500 -> 11800 and models 3700 -> 3750 with issue 28 (decode fusions,
+BUDGETS = {"runtime": 12600, "models": 4600, "server": 900}   # server: ggpy/server (issue 30: engine and HTTP API)
+#                                                 runtime 11500 -> 11800 and models 3700 -> 3750 with issue 28 (decode fusions,
 #                                                 PDL, staged token loop); 12600 / 4600 with issue 29 (MoE ops, four weight types,
 #                                                 eight architectures, SentencePiece vocabularies); models: 3087 when they moved in, 3536 with the
 #                                                 bad-input checks
@@ -32,10 +33,11 @@ def code_lines(path: Path) -> int:
 
 
 def per_folder(root: Path, models: Path) -> dict:
-    """{'runtime' | 'models': {folder: lines of code}} of the .py files under `root`."""
-    parts = {"runtime": {}, "models": {}}
+    """{'runtime' | 'models' | 'server': {folder: lines of code}} of the .py files under `root`."""
+    parts = {"runtime": {}, "models": {}, "server": {}}
     for path in sorted(root.rglob("*.py")):
-        part = parts["models" if path.is_relative_to(models) else "runtime"]
+        part = parts["models" if path.is_relative_to(models) else "server" if path.is_relative_to(root / "server")
+                     else "runtime"]
         key = str(path.parent.relative_to(root.parent))
         part[key] = part.get(key, 0) + code_lines(path)
     return parts

@@ -1,0 +1,166 @@
+"""The OpenAI request and response formats: a JSON body checked into a `Job` (what to generate, Params), and the
+objects a completion or a stream's chunks answer with. A body that cannot be served raises APIError (status, type),
+which app.py answers as OpenAI does: {"error": {"message", "type", "code"}}."""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from .slots import Params
+
+DEFAULTS = {"temperature": 0.8, "top_p": 0.95, "top_k": 40}     # llama-server's sampling defaults
+
+
+class APIError(Exception):
+    """An answer other than 200: `status`, OpenAI's error `type` and the message."""
+
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.type = status, type
+
+    def body(self) -> dict:
+        return {"error": {"message": str(self), "type": self.type, "code": self.status}}
+
+
+def bad(message: str) -> APIError:
+    return APIError(400, message)
+
+
+@dataclass
+class Job:
+    """A checked request: `chat` (messages) or not (prompt: str or token ids), its Params, stream flags."""
+
+    chat: bool
+    prompt: str | list | None
+    messages: list | None
+    params: Params
+    stream: bool
+    include_usage: bool
+
+
+def _number(body: dict, key: str, kind, default, lo=None, hi=None):
+    """body[key] as `kind` (int or float; a JSON bool or string is refused), `default` when absent or null."""
+    value = body.get(key)
+    if value is None:
+        return default
+    ok = isinstance(value, int) if kind is int else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok:
+        raise bad(f"'{key}' must be {'an integer' if kind is int else 'a number'}, got {value!r}")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise bad(f"'{key}' must lie in [{lo}, {'inf' if hi is None else hi}], got {value!r}")
+    return kind(value)
+
+
+def _stop(body: dict) -> list:
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    stop = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise bad("'stop' must be a string or a list of strings")
+    return [s for s in stop if s]
+
+
+def _flag(body: dict, key: str) -> bool:
+    value = body.get(key, False)
+    if not isinstance(value, bool) and value is not None:
+        raise bad(f"'{key}' must be true or false, got {value!r}")
+    return bool(value)
+
+
+def _messages(messages) -> list:
+    """Chat messages as {"role": str, "content": str}; content given as parts keeps the text parts, joined."""
+    if not isinstance(messages, list) or not messages:
+        raise bad("'messages' must be a non-empty list of {\"role\", \"content\"} objects")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise bad(f"messages[{i}] must be an object with a string 'role'")
+        content = m.get("content")
+        if isinstance(content, list):
+            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                       for p in content):
+                raise bad(f"messages[{i}].content: only text parts ({{\"type\": \"text\", \"text\": ...}}) are served")
+            content = "".join(p["text"] for p in content)
+        elif content is None:
+            content = ""
+        elif not isinstance(content, str):
+            raise bad(f"messages[{i}].content must be a string or a list of text parts")
+        out.append({"role": m["role"], "content": content})
+    return out
+
+
+def _prompt(prompt):
+    """A completion's prompt: a string, token ids, or a list of one of those (one choice per request is served)."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return prompt
+    if prompt is None:
+        raise bad("'prompt' is required")
+    raise bad("'prompt' must be a string or a non-empty list of token ids (one prompt per request)")
+
+
+def parse(body, chat: bool) -> Job:
+    """The Job of a /v1/completions (chat False) or /v1/chat/completions body; APIError 400 for what is wrong."""
+    if not isinstance(body, dict):
+        raise bad("the request body must be a JSON object")
+    if chat and "messages" not in body:
+        raise bad("'messages' is required")
+    if _number(body, "n", int, 1) != 1:
+        raise bad("'n' must be 1 (one choice per request)")
+    key = "max_completion_tokens" if chat and body.get("max_tokens") is None else "max_tokens"
+    max_tokens = _number(body, key, int, None if chat else 16, lo=0)
+    params = Params(max_tokens=max_tokens, temperature=_number(body, "temperature", float, DEFAULTS["temperature"], 0),
+                    top_p=_number(body, "top_p", float, DEFAULTS["top_p"], 0, 1),
+                    top_k=_number(body, "top_k", int, DEFAULTS["top_k"], 0), seed=_number(body, "seed", int, None, 0),
+                    stop=_stop(body), ignore_eos=_flag(body, "ignore_eos"))
+    if params.top_p == 0:
+        raise bad("'top_p' must be above 0")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise bad("'stream_options' must be an object")
+    return Job(chat, None if chat else _prompt(body.get("prompt")), _messages(body["messages"]) if chat else None,
+               params, _flag(body, "stream"), bool(options.get("include_usage")))
+
+
+class Reply:
+    """The response objects of one request: the whole completion, or a stream's chunks (same id and time)."""
+
+    def __init__(self, chat: bool, model: str):
+        self.chat, self.model, self.created = chat, model, int(time.time())
+        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        self.object = "chat.completion" if chat else "text_completion"
+
+    def _wrap(self, obj: str, choice: dict, usage: dict | None = None) -> dict:
+        out = {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": [choice]}
+        if usage is not None:
+            out["usage"] = usage
+        return out
+
+    @staticmethod
+    def usage(u: dict) -> dict:
+        return {**u, "total_tokens": u["prompt_tokens"] + u["completion_tokens"]}
+
+    def whole(self, text: str, finish_reason: str, usage: dict) -> dict:
+        choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason}
+        choice.update({"message": {"role": "assistant", "content": text}} if self.chat else {"text": text})
+        return self._wrap(self.object, choice, self.usage(usage))
+
+    def chunk(self, text: str | None = None, finish_reason: str | None = None, first: bool = False) -> dict:
+        """A stream's chunk: a text delta, or the last one (finish_reason); a chat stream's first names the role."""
+        choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason}
+        if self.chat:
+            delta = {"role": "assistant", "content": ""} if first else {} if text is None else {"content": text}
+            choice["delta"] = delta
+        else:
+            choice["text"] = text or ""
+        return self._wrap(self.object + ".chunk" if self.chat else self.object, choice)
+
+    def usage_chunk(self, usage: dict) -> dict:
+        """stream_options.include_usage: a last chunk with no choices and the usage."""
+        return {**self._wrap(self.object + ".chunk" if self.chat else self.object, {}, self.usage(usage)),
+                "choices": []}

@@ -71,6 +71,24 @@ def test_q8_equals_the_product_with_rounded_activations(t, threads, n):
     assert 1e-7 < np.sum((got - exact) ** 2) / np.sum(exact ** 2) < 1e-4     # the activations' rounding, no more
 
 
+@pytest.mark.parametrize("t", [ggpy.Q4_0, ggpy.Q4_1, ggpy.Q5_0, ggpy.Q5_1], ids=lambda t: t.name)
+def test_register_tiles_hold_the_largest_block_sums(t):
+    """The nibble types' tiles add four columns' products in 16 bits: every quant at its largest (15, or 31 with the
+    fifth bit) times activations all at +-127 (constant rows) is the largest sum they hold; 12 columns: a tile of 8
+    and one of 4."""
+    rng = np.random.default_rng(3)
+    k, m, n = 2 * 256, 40, 12
+    raw = _random_rows(rng, t, k, m)
+    blocks = raw.reshape(-1, t.size)
+    blocks[:, 4 if t in (ggpy.Q4_1, ggpy.Q5_1) else 2:] = 255           # the quants (and Q5's fifth bits) all ones
+    x = np.repeat(rng.choice([-3.0, 2.5], n)[:, None], k, axis=1).astype(np.float32)
+    got, kernel = _product(t, raw, x, ggpy.CPUBackend(n_threads=1, force={"mul_mat": "q8"}))
+    w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(t.ggml_id)).astype(np.float64)
+    ref = _q8_rounded(x) @ w.T
+    assert kernel == f"q8_{t.name}" and np.abs(w).max() > 0
+    assert np.sum((got - ref) ** 2) / np.sum(ref ** 2) < 1e-11
+
+
 def test_q8_is_chosen_for_few_columns_and_dot_stays_forcible():
     """q8 up to 48 rows of b for the 32-block types (register tiles), up to 8 for the K-quants (a dot product per
     row and column); more by dequantized panels (gemm)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 import ggpy
@@ -71,6 +72,10 @@ def main(argv=None):
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info"))
     print(f"ggpy-server: {engine.model_path}, {args.parallel} slots of {engine.n_ctx_slot} tokens, -b {args.backend}; "
           f"http://{args.host}:{args.port}", file=sys.stderr)
-    server.run()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)     # uvicorn stops on either, then raises it again
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
     if failure:
         sys.exit(f"error: loading {engine.model_path} failed: {failure[0]}")

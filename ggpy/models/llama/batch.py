@@ -6,7 +6,7 @@ and values of its position p in row s * n_ctx_seq + p. One `decode` evaluates a 
 one sequence after the positions it already holds, in one graph: each token carries its sequence's position, its
 cache row (Inputs.cells) and a mask row that lets it see only its own sequence's rows up to its position (and,
 sliding, the last n_swa of them). The graph computes the logits of each part's last token only (Inputs.out_ids).
-Graphs are keyed by (the token count rounded up to a bucket, the cache rows read rounded up to KV_PAD) and kept
+Graphs are keyed by (the token count rounded up to a bucket (`buckets`), the cache rows read rounded up to KV_PAD) and kept
 planned, so a step replays one; the padding tokens write to a spare cache row that no graph reads.
 """
 from __future__ import annotations
@@ -24,11 +24,10 @@ from .runner import KEEP, KV_PAD, Stats
 
 
 def buckets(n_batch: int) -> list:
-    """Token counts a graph is built for: powers of two below n_batch, then n_batch."""
-    out = [1]
-    while out[-1] * 2 < n_batch:
-        out.append(out[-1] * 2)
-    return out + [n_batch] if n_batch > 1 else out
+    """Token counts a graph is built for: 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (powers of two and 1.5 times them: a
+    batch pads at most a third) below n_batch, then n_batch."""
+    out = sorted({b for k in range(n_batch.bit_length()) for b in (1 << k, 3 << k >> 1) if 0 < b < n_batch})
+    return out + [n_batch]
 
 
 class BatchModel:

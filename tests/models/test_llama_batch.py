@@ -1,0 +1,107 @@
+"""BatchModel (ggpy/models/llama/batch.py): several sequences in one evaluation, each token with its own sequence,
+position and cache row, against each sequence read alone by GraphModel, on the CPU.
+
+Tolerance: each part's last logits within 1e-4 relative (max |diff| / max |logit|) of the lone run's and the same
+argmax, where both evaluations multiply with the same kernel: the CPU's mat-muls round the activations to 8 bits (q8)
+for up to 48 rows and multiply in float32 above (matmul.Q8_MAX_ROWS), so a batch whose padded token count lies on the
+other side of 48 than the lone run's chunk differs by that rounding (~1e-2 on these random models, as GraphModel's own
+chunkings of one prompt differ); the tests here keep both sides of it apart."""
+import numpy as np
+import pytest
+pytest.importorskip("tokenizers")          # the llama extra: pip install -e ".[llama]"
+
+from llama_tiny import write_tiny_llama
+
+from ggpy.models.llama.batch import BatchModel, buckets
+from ggpy.models.llama.gguf_file import open_llama
+from ggpy.models.llama.runner import GraphModel
+
+SEED = int(np.random.SeedSequence().entropy % 2**32)
+N_CTX, N_SEQ = 192, 3          # 64 positions a sequence
+
+
+@pytest.fixture(scope="module")
+def gguf(tmp_path_factory):
+    return open_llama(write_tiny_llama(tmp_path_factory.mktemp("model") / "tiny.gguf", seed=SEED, n_layer=2))
+
+
+def lone(model, tokens):
+    """Logits (len(tokens), n_vocab) of `tokens` read alone, a token at a time after a first chunk."""
+    model.reset()
+    return np.concatenate([model.eval(tokens[:1])] + [model.eval([t]) for t in tokens[1:]])
+
+
+def close(got, want):
+    rel = np.abs(got - want).max() / np.abs(want).max()
+    assert rel <= 1e-4 and got.argmax() == want.argmax(), f"relative {rel:.2e} (seed {SEED})"
+
+
+def ids(rng, n):
+    return [int(t) for t in rng.integers(0, 320, n)]
+
+
+@pytest.mark.parametrize("flash_attn", ["off", "on"])
+def test_sequences_in_one_batch_equal_lone_runs(gguf, flash_attn):
+    """Three sequences of different lengths: prompt chunks together, then prompt chunks beside generated tokens,
+    then one token each (the 'decode' batch), every part's last logits against the lone run's at that position."""
+    rng = np.random.default_rng(SEED)
+    texts = [ids(rng, n) for n in (30, 11, 23)]
+    ref = GraphModel(gguf, "cpu", 2, n_ctx=64, n_batch=16, flash_attn=flash_attn)
+    want = [lone(ref, t) for t in texts]
+    bm = BatchModel(gguf, "cpu", 2, n_ctx=N_CTX, n_seq=N_SEQ, n_batch=40, flash_attn=flash_attn)
+    read = [0, 0, 0]
+    for plan in ([(0, 12), (2, 5)], [(0, 10), (1, 9), (2, 16)], [(0, 1), (1, 1), (2, 1)], [(2, 1), (1, 1), (0, 1)],
+                 [(0, 6)]):
+        parts = [(s, read[s], texts[s][read[s]:read[s] + n]) for s, n in plan]
+        got = bm.decode(parts)
+        for row, (s, n_past, toks) in zip(got, parts):
+            read[s] = n_past + len(toks)
+            close(row, want[s][read[s] - 1])
+    assert read == [30, 11, 23]
+
+
+def test_prompt_cache_rereads_from_a_shared_prefix(gguf):
+    """A sequence holding one text reads another that shares its first 7 tokens from position 7 (the rows past it
+    stale, masked): the same logits as the new text read alone; the other sequences' rows are untouched."""
+    rng = np.random.default_rng(SEED + 1)
+    a, b, other = ids(rng, 20), ids(rng, 6), ids(rng, 11)
+    b = a[:7] + b
+    ref = GraphModel(gguf, "cpu", 2, n_ctx=64, n_batch=16)
+    bm = BatchModel(gguf, "cpu", 2, n_ctx=N_CTX, n_seq=N_SEQ, n_batch=32)
+    bm.decode([(1, 0, a), (2, 0, other[:-1])])
+    close(bm.decode([(1, 7, b[7:])])[0], lone(ref, b)[-1])
+    close(bm.decode([(2, len(other) - 1, other[-1:])])[0], lone(ref, other)[-1])
+
+
+def test_sliding_window_masks_per_sequence(tmp_path):
+    """A Gemma-2 (sliding window 6, soft-capping; converted by llama.cpp's converter): two sequences past the window,
+    decoded together, against each read alone."""
+    from hf_convert import convert, save_tiny
+    save_tiny(tmp_path / "g2", "Gemma2Config", "Gemma2ForCausalLM", SEED, hidden_size=64, intermediate_size=128,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, num_hidden_layers=2,
+              head_dim=16, query_pre_attn_scalar=16, sliding_window=6, tie_word_embeddings=True,
+              attn_logit_softcapping=3.0, final_logit_softcapping=4.0)
+    path = convert({(tmp_path / "g2", "f32"): tmp_path / "g2.gguf"})[tmp_path / "g2", "f32"]
+    g = open_llama(path)
+    assert g.hparams.n_swa == 6
+    rng = np.random.default_rng(SEED + 2)
+    texts = [ids(rng, 14), ids(rng, 10)]
+    ref = GraphModel(g, "cpu", 2, n_ctx=32, n_batch=16, cache_type_k="f32", cache_type_v="f32")
+    want = [lone(ref, t) for t in texts]
+    bm = BatchModel(g, "cpu", 2, n_ctx=64, n_seq=2, n_batch=24, cache_type_k="f32", cache_type_v="f32")
+    bm.decode([(0, 0, texts[0][:-3]), (1, 0, texts[1][:-3])])
+    for k in (3, 2, 1):
+        got = bm.decode([(0, len(texts[0]) - k, texts[0][-k:-k + 1 or None]),
+                         (1, len(texts[1]) - k, texts[1][-k:-k + 1 or None])])
+        close(got[0], want[0][-k]), close(got[1], want[1][-k])
+
+
+def test_buckets_and_bad_batches(gguf):
+    assert buckets(16) == [1, 2, 3, 4, 6, 8, 12, 16] and buckets(100)[-3:] == [64, 96, 100] and buckets(1) == [1]
+    bm = BatchModel(gguf, "cpu", 1, n_ctx=64, n_seq=2, n_batch=8)
+    for bad, what in [([], "1..8 tokens"), ([(0, 0, [1] * 9)], "1..8 tokens"), ([(0, 0, [1]), (0, 1, [2])], "distinct"),
+                      ([(2, 0, [1])], "sequence 2"), ([(1, 30, [1, 2, 3])], "each holds 32"), ([(0, 0, [320])], "ids")]:
+        with pytest.raises(ValueError, match=what):
+            bm.decode(bad)
+    with pytest.raises(ValueError, match="n_seq"):
+        BatchModel(gguf, "cpu", 1, n_ctx=2, n_seq=3)

@@ -91,16 +91,17 @@ def _row(code, buf, src, at):
 
 
 @njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc", "contract", "nsz", "arcp"})
-def flash_attn_units(kcode, vcode, d, part, q, kf, ks, vf, vs, mf, ms, slopes, scale, softcap, n_chunks, ith, nth):
+def flash_attn_units(kcode, vcode, dk, dv, d, part, q, kf, ks, vf, vs, mf, ms, slopes, scale, softcap, n_chunks, ith,
+                     nth):
     """Units u = ith, ith + nth, ... of (query row r = (i3, i1), chunk c): every query head h of token i1 attends
     over the keys of tiles c, c + n_chunks, ..., a key's rows of all KV heads read together (adjacent in a cache).
     With one chunk d[i3, i1, h] is the result (d (S, N, H, Dv), q (S, H, N, D)); else part[r, c, h] = (max, sum,
     accumulator...) (float32 (rows, n_chunks, H, 2 + Dv)). K, V and the mask as flat runs of their memory from their
     first element (C-contiguous: row loads vectorise), ks / vs / ms = (dims 3, 2, 1 and 0, strides of dims 3, 2, 1 in
-    the run's elements); no mask: ms[0] == 0; kcode / vcode: K's and V's row type (_row's code)."""
-    n_seq, n_head, n, dk = q.shape
+    the run's elements); no mask: ms[0] == 0; kcode / vcode: K's and V's row type (_row's code); dk / dv: q's and d's
+    ne0 (literals: the row loops have constant trip counts, unrolled and vectorised without remainders)."""
+    n_seq, n_head, n = q.shape[:3]
     kv_heads, n_kv = ks[1], ks[2]
-    dv = d.shape[3]
     group = n_head // kv_heads
     qrows = np.empty((n_head, dk), np.float32)
     kbuf = np.empty(dk, np.float32)
@@ -350,7 +351,7 @@ def bind_flash_attn_ext(b: BoundNode):
             n_chunks)
     if n_chunks == 1 and q.shape[2] >= Q_BLOCK and p["logit_softcap"] == 0:
         return launch(flash_attn_tiles, args[:3] + args[4:-2], nth, constants=(0, 1))
-    units = launch(flash_attn_units, args, nth, constants=(0, 1))
+    units = launch(flash_attn_units, args[:2] + (q.shape[3], dv) + args[2:], nth, constants=(0, 1, 2, 3))
     if n_chunks == 1:
         return units
     combine = launch(flash_attn_combine, (b.dst, part), 1)

@@ -1,8 +1,14 @@
-"""Shared helpers of the allocator tests, and the tests' own numba cache.
+"""Shared helpers of the allocator tests, the tests' own numba cache, and pytest-xdist's settings.
 
 The tests compile the CPU kernels into a numba cache of their own (GGPY_NUMBA_CACHE=~/.cache/ggpy/numba-tests), away
 from a developer's; the runtime keys the folder in it by the kernels' sources (ggpy/backends/cpu/numba_cache.py),
 and the folders of older keys are removed here (set GGPY_NUMBA_CACHE or NUMBA_CACHE_DIR to override).
+
+README's command runs the tests in pytest-xdist workers (`-n auto --dist loadgroup`), which share that cache: numba's
+save (index, then a data file named by the first free number) lets two processes saving signatures of one function
+at once give one signature's index entry the other's code, so saves take a lock on the function's index file here.
+`-n auto` is one worker per core, at most 4 (each holds numba, LLVM and torch; its kernels use every core), and the
+tests of one model or server module go to one worker (their module-scoped models are made once).
 
 `verify_placement` re-derives, from the graph alone, when every tensor is live and checks the bytes the
 allocator actually gave each tensor and temp block (tensor.buffer/offset, node.temp) against it. It does
@@ -10,6 +16,7 @@ not use the planner's Block list or Plan.check_overlap, so it is an independent 
 """
 from __future__ import annotations
 
+import fcntl
 import math
 import os
 import shutil
@@ -24,11 +31,46 @@ import pytest  # noqa: E402 - the runtime reads GGPY_NUMBA_CACHE when ggpy impor
 
 import ggpy  # noqa: E402
 from ggpy.backends.cpu import numba_cache  # noqa: E402
+from numba.core.caching import IndexDataCacheFile  # noqa: E402
 
 if Path(os.environ["GGPY_NUMBA_CACHE"]) == _TEST_NUMBA_CACHE and _TEST_NUMBA_CACHE.is_dir():
     for _old in _TEST_NUMBA_CACHE.iterdir():       # the tests' own cache: other keys are stale sources' entries
         if _old.name != numba_cache.key():
             shutil.rmtree(_old, ignore_errors=True)
+
+
+def _locked(save):
+    def locked_save(self, key, data):
+        """numba's IndexDataCacheFile.save (read the index, add key, write it, write the data) under an exclusive
+        lock on `<index>.lock`: one process at a time picks a data file's name."""
+        fd = os.open(self._index_path + ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            save(self, key, data)
+        finally:
+            os.close(fd)            # releases the lock
+    return locked_save
+
+
+IndexDataCacheFile.save = _locked(IndexDataCacheFile.save)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker per core this process may use, at most 4."""
+    return max(1, min(len(os.sched_getaffinity(0)), 4))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`--dist loadgroup`), the tests of one tests/models or tests/server module run on one
+    worker."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    for item in items:
+        path = Path(str(item.fspath))
+        if path.parent.name in ("models", "server"):
+            item.add_marker(pytest.mark.xdist_group(path.stem))
+
 
 # Ops whose output may legitimately take over a source's bytes (elementwise, same layout).
 INPLACE_OK = frozenset(("add", "sub", "mul", "div", "scale", "clamp", "leaky_relu") + tuple(ggpy.UNARY_OPS))

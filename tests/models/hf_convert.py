@@ -11,6 +11,7 @@ vocabularies'), and Gemma 2 / Phi-3, whose converters read a SentencePiece token
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -43,11 +44,13 @@ def _sdist() -> Path | None:
 
 
 def _extract(sdist: Path) -> Path:
-    """The converter's files of `sdist` under CACHE (extracted once; a finished extract holds a marker)."""
+    """The converter's files of `sdist` under CACHE (extracted once, into a folder of this process that is then
+    renamed: pytest-xdist workers may extract at once; a finished extract holds a marker)."""
     version = sdist.name.removeprefix("llama_cpp_python-").removesuffix(".tar.gz")
-    out = CACHE / f"llama.cpp-convert-{version}"
-    if (out / ".done").exists():
-        return out
+    done = CACHE / f"llama.cpp-convert-{version}"
+    if (done / ".done").exists():
+        return done
+    out = CACHE / f"llama.cpp-convert-{version}.{os.getpid()}"
     prefix = f"llama_cpp_python-{version}/vendor/llama.cpp/"
     with tarfile.open(sdist) as tar:
         members = []
@@ -58,7 +61,13 @@ def _extract(sdist: Path) -> Path:
                 members.append(m)
         tar.extractall(out, members=members, filter="data")
     (out / ".done").touch()
-    return out
+    if done.exists() and not (done / ".done").exists():
+        shutil.rmtree(done, ignore_errors=True)     # an interrupted extract of an older version of this function
+    try:
+        out.rename(done)
+    except OSError:                                 # another process's extract is there now
+        shutil.rmtree(out, ignore_errors=True)
+    return done
 
 
 def converter_src() -> Path:

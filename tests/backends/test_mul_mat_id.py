@@ -44,6 +44,17 @@ def test_cuda_grouped_is_exact(cuda_backend, t):
         assert result.ok, result.message
 
 
+@pytest.mark.parametrize("shape", [(512, 256, True), (256, 512, False)], ids=["gate", "down"])
+def test_cuda_prompt_of_the_benchmark_shape(cuda_backend, shape):
+    """benchmarks/arch_models.py's Qwen3-MoE shape (48 experts, top-8, width 512, expert FF 256, Q8_0) on a prompt of
+    512 tokens, the default implementation (grouped): ~85 slots an expert, the products exact."""
+    k, m, bc = shape
+    case = OpCase("mul_mat_id", f"q8_0,K={k},M={m}", lambda ctx: _mul_mat_id(ctx, ggpy.Q8_0, k, m, 48, 8, 512, bc),
+                  fill=_experts(48), max_nmse=1e-9)
+    result = run_case(case, cuda_backend, seed=k)
+    assert result.ok, result.message
+
+
 def test_cuda_prompts_run_grouped():
     """From GROUPED_MIN_TOKENS tokens mul_mat_id runs as `grouped`, below as mmvq (quantized as) or mmv; more experts
     than moe_sort counts are refused to it. No GPU needed: the kernel table's choice."""

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import ggpy
-from ggpy.backends.cpu.kernels import matmul
 from ggpy.backends.cuda import kernels as cuda_kernels  # noqa: F401 - registers the CUDA entries (no GPU needed)
 from ggpy.backends.cuda.registry import KERNELS as CUDA_KERNELS
 from ggpy.test_backend_ops.cases.util import random_blocks
@@ -194,26 +193,6 @@ def test_mul_mat_implementations_and_thread_splits(impl, n, threads):
     got = _run(build, {"a": raw, "x": x}, backend)
     ref = x.astype(np.float64) @ gguf.quants.dequantize(raw, GG[t]).astype(np.float64).T
     assert np.sum((got - ref) ** 2) / np.sum(ref ** 2) < 1e-11
-
-
-@pytest.mark.parametrize("impl", ["gemm", "blas"])
-@pytest.mark.parametrize("threads", [1, 2, 3])
-def test_dequantized_panels_over_uneven_thread_splits(impl, threads):
-    """M = 576 rows of K = 1536 in panels of at most 160 rows (matmul.PANEL_FLOATS): every row once, whichever way the
-    panels fall to the workers (two take 6 panels of 96 rows: the busiest gets 288 rows, not 320)."""
-    rng = np.random.default_rng(5)
-    k, m, n = 1536, 576, 40
-    raw = random_blocks(rng, Q4_1, (k, m, 1, 1)).reshape(m, -1)
-    x = rng.uniform(-1, 1, (n, k)).astype(np.float32)
-
-    def build(ctx):
-        return ggpy.mul_mat(ctx.new_tensor(Q4_1, (k, m)).set_name("a"), ctx.new_tensor(ggpy.F32, (k, n)).set_name("x"))
-    got = _run(build, {"a": raw, "x": x}, ggpy.CPUBackend(n_threads=threads, force={"mul_mat": impl}))
-    ref = x.astype(np.float64) @ gguf.quants.dequantize(raw, GG[Q4_1]).astype(np.float64).T
-    assert np.sum((got - ref) ** 2) / np.sum(ref ** 2) < 1e-11
-    ctx = ggpy.Context()
-    node = ggpy.mul_mat(ctx.new_tensor(Q4_1, (k, m)), ctx.new_tensor(ggpy.F32, (k, n)))
-    assert matmul._panel_rows(node, threads) == {1: 160, 2: 96, 3: 96}[threads]
 
 
 def test_dot_is_for_quantized_weights_only():

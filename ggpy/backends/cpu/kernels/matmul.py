@@ -396,18 +396,13 @@ def mul_mat_panel_rows(fn, code, d, a, x, trans_x, ldx, panel_rows, scratch, ith
 
 
 def _panel_rows(node, n_threads: int) -> int:
-    """Rows of a per dequantized panel: a multiple of 32 (the GEMM's micro-tile), at most PANEL_FLOATS floats, the
-    largest of those that load the busiest worker least (panels dealt round robin: e.g. M = 576 = 18 x 32 on two
-    workers as 6 panels of 96 rows, not 160, 160, 160, 96)."""
+    """Rows of a per dequantized panel: at most PANEL_FLOATS of them, a multiple of 32 (the GEMM's micro-tile), as
+    many panels as make whole rounds of the workers."""
     m, k = node.ne[0], node.src[0].ne[0]
-    units = -(-m // 32)
-    most = min(units, max(1, PANEL_FLOATS // k // 32))
-
-    def busiest(p):
-        sizes = [p] * (units // p) + ([units % p] if units % p else [])
-        return max(sum(sizes[w::n_threads]) for w in range(min(n_threads, len(sizes))))
-    best = min(range(most, 0, -1), key=busiest)
-    return min(m, best * 32)
+    most = max(32, PANEL_FLOATS // k // 32 * 32)
+    panels = n_threads * -(-m // (n_threads * most))
+    per_panel = -(-m // panels)
+    return min(m, -(-per_panel // 32) * 32)
 
 
 def _quant_scratch_floats(node, impl, n_threads: int) -> int:

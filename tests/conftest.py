@@ -4,11 +4,10 @@ The tests compile the CPU kernels into a numba cache of their own (GGPY_NUMBA_CA
 from a developer's; the runtime keys the folder in it by the kernels' sources (ggpy/backends/cpu/numba_cache.py),
 and the folders of older keys are removed here (set GGPY_NUMBA_CACHE or NUMBA_CACHE_DIR to override).
 
-README's command runs the tests in pytest-xdist workers (`-n auto --dist loadgroup`), which share that cache: numba's
+README's command runs the tests in pytest-xdist workers (`-n auto`), which share that cache: numba's
 save (index, then a data file named by the first free number) lets two processes saving signatures of one function
 at once give one signature's index entry the other's code, so saves take a lock on the function's index file here.
-`-n auto` is one worker per core, at most 4 (each holds numba, LLVM and torch; its kernels use every core), and the
-tests of one model or server module go to one worker (their module-scoped models are made once).
+`-n auto` is one worker per core, at most 4 (each holds numba, LLVM and torch; its kernels use every core).
 
 `verify_placement` re-derives, from the graph alone, when every tensor is live and checks the bytes the
 allocator actually gave each tensor and temp block (tensor.buffer/offset, node.temp) against it. It does
@@ -59,17 +58,6 @@ IndexDataCacheFile.save = _locked(IndexDataCacheFile.save)
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker per core this process may use, at most 4."""
     return max(1, min(len(os.sched_getaffinity(0)), 4))
-
-
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`--dist loadgroup`), the tests of one tests/models or tests/server module run on one
-    worker."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    for item in items:
-        path = Path(str(item.fspath))
-        if path.parent.name in ("models", "server"):
-            item.add_marker(pytest.mark.xdist_group(path.stem))
 
 
 # Ops whose output may legitimately take over a source's bytes (elementwise, same layout).

@@ -202,7 +202,7 @@ class Engine:
     def _next(self, slot: Slot, logits):
         """Sample the slot's next token, send it, and end the request or queue the token to be read."""
         req = slot.request
-        token = req.sampler(logits)
+        token = req.sample(logits)
         p = req.params
         if token in self.tokenizer.eog_ids and not p.ignore_eos:
             req.generated.append(token)

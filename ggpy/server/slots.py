@@ -8,6 +8,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ggpy.models.llama.sampling import Sampler
 
 
@@ -81,7 +83,24 @@ class Request:
         self.sent = 0           # characters of it released
 
     def emit(self, event: Event):
-        self.handle.on_event(event)
+        """Call on_event; one that raises cancels its request (the other requests go on)."""
+        try:
+            self.handle.on_event(event)
+        except Exception:  # noqa: BLE001 - the caller's callback failing is its request's end, not the engine's
+            self.handle.cancel()
+
+    def sample(self, logits) -> int:
+        """The next token from a slot's logits (n_vocab,): greedy the argmax; top-k sampling from the k best
+        (a partition, then the sampler's own order: larger logit first, ties to the lower id), the same draw as the
+        sampler's over the whole logits at a fraction of its sort."""
+        s = self.sampler
+        if s.temp <= 0 or not 0 < s.top_k < len(logits):
+            return s(logits)
+        kth = -np.partition(-logits, s.top_k - 1)[s.top_k - 1]
+        above = np.flatnonzero(logits > kth)
+        ids = np.concatenate([above, np.flatnonzero(logits == kth)[:s.top_k - len(above)]])
+        ids = ids[np.lexsort((ids, -logits[ids]))]
+        return s.choose(ids, logits[ids])
 
     def push(self, token: int) -> bool:
         """Take a generated token: send its released text; True when a stop string ended the text."""

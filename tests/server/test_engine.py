@@ -15,6 +15,7 @@ from ggpy.models.llama.gguf_file import open_llama
 from ggpy.models.llama.runner import GraphModel
 from ggpy.models.llama.sampling import Sampler
 from ggpy.server.engine import Engine, Params, QueueFull
+from ggpy.server.slots import Handle, Request
 
 SEED = int(np.random.SeedSequence().entropy % 2**32)
 N_BATCH = 16        # chunks of at most 16 tokens: the mat-mul kernels GraphModel's chunks of 16 use (see below)
@@ -25,17 +26,23 @@ def path(tmp_path_factory):
     return write_tiny_llama(tmp_path_factory.mktemp("model") / "tiny.gguf", seed=SEED, n_layer=2)
 
 
+@pytest.fixture(scope="module", params=["cpu", "cuda"])
+def backend(request):
+    """The backend (cuda: skipped without a GPU)."""
+    return request.getfixturevalue("cuda_backend") if request.param == "cuda" else "cpu"
+
+
 @pytest.fixture(scope="module")
-def engine(path):
-    eng = Engine(path, "cpu", 2, n_ctx=256, n_parallel=3, n_batch=N_BATCH, max_queue=16).start()
+def engine(path, backend):
+    eng = Engine(path, backend, 2, n_ctx=256, n_parallel=3, n_batch=N_BATCH, max_queue=16).start()
     yield eng
     eng.stop()
 
 
 @pytest.fixture(scope="module")
-def lone(path):
-    """tokens of a lone greedy run through GraphModel (chunks of N_BATCH, as ggpy-llama --batch-size 16 --temp 0)."""
-    model = GraphModel(open_llama(path), "cpu", 2, n_ctx=85, n_batch=N_BATCH)
+def lone(path, backend):
+    """tokens of a lone run through GraphModel (chunks of N_BATCH, as ggpy-llama --batch-size 16; greedy: --temp 0)."""
+    model = GraphModel(open_llama(path), backend, 2, n_ctx=85, n_batch=N_BATCH)
 
     def run(prompt, n, sampler=None):
         model.reset()
@@ -55,7 +62,7 @@ class Collect:
             self.done.set()
 
     def wait(self):
-        assert self.done.wait(120), "the request did not finish"
+        assert self.done.wait(900), "the request did not finish"      # a cold numba cache compiles first
         return self
 
     @property
@@ -154,6 +161,17 @@ def test_cancel_frees_the_slot_within_a_step(path):
         assert c.last.finish_reason is None and len(c.tokens) < 50          # dropped, not run to the slot's end
     finally:
         eng.stop()
+
+
+def test_top_k_draw_equals_the_samplers_over_all_logits():
+    """Request.sample (a partition of the k best) draws what Sampler draws from the whole logits, ties included."""
+    rng = np.random.default_rng(SEED)
+    for k, temp, top_p in [(40, 0.8, 0.95), (5, 1.5, 1.0), (1, 0.7, 0.9), (0, 0.9, 0.9)]:
+        p = Params(temperature=temp, top_k=k, top_p=top_p, seed=SEED)
+        req, ref = Request(Handle([1], p, print), None), Sampler(temp, k, top_p, SEED)
+        for _ in range(30):
+            logits = np.round(rng.normal(size=500) * 2, 1).astype(np.float32)     # many ties
+            assert req.sample(logits) == ref(logits), f"seed {SEED}"
 
 
 def test_queue_bound_and_bad_input(path):

@@ -90,6 +90,25 @@ def _row(code, buf, src, at):
         _row_q8_0(buf, src, at)
 
 
+@scalar
+def _dot3(a, b, c, k, n):
+    """(a . k, b . k, c . k) over the first n elements: one pass over k."""
+    s0 = np.float32(0.0)
+    s1 = np.float32(0.0)
+    s2 = np.float32(0.0)
+    for i in range(n):
+        s0 += a[i] * k[i]
+        s1 += b[i] * k[i]
+        s2 += c[i] * k[i]
+    return s0, s1, s2
+
+
+@scalar
+def _capped(s, softcap):
+    """A score with the logit softcap applied (softcap * tanh(s / softcap)); softcap 0: none."""
+    return s if softcap == 0 else softcap * np.float32(math.tanh(s / softcap))
+
+
 @njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc", "contract", "nsz", "arcp"})
 def flash_attn_units(kcode, vcode, dk, dv, d, part, q, kf, ks, vf, vs, mf, ms, slopes, scale, softcap, n_chunks, ith,
                      nth):
@@ -144,13 +163,18 @@ def flash_attn_units(kcode, vcode, dk, dv, d, part, q, kf, ks, vf, vs, mf, ms, s
                     continue
                 for g in range(kv_heads):
                     _row(kcode, kbuf, kf, k0 + g * ks[5] + (t0 + jj) * ks[6])
-                    for h in range(g * group, (g + 1) * group):
+                    h, hi = g * group, (g + 1) * group
+                    while h + 3 <= hi:          # three heads a pass over the key row: three sums in registers
+                        s0, s1, s2 = _dot3(qrows[h], qrows[h + 1], qrows[h + 2], kbuf, dk)
+                        sc[h, jj] += _capped(s0, softcap)
+                        sc[h + 1, jj] += _capped(s1, softcap)
+                        sc[h + 2, jj] += _capped(s2, softcap)
+                        h += 3
+                    for hr in range(h, hi):     # the heads left over
                         s = np.float32(0.0)
                         for i in range(dk):
-                            s += qrows[h, i] * kbuf[i]
-                        if softcap != 0:
-                            s = softcap * np.float32(math.tanh(s / softcap))
-                        sc[h, jj] += s
+                            s += qrows[hr, i] * kbuf[i]
+                        sc[hr, jj] += _capped(s, softcap)
             any_live = False
             for h in range(n_head):             # online softmax: scores -> weights, max and sum updated
                 tm = ninf

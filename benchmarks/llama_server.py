@@ -9,7 +9,7 @@ ignore_eos, max_tokens --gen), every prompt its own seeded random --prompt token
 helps; --text sends " the" * prompt instead, for servers that take only text). Each request has --timeout seconds;
 one that fails or times out is counted, never retried. Reported per N: requests answered / sent, aggregate
 generated tokens/s (completion tokens of all requests over the wall time of the run), time to first token
-(the first chunk with text) p50 / p95, requests/s, and with --pid the server process's RSS after the run. The last
+(the first chunk of a token, its text maybe empty) p50 / p95, requests/s, and with --pid the server process's RSS after the run. The last
 line is the whole table as JSON. Traffic goes only to 127.0.0.1 / localhost.
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ class Target:
             self.headers["Authorization"] = f"Bearer {api_key}"
 
     def complete(self, body: dict, timeout: float) -> tuple:
-        """(completion tokens, seconds to the first text chunk) of one streamed completion; raises on any failure."""
+        """(completion tokens, seconds to the first token's chunk) of one streamed completion; raises on any failure."""
         t0 = time.perf_counter()
         conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
@@ -69,11 +69,11 @@ class Target:
                 if "error" in obj:
                     raise RuntimeError(obj["error"])
                 usage = obj.get("usage") or usage
-                if obj.get("choices") and obj["choices"][0].get("text"):
-                    chunks += 1
+                if obj.get("choices") and obj["choices"][0].get("text") is not None:    # a token's chunk: its text may be
+                    chunks += 1                                                     # empty (a random model's pieces)
                     ttft = ttft if ttft is not None else time.perf_counter() - t0
             if ttft is None:
-                raise RuntimeError("no text came")
+                raise RuntimeError("no token came")
             return (usage or {}).get("completion_tokens", chunks), ttft
         finally:
             conn.close()

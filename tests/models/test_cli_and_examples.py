@@ -46,10 +46,11 @@ def test_demo_matches_numpy():
 
 
 def test_console_scripts_name_the_models_mains():
-    """pyproject's [project.scripts] are exactly ggpy-sam and ggpy-llama, each naming a module's main()."""
+    """pyproject's [project.scripts] are exactly ggpy-sam, ggpy-llama and ggpy-server, each naming a module's main()."""
     tomllib = pytest.importorskip("tomllib")            # Python 3.11+
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {"ggpy-sam": "ggpy.models.mobilesam.cli:main", "ggpy-llama": "ggpy.models.llama.cli:main"}
+    assert scripts == {"ggpy-sam": "ggpy.models.mobilesam.cli:main", "ggpy-llama": "ggpy.models.llama.cli:main",
+                       "ggpy-server": "ggpy.server.cli:main"}
     for target in scripts.values():
         module, _, name = target.partition(":")
         assert callable(getattr(importlib.import_module(module), name))

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 pytest.importorskip("tokenizers")          # the llama extra: pip install -e ".[llama]"
 
-from llama_tiny import write_tiny_llama
+from llama_tiny import DEFAULT_TYPES, write_tiny_llama
+from gguf import GGMLQuantizationType as gguf_types
 
 from ggpy.models.llama.batch import BatchModel, buckets
 from ggpy.models.llama.gguf_file import open_llama
@@ -22,7 +23,11 @@ N_CTX, N_SEQ = 192, 3          # 64 positions a sequence
 
 @pytest.fixture(scope="module")
 def gguf(tmp_path_factory):
-    return open_llama(write_tiny_llama(tmp_path_factory.mktemp("model") / "tiny.gguf", seed=SEED, n_layer=2))
+    """F32 weights: a quantized matrix's CPU product rounds the activations to 8 bits in kernels chosen by the column
+    count (a token's logits then move by 1e-3 to 1e-2 between a batch and a lone run: README's server section), which would
+    hide a wrong mask or cell behind that tolerance."""
+    f32 = dict.fromkeys(DEFAULT_TYPES, gguf_types.F32)
+    return open_llama(write_tiny_llama(tmp_path_factory.mktemp("model") / "tiny.gguf", seed=SEED, n_layer=2, types=f32))
 
 
 def lone(model, tokens):

@@ -19,7 +19,7 @@ import ggpy
 from ggpy.backends import make_backend
 
 from .gguf_file import LlamaGGUF
-from .model import CACHE_TYPES, KVCache, flash_attention, forward, new_inputs
+from .model import KVCache, cache_types, flash_attention, forward, new_inputs
 from .runner import KEEP, KV_PAD, Stats
 
 
@@ -43,10 +43,7 @@ class BatchModel:
                  n_seq: int = 4, n_batch: int = 512, flash_attn="auto", cache_type_k: str = "f16",
                  cache_type_v: str = "f16"):
         hp = self.hp = model.hparams
-        types = [CACHE_TYPES.get(str(t).lower()) for t in (cache_type_k, cache_type_v)]
-        if None in types:
-            raise ValueError(f"KV cache types must be one of {', '.join(CACHE_TYPES)}, got {cache_type_k!r}, "
-                             f"{cache_type_v!r}")
+        types = cache_types(cache_type_k, cache_type_v)
         if n_seq < 1 or n_ctx < n_seq or n_batch < 1:
             raise ValueError(f"need 1 <= n_seq <= n_ctx and n_batch >= 1, got n_seq {n_seq}, n_ctx {n_ctx}, "
                              f"n_batch {n_batch}")

@@ -22,6 +22,14 @@ CACHE_TYPES = {"f32": ggpy.F32, "f16": ggpy.F16, "q8_0": ggpy.Q8_0}
 """The KV cache types (llama.cpp's --cache-type-k/-v choices that ggpy writes)."""
 
 
+def cache_types(type_k: str, type_v: str) -> list:
+    """[K type, V type] of the names in CACHE_TYPES (any case); ValueError naming the choices otherwise."""
+    types = [CACHE_TYPES.get(str(t).lower()) for t in (type_k, type_v)]
+    if None in types:
+        raise ValueError(f"KV cache types must be one of {', '.join(CACHE_TYPES)}, got {type_k!r}, {type_v!r}")
+    return types
+
+
 def check_heads(hp: HParams, type_k, type_v):
     """ValueError unless the heads fill whole blocks of the cache types (a view per head keeps whole blocks)."""
     for t, d, name in ((type_k, hp.head_dim, "K"), (type_v, hp.head_dim_v, "V")):

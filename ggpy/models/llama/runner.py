@@ -22,7 +22,7 @@ from ggpy.backends import make_backend
 
 from .generate import NonFiniteLogitsError, finite
 from .gguf_file import LlamaGGUF
-from .model import CACHE_TYPES, Inputs, KVCache, flash_attention, forward, new_inputs, swa_mask
+from .model import Inputs, KVCache, cache_types, flash_attention, forward, new_inputs, swa_mask
 
 DEFAULT_CTX = 4096      # llama.cpp's default context, when the model's is longer
 DEFAULT_BATCH = 512     # tokens per evaluation of a prompt (llama.cpp's default micro-batch)
@@ -114,10 +114,7 @@ class GraphModel:
                  n_batch: int = DEFAULT_BATCH, flash_attn="auto", cache_type_k: str = "f16",
                  cache_type_v: str = "f16"):
         hp = self.hp = model.hparams
-        types = [CACHE_TYPES.get(str(t).lower()) for t in (cache_type_k, cache_type_v)]
-        if None in types:
-            raise ValueError(f"KV cache types must be one of {', '.join(CACHE_TYPES)}, got {cache_type_k!r}, "
-                             f"{cache_type_v!r}")
+        types = cache_types(cache_type_k, cache_type_v)
         self.n_ctx = n_ctx or min(hp.n_ctx_train, DEFAULT_CTX)
         if self.n_ctx < 1:
             raise ValueError(f"context size {self.n_ctx} must be at least 1")

@@ -186,7 +186,8 @@ class Engine:
                 continue
             room -= n if len(slot.todo) > 1 else 0
             parts.append((slot.seq, len(slot.cached), slot.todo[:n]))
-            slot.cached, slot.todo = slot.cached + slot.todo[:n], slot.todo[n:]
+            slot.cached += slot.todo[:n]        # in place: a slot's own list (_admit slices it)
+            slot.todo = slot.todo[n:]
             if not slot.todo:
                 done.append(slot)
         logits = self.model.decode(parts)

@@ -106,7 +106,8 @@ class Request:
         """Take a generated token: send its released text; True when a stop string ended the text."""
         self.generated.append(token)
         self.text += self.stream.push(token)
-        hits = [i for i in (self.text.find(s) for s in self.params.stop) if i >= 0]
+        # a stop string starts in the unreleased text: held_back never releases a prefix of one
+        hits = [i for i in (self.text.find(s, self.sent) for s in self.params.stop) if i >= 0]
         end = min(hits) if hits else len(self.text) - held_back(self.text, self.params.stop)
         delta, self.sent = self.text[self.sent:max(end, self.sent)], max(end, self.sent)
         self.emit(Event(text=delta, token=token))

@@ -97,9 +97,9 @@ class Inputs:
     """The graph's inputs for `n_tokens` tokens attending over the first `n_kv` cache rows (cache row i holds
     position i): token ids and positions (I32, ne = (n_tokens,); the positions also name the cache rows the tokens'
     keys and values go to), the causal mask (F32, ne = (n_kv, n_tokens): 0 where token j may see row i, -inf
-    elsewhere; None where every block slides) and, for a model with a sliding window, the sliding one (`kq_mask_swa`: 0 only over the n_swa rows
-    up to the token's position; swa_mask builds it). The graph depends on n_tokens and n_kv only: the same graph
-    serves every n_past it fits.
+    elsewhere; None where every block slides) and, for a model with a sliding window, the sliding one (`kq_mask_swa`:
+    0 only over the n_swa rows up to the token's position; mask_rows builds both). The graph depends on n_tokens and
+    n_kv only: the same graph serves every n_past it fits.
     A batch of several sequences (batch.py) also has `cells` (I32 (n_tokens,): the cache rows the tokens' keys and
     values go to, apart from their positions; the masks then say which rows each token's sequence owns) and `out_ids`
     (I32 (n_out,): the tokens whose logits the graph computes, ne (n_vocab, n_out))."""
@@ -129,12 +129,22 @@ def new_inputs(ctx, n_tokens: int, n_kv: int, hp: HParams | None = None, n_out: 
                   ids("cells", n_tokens) if n_out else None, ids("out_ids", n_out) if n_out else None)
 
 
-def swa_mask(n_swa: int, n_past: int, n_tokens: int, n_kv: int):
-    """The sliding-window mask (F32 numpy (1, 1, n_tokens, n_kv)) of `n_tokens` tokens at positions n_past.. : row j is 0
-    over the cache rows p with 0 <= pos_j - p < n_swa, -inf elsewhere (llama.cpp's LLAMA_SWA_TYPE_STANDARD)."""
-    pos = n_past + np.arange(n_tokens)[:, None]
-    d = pos - np.arange(n_kv)[None, :]
-    return np.where((d >= 0) & (d < n_swa), 0.0, -np.inf).astype(np.float32).reshape(1, 1, n_tokens, n_kv)
+def mask_ramp(n_ctx: int, n_swa: int = 0) -> np.ndarray:
+    """The vector whose windows are the mask rows (mask_rows): F32 (2 n_ctx,), 0 at the k with n_ctx - n_swa < k <=
+    n_ctx (every k <= n_ctx without n_swa: causal), -inf elsewhere."""
+    k = np.arange(2 * n_ctx)
+    keep = (k <= n_ctx) & (k > n_ctx - n_swa) if n_swa else k <= n_ctx
+    return np.where(keep, 0.0, -np.inf).astype(np.float32)
+
+
+def mask_rows(ramp: np.ndarray, n_past: int, n_tokens: int, n_kv: int) -> np.ndarray:
+    """The mask (F32 numpy (1, 1, n_tokens, n_kv)) of `n_tokens` tokens at positions n_past.. over n_kv cache rows, a
+    strided view of `ramp` (mask_ramp(n_ctx, n_swa), n_past + n_tokens <= n_ctx): row j is ramp[n_ctx - n_past - j:]
+    (one element earlier than row j - 1), 0 over the cache rows p <= n_past + j (causal) or with 0 <= n_past + j - p
+    < n_swa (sliding: llama.cpp's LLAMA_SWA_TYPE_STANDARD), -inf elsewhere. Nothing is computed or allocated."""
+    row0 = ramp[len(ramp) // 2 - n_past:]
+    return np.lib.stride_tricks.as_strided(row0, (1, 1, n_tokens, n_kv), (0, 0, -row0.itemsize, row0.itemsize),
+                                           writeable=False)
 
 
 def forward(m, hp: HParams, cache: KVCache, inp: Inputs, all_logits: bool = True, flash_attn: bool = False):

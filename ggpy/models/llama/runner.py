@@ -22,12 +22,13 @@ from ggpy.backends import make_backend
 
 from .generate import NonFiniteLogitsError, finite
 from .gguf_file import LlamaGGUF
-from .model import Inputs, KVCache, cache_types, flash_attention, forward, new_inputs, swa_mask
+from .model import Inputs, KVCache, cache_types, flash_attention, forward, mask_ramp, mask_rows, new_inputs
 
 DEFAULT_CTX = 4096      # llama.cpp's default context, when the model's is longer
 DEFAULT_BATCH = 512     # tokens per evaluation of a prompt (llama.cpp's default micro-batch)
 KEEP = 24               # planned graphs a lane keeps: prompt chunks and tokens at that many context sizes
 KV_PAD = 256            # attention reads the cache rows in use rounded up to this (llama.cpp pads likewise)
+NEG_INF = float("-inf")
 
 
 @dataclass
@@ -58,25 +59,31 @@ class Lane:
 class TokenStep:
     """A single-token step's staged inputs and sampling outputs as flat pinned arrays (GraphRunner.staged), for the
     token loop to write and read with no check, allocation or look-up: valid for n_past in [lo, hi) (the cache rows
-    its graph attends over) while the lane runs it. `mask_n`: the n_past its mask row holds (-1: none yet); the row
-    of n_past + 1 differs from it in one element."""
+    its graph attends over) while the lane runs it. `mask` and `swa`: the causal and the sliding mask rows (n_kv,)
+    (None where the graph has no such mask; n_swa: the window); `mask_n`: the n_past they hold (-1: none yet). The
+    rows of n_past + 1 differ from them in one element (causal) and two (sliding: row n_past + 1 enters the window,
+    row n_past + 1 - n_swa leaves it)."""
 
-    __slots__ = ("step", "runner", "lo", "hi", "head", "greedy", "tok", "pos", "mask", "picks", "values", "mask_n",
-                 "t0", "t1", "sampler")
+    __slots__ = ("step", "runner", "lo", "hi", "head", "greedy", "tok", "pos", "mask", "swa", "n_swa", "picks",
+                 "values", "mask_n", "t0", "t1", "sampler")
 
     @classmethod
-    def of(cls, runner, step: Step, lo: int) -> TokenStep | None:
+    def of(cls, runner, step: Step, lo: int, n_swa: int) -> TokenStep | None:
+        """The token step of `step` (None unless one token, a sampling head and every input staged)."""
         inp = step.inputs
-        if inp.n_tokens != 1 or step.picks is None or len(runner.inputs) != 3:     # another input: a sliding mask
+        tensors = (inp.tokens, inp.pos, step.picks, step.values, inp.mask, inp.mask_swa)
+        n_inputs = 2 + (inp.mask is not None) + (inp.mask_swa is not None)
+        if inp.n_tokens != 1 or step.picks is None or len(runner.inputs) != n_inputs:     # another input: no step
             return None
-        views = [runner.staged(t) for t in (inp.tokens, inp.pos, inp.mask, step.picks, step.values)]
-        if any(v is None for v in views):
+        views = [None if t is None else runner.staged(t) for t in tensors]
+        if any(v is None for v, t in zip(views, tensors) if t is not None):
             return None
         self = cls()
         self.step, self.runner, self.lo, self.hi, self.head = step, runner, lo, inp.n_kv, step.key[3]
         self.greedy = self.head[0] == "argmax"
-        self.tok, self.pos, self.mask, self.picks, self.values = (v.reshape(-1) for v in views)
-        self.mask_n, self.t0, self.t1, self.sampler = -1, 0.0, 0.0, None
+        self.tok, self.pos, self.picks, self.values, self.mask, self.swa = (
+            None if v is None else v.reshape(-1) for v in views)
+        self.n_swa, self.mask_n, self.t0, self.t1, self.sampler = n_swa, -1, 0.0, 0.0, None
         return self
 
 
@@ -127,7 +134,8 @@ class GraphModel:
         self.stats = Stats()
         self._lanes = {}          # single token or not -> Lane
         self._heads = {}          # sampling head -> whether the backend runs it
-        self._ramp = np.where(np.arange(2 * self.n_ctx) <= self.n_ctx, 0.0, -np.inf).astype(np.float32)  # _inputs
+        self._ramp = mask_ramp(self.n_ctx)                                      # the masks' (model.mask_rows)
+        self._ramp_swa = mask_ramp(self.n_ctx, hp.n_swa) if hp.n_swa else None
         for n_tokens in {1, self.n_batch}:
             worst = self._build((n_tokens, self.n_ctx, n_tokens == 1, ())).graph
             self._lanes[n_tokens == 1] = Lane(ggpy.GraphRunner(None, self.backend, reserve=worst, keep=KEEP))
@@ -180,25 +188,22 @@ class GraphModel:
                 del lane.steps[next(iter(lane.steps))]
             t0 = time.perf_counter()
             lane.runner.use(step.graph)
-            lane.current, lane.token = step, TokenStep.of(lane.runner, step, (n_kv - 1) // KV_PAD * KV_PAD)
+            lane.current = step
+            lane.token = TokenStep.of(lane.runner, step, (n_kv - 1) // KV_PAD * KV_PAD, self.hp.n_swa)
             self.stats.plan_s += time.perf_counter() - t0
         return lane
 
     def _inputs(self, inp: Inputs, tokens: list) -> dict:
-        """The graph's inputs (by name) for `tokens` read after n_past. The causal mask is a window of one vector
-        (row i: 0 over cache rows 0..n_past+i, -inf after; row i+1 starts one element earlier): a strided view,
-        nothing computed or allocated per evaluation but the copy into the input."""
-        n, start = len(tokens), self.n_ctx - self.n_past
-        ramp = self._ramp[start:]
-        mask = np.lib.stride_tricks.as_strided(ramp, (1, 1, n, inp.n_kv), (0, 0, -ramp.itemsize, ramp.itemsize))
+        """The graph's inputs (by name) for `tokens` read after n_past: the masks are strided views of their ramps
+        (model.mask_rows), nothing computed or allocated per evaluation but the copy into the input."""
+        n, n_past = len(tokens), self.n_past
+        out = ({"tokens": tokens, "pos": [n_past]} if n == 1 else
+               {"tokens": np.asarray(tokens, dtype=np.int32), "pos": np.arange(n_past, n_past + n, dtype=np.int32)})
+        if inp.mask is not None:
+            out["kq_mask"] = mask_rows(self._ramp, n_past, n, inp.n_kv)
         if inp.mask_swa is not None:
-            return {"tokens": np.asarray(tokens, dtype=np.int32), **({"kq_mask": mask} if inp.mask is not None else {}),
-                    "pos": np.arange(self.n_past, self.n_past + n, dtype=np.int32),
-                    "kq_mask_swa": swa_mask(self.hp.n_swa, self.n_past, n, inp.n_kv)}
-        if n == 1:
-            return {"tokens": tokens, "pos": [self.n_past], "kq_mask": mask}
-        return {"tokens": np.asarray(tokens, dtype=np.int32),
-                "pos": np.arange(self.n_past, self.n_past + n, dtype=np.int32), "kq_mask": mask}
+            out["kq_mask_swa"] = mask_rows(self._ramp_swa, n_past, n, inp.n_kv)
+        return out
 
     def _run(self, tokens: list, all_logits: bool, head: tuple = ()) -> Step:
         """Evaluate one chunk of `tokens` (queued where the backend queues) and return its step."""
@@ -212,17 +217,28 @@ class GraphModel:
         return lane.current
 
     def _put(self, ts: TokenStep, token: int):
-        """Write token `token` at n_past into the token step's pinned inputs and queue its evaluation: the mask row
-        is the last one's with element n_past turned 0 when the last was n_past - 1 (else copied whole)."""
+        """Write token `token` at n_past into the token step's pinned inputs and queue its evaluation: the mask rows
+        are the last ones with their elements for n_past changed when the last was n_past - 1 (else written whole)."""
         n = self.n_past
         ts.tok[0], ts.pos[0] = token, n
-        if ts.mask_n == n - 1:
-            ts.mask[n] = 0.0
+        if ts.mask_n != n - 1:
+            self._rows(ts, n)
         else:
-            start = self.n_ctx - n
-            ts.mask[:] = self._ramp[start:start + len(ts.mask)]
+            if ts.mask is not None:
+                ts.mask[n] = 0.0
+            if ts.swa is not None:
+                ts.swa[n] = 0.0
+                if n >= ts.n_swa:
+                    ts.swa[n - ts.n_swa] = NEG_INF
         ts.mask_n = n
         ts.runner.compute()
+
+    def _rows(self, ts: TokenStep, n: int):
+        """Write the token step's mask rows of a token at n whole."""
+        if ts.mask is not None:
+            ts.mask[:] = mask_rows(self._ramp, n, 1, len(ts.mask))[0, 0, 0]
+        if ts.swa is not None:
+            ts.swa[:] = mask_rows(self._ramp_swa, n, 1, len(ts.swa))[0, 0, 0]
 
     def _eval_chunk(self, tokens: list, all_logits: bool) -> np.ndarray:
         t0 = time.perf_counter()

@@ -4,12 +4,13 @@ them, as a token's ~30 blocks do not), timed with CUDA events over replays: micr
 must read per microsecond. PDL on and off side by side.
 
     python3 benchmarks/cuda_decode_ops.py [--only mul_mat|flash_attn_ext|floor] [--replays 20] [--cache F16,Q8_0]
-        [--chunks 1,4,16] [--label gemma3]
+        [--chunks 1,4,16] [--rows 1,2] [--label gemma3]
 
 flash_attn_ext reads its K and V as a model's cache (one (head dim x KV heads, rows) tensor each, heads interleaved in a
 row), F16 or Q8_0, with a mask whose padded tail is -inf as a token's (rows in use rounded up); --chunks also times
 each shape with fa_vec_k's keys split in that many chunks (attention_flash.split forced; 0: as it chooses with no
-clusters). `floor`: a scale of 64
+clusters); --rows also with fa_vec_k's (query head, row) pairs a block capped at each of these (attention_flash.MAX_ROWS
+forced: fewer pairs a block, more blocks, each key read by more of them). `floor`: a scale of 64
 floats in the same chain, the per-op cost of a launch with no work.
 """
 from __future__ import annotations
@@ -118,10 +119,13 @@ def floor_chain(backend, rng):
 
 
 @contextlib.contextmanager
-def split_as(chunks: int | None):
-    """attention_flash.split as it chooses (None), with no clusters (0), or with `chunks` chunks of keys."""
-    names = ("TARGET_BLOCKS", "MIN_CHUNK", "MAX_CHUNKS", "CLUSTER_MAX_KEYS")
+def split_as(chunks: int | None, rows: int | None = None):
+    """attention_flash.split as it chooses (None), with no clusters (0), or with `chunks` chunks of keys; with `rows`,
+    at most that many (query head, row) pairs a block."""
+    names = ("TARGET_BLOCKS", "MIN_CHUNK", "MAX_CHUNKS", "CLUSTER_MAX_KEYS", "MAX_ROWS")
     saved = [getattr(attention_flash, n) for n in names]
+    if rows:
+        attention_flash.MAX_ROWS = {d: min(r, rows) for d, r in saved[-1].items()}
     if chunks is not None:
         attention_flash.CLUSTER_MAX_KEYS = dict.fromkeys(attention_flash.HEAD_DIMS, 0)
     if chunks:
@@ -141,6 +145,7 @@ def main(argv=None):
     p.add_argument("--label", default="", help="flash_attn_ext: only the shapes whose label starts so (gemma3, 1b, ..)")
     p.add_argument("--chunks", default="0", help="flash_attn_ext also with these chunk counts (comma-separated; 0: "
                    "as split chooses without clusters)")
+    p.add_argument("--rows", default="", help="flash_attn_ext also with at most these pairs a block (comma-separated)")
     opts = p.parse_args(argv)
     backends = {"pdl": CUDABackend("cuda"), "no pdl": CUDABackend("cuda", pdl=False)}
     rng = np.random.default_rng(0)
@@ -148,22 +153,25 @@ def main(argv=None):
     print("| op | shape | R | us (pdl) | us (no pdl) | GB/s read (pdl) |\n| --- | --- | --- | --- | --- | --- |")
     jobs = []
     if opts.only in (None, "floor"):
-        jobs.append(("scale F32", "64 floats (launch floor)", None, lambda b: floor_chain(b, rng)))
+        jobs.append(("scale F32", "64 floats (launch floor)", (None, None), lambda b: floor_chain(b, rng)))
     if opts.only in (None, "mul_mat"):
-        jobs += [(f"mul_mat {t}", f"{label} {K}x{M}", None, lambda b, t=t, K=K, M=M: mat_vec_chain(b, t, K, M, rng))
+        jobs += [(f"mul_mat {t}", f"{label} {K}x{M}", (None, None), lambda b, t=t, K=K, M=M: mat_vec_chain(b, t, K, M, rng))
                  for label, t, K, M in MAT_VECS]
     if opts.only in (None, "flash_attn_ext"):
-        for (label, d, h, hk, nkv, used), cache, chunks in itertools.product(
-                ATTENTION, opts.cache.split(","), [None] + [int(c) for c in opts.chunks.split(",") if c]):
+        variants = [(None, None)] + [(int(c), None) for c in opts.chunks.split(",") if c] + [
+            (None, int(r)) for r in opts.rows.split(",") if r]
+        for (label, d, h, hk, nkv, used), cache, (chunks, rows) in itertools.product(
+                ATTENTION, opts.cache.split(","), variants):
             if not label.startswith(opts.label):
                 continue
             jobs.append((f"flash_attn_ext {cache}", f"{label} d{d} {h}/{hk} heads, {nkv} rows ({used} used)"
-                         + ("" if chunks is None else f", {chunks} chunks" if chunks else ", no cluster"), chunks,
+                         + ("" if chunks is None else f", {chunks} chunks" if chunks else ", no cluster")
+                         + (f", <= {rows} pairs a block" if rows else ""), (chunks, rows),
                          lambda b, d=d, h=h, hk=hk, nkv=nkv, used=used, cache=cache:
                          attention_chain(b, d, h, hk, nkv, used, cache, rng)))
-    for op, shape, chunks, make in jobs:
+    for op, shape, variant, make in jobs:
         us = {}
-        with split_as(chunks):
+        with split_as(*variant):
             for name, backend in backends.items():
                 graph, n, per = make(backend)
                 us[name] = timed(backend, graph, opts.replays) / n * 1e6

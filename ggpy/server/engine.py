@@ -3,9 +3,10 @@
 One background thread steps: it admits waiting requests into free slots (the slot whose cached tokens share the
 longest prefix with the prompt: only the rest is read, the prompt cache), then evaluates one batch (batch.BatchModel)
 holding the next token of every generating slot and chunks of the prompts being read (n_batch tokens at most),
-samples each slot's next token with its own sampler, sends the events and frees the slots that finished. A request
-joins between steps and leaves when done (a stop string, an end-of-generation token, max_tokens, a full slot, or
-cancel).
+chooses each slot's next token with its own sampler (from the batch's sampling head on the device, ids and K logits a
+slot: BatchModel.decode_top; the whole logits only for a sampler that needs them), sends the events and frees the
+slots that finished. A request joins between steps and leaves when done (a stop string, an end-of-generation token,
+max_tokens, a full slot, or cancel).
 
     eng = Engine("model.gguf", n_ctx=4096, n_parallel=4); eng.start()
     h = eng.submit(tokens, Params(max_tokens=16, temperature=0), on_event)     # QueueFull, ValueError
@@ -190,20 +191,23 @@ class Engine:
             slot.todo = slot.todo[n:]
             if not slot.todo:
                 done.append(slot)
-        logits = self.model.decode(parts)
+        full = any(slot.request.sampler.device_head() is None for slot in done)
+        out = self.model.decode_top(parts, logits=full)      # ids, values of the sampling head; logits when full
         rows = {p[0]: i for i, p in enumerate(parts)}
         n_gen = 0
         for slot in done:
-            self._next(slot, logits[rows[slot.seq]])
+            j = rows[slot.seq]
+            self._next(slot, *(None if a is None else a[j] for a in out))
             n_gen += 1
         with self._cv:
             self._counts["tokens_generated"] += n_gen
             self._recent.append((time.monotonic(), n_gen))
 
-    def _next(self, slot: Slot, logits):
-        """Sample the slot's next token, send it, and end the request or queue the token to be read."""
+    def _next(self, slot: Slot, ids, values, logits):
+        """Choose the slot's next token (Request.next_token), send it, and end the request or queue the token to be
+        read."""
         req = slot.request
-        token = req.sample(logits)
+        token = req.next_token(ids, values, logits)
         p = req.params
         if token in self.tokenizer.eog_ids and not p.ignore_eos:
             req.generated.append(token)

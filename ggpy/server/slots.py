@@ -102,6 +102,17 @@ class Request:
         ids = ids[np.lexsort((ids, -logits[ids]))]
         return s.choose(ids, logits[ids])
 
+    def next_token(self, ids, values, logits) -> int:
+        """The next token from the device's sampling head of the slot's row (BatchModel.decode_top: `ids` the K best
+        token ids, largest logit first, equal ones by lower id, `values` their logits; None where not computed) or, where
+        the sampler needs them (Sampler.device_head None), the whole `logits` (n_vocab,): the draw `sample` makes."""
+        head = self.sampler.device_head()
+        if head is None or ids is None:
+            return self.sample(logits)
+        if head[0] == "argmax":
+            return int(ids[0])
+        return self.sampler.choose(ids[:head[1]], values[:head[1]])
+
     def push(self, token: int) -> bool:
         """Take a generated token: send its released text; True when a stop string ended the text."""
         self.generated.append(token)

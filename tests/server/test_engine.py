@@ -10,6 +10,7 @@ pytest.importorskip("tokenizers")          # the llama extra: pip install -e ".[
 
 from llama_tiny import write_tiny_llama
 
+from ggpy.models.llama.batch import BatchModel
 from ggpy.models.llama.generate import generate
 from ggpy.models.llama.gguf_file import open_llama
 from ggpy.models.llama.runner import GraphModel
@@ -41,7 +42,9 @@ def engine(path, backend):
 
 @pytest.fixture(scope="module")
 def lone(path, backend):
-    """tokens of a lone run through GraphModel (chunks of N_BATCH, as ggpy-llama --batch-size 16; greedy: --temp 0)."""
+    """tokens of a lone run through GraphModel (chunks of N_BATCH, as ggpy-llama --batch-size 16; greedy: --temp 0).
+    It shares the engine's backend: run it while the engine is idle (a CUDA backend's stream takes one thread at a
+    time: a capture of the engine's thread would take in this one's launches)."""
     model = GraphModel(open_llama(path), backend, 2, n_ctx=85, n_batch=N_BATCH)
 
     def run(prompt, n, sampler=None):
@@ -104,8 +107,8 @@ def test_many_requests_at_once_equal_lone_runs(engine, lone):
     cs = [Collect() for _ in ps]
     for p, n, c in zip(ps, ns, cs):
         engine.submit(p, greedy(n), c)
-    for p, n, c in zip(ps, ns, cs):
-        assert c.wait().tokens == lone(p, n), f"seed {SEED}"
+    got = [c.wait().tokens for c in cs]         # all done before the lone runs: they share the backend (see `lone`)
+    assert got == [lone(p, n) for p, n in zip(ps, ns)], f"seed {SEED}"
     assert engine.stats()["slots_busy"] == 0 and engine.stats()["queue_length"] == 0
 
 
@@ -172,6 +175,36 @@ def test_top_k_draw_equals_the_samplers_over_all_logits():
         for _ in range(30):
             logits = np.round(rng.normal(size=500) * 2, 1).astype(np.float32)     # many ties
             assert req.sample(logits) == ref(logits), f"seed {SEED}"
+
+
+def test_device_head_draws_what_the_host_sampler_draws(path):
+    """Request.next_token from BatchModel.decode_top's ids and values (the whole logits only where the sampler needs
+    them: top_k 0) draws what Request.sample draws from the whole logits, seeded alike: greedy, top-k below and at the
+    head's K, top-p."""
+    bm = BatchModel(open_llama(path), "cpu", 2, n_ctx=96, n_seq=3, n_batch=16)
+    rng = np.random.default_rng(SEED)
+    parts = [(s, 0, [int(t) for t in rng.integers(0, 320, n)]) for s, n in enumerate((4, 9, 1))]
+    ids, values, logits = bm.decode_top(parts, logits=True)
+    for temp, k, top_p in [(0, 40, 0.95), (0.8, 40, 0.95), (1.5, 5, 1.0), (0.7, 1, 0.9), (3.0, 256, 0.99),
+                           (0.9, 0, 0.9)]:
+        p = Params(temperature=temp, top_k=k, top_p=top_p, seed=SEED)
+        dev, host = (Request(Handle([1], p, print), None) for _ in range(2))
+        for _ in range(20):
+            for j in range(3):
+                full = logits[j] if dev.sampler.device_head() is None else None
+                assert dev.next_token(ids[j], values[j], full) == host.sample(logits[j]), f"seed {SEED}"
+
+
+def test_a_sampler_needing_the_logits_beside_greedy_ones(engine, lone):
+    """A request sampling the whole vocabulary (top_k 0: its logits cross to the host) in the batches of greedy ones
+    (the device's ids): the greedy tokens equal lone runs, the sampled request gets all its tokens."""
+    ps = prompts(3, SEED + 7)
+    cs = [Collect() for _ in ps]
+    engine.submit(ps[0], Params(max_tokens=9, temperature=0.9, top_k=0, seed=SEED, ignore_eos=True), cs[0])
+    for p, c in zip(ps[1:], cs[1:]):
+        engine.submit(p, greedy(9), c)
+    got = [c.wait().tokens for c in cs]
+    assert len(got[0]) == 9 and got[1:] == [lone(p, 9) for p in ps[1:]], f"seed {SEED}"
 
 
 def test_queue_bound_and_bad_input(path):

@@ -4,7 +4,7 @@ head of 256, sliding windows of 512 in five blocks of six), random weights (tran
 BPE vocabulary (320 tokens), Q8_0 (and F16) as the converter writes them. Then time them beside llama.cpp with
 `python3 benchmarks/llama_cpu.py -m PATH` (CPU) or `benchmarks/llama_gpu.py -m PATH` (GPU).
 
-    python3 benchmarks/arch_models.py [--out /tmp/ggpy-arch-models] [--types q8_0,f16]
+    python3 benchmarks/arch_models.py [--out /tmp/ggpy-arch-models] [--types q8_0,f16] [--shapes qwen3moe,gemma3]
 """
 from __future__ import annotations
 
@@ -33,12 +33,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="/tmp/ggpy-arch-models")
     p.add_argument("--types", default="q8_0,f16")
+    p.add_argument("--shapes", default=",".join(SHAPES), help="which of the shapes (comma-separated)")
     opts = p.parse_args(argv)
+    shapes = {name: SHAPES[name] for name in opts.shapes.split(",")}
     from hf_convert import convert, save_tiny
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     jobs = {}
-    for name, (cfg, cls, config) in SHAPES.items():
+    for name, (cfg, cls, config) in shapes.items():
         model_dir = out / name
         if not (model_dir / "config.json").exists():
             t0 = time.perf_counter()
@@ -50,7 +52,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         convert(jobs)
         print(f"converted {len(jobs)} files in {time.perf_counter() - t0:.0f} s", flush=True)
-    for name in SHAPES:
+    for name in shapes:
         for t in opts.types.split(","):
             path = out / f"{name}-{t}.gguf"
             print(f"{path} ({path.stat().st_size / 2**20:.0f} MiB)")

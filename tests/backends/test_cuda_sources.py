@@ -98,11 +98,11 @@ def _expected_kernels() -> set:
     names |= {f"{op}_{SUFFIX[t]}" for op in ("concat", "repeat", "get_rows") for t in layout.TYPES}
     names |= {f"pad_{t}" for t in f} | {f"set_rows_{s}_{SUFFIX[d]}" for s, d in product(f, layout.SET_ROWS_TO)}
     for q in (t.name for t in QUANT_TYPES):
-        names |= {f"get_rows_{q}"} | {f"{k}_{q}" for k in ("mmvq", "mmvq_glu", "mmvq_s", "mmvq_s_glu")}
+        names |= {f"get_rows_{q}"} | {f"{k}_{q}" for k in ("mmvq", "mmvq_glu", "mmvq_s", "mmvq_s_glu", "mmvq_b", "mmvq_b_glu")}
         names |= {f"{k}_{q}_{t}" for k in ("copy", "mmv") for t in f}
     names |= {f"mmv_{a}_{b}" for a, b in product(f, f)} | {f"copy_f32_{t.name}" for t in QUANTIZE_TO}
     names |= {f"{k}_{t.name}" for k in ("mmvq_v", "mmvq_v_glu") for t in quant.MMVQ_STREAM_TYPES}
-    names |= {"quantize_q8_1_f32", "norm_mmvq", "norm_mmvq_glu", "rms_norm_mul_q8_1"}
+    names |= {"quantize_q8_1_f32", "norm_mmvq", "norm_mmvq_glu", "rms_norm_mul_q8_1", "rms_norm_mul_q8_1_b"}
     names |= {"add_rms_norm_f32", "add_rms_norm_mul_f32"} | {f"rms_norm_mul_{t}" for t in f}
     names |= {f"rope_set_rows_{a}_{b}" for a, b in product(f, f)} | {f"rope_kv_{t}" for t in f}
     names |= {"argmax_keys", "top_k_keys"}

@@ -282,8 +282,8 @@ def test_ops_refuse_quantized_sources_at_build_time():
 
 def test_cuda_takes_every_quantized_node():
     """No GPU needed: the CUDA entries accept get_rows, mul_mat (few columns: the integer dot-product kernel, b's q8_1
-    copy in its shared memory here; more: a cuBLASLt GEMM whose scratch holds the F16 copies of a and b) and copies
-    into the quantized types ggpy writes, and every kernel they name is in a CUDA source file."""
+    copy in its shared memory here; up to 16 its batch kernel; more: a cuBLASLt GEMM whose scratch holds the F16 copies
+    of a and b) and copies into the quantized types ggpy writes, and every kernel they name is in a CUDA source file."""
     from ggpy.backends.cuda.kernels.matmul import temp_size
     from ggpy.backends.cuda.sources import index
     from ggpy.backends.cuda.cublas import MISSING, WORKSPACE
@@ -292,8 +292,8 @@ def test_cuda_takes_every_quantized_node():
     for t in QUANT_TYPES:
         ctx = ggpy.Context()
         w = ctx.new_tensor(t, (512, 48))
-        few, many = (ggpy.mul_mat(w, ctx.new_tensor(ggpy.F32, (512, n))) for n in (3, 16))
-        nodes = [few, many, ggpy.get_rows(w, ctx.new_tensor(ggpy.I32, (5,)))]
+        few, batch, many = (ggpy.mul_mat(w, ctx.new_tensor(ggpy.F32, (512, n))) for n in (3, 16, 17))
+        nodes = [few, batch, many, ggpy.get_rows(w, ctx.new_tensor(ggpy.I32, (5,)))]
         if t in QUANTIZE_TO:
             nodes.append(ggpy.cpy(ctx.new_tensor(ggpy.F32, (512, 4)), ctx.new_tensor(t, (512, 4))))
         for node in nodes:
@@ -305,11 +305,12 @@ def test_cuda_takes_every_quantized_node():
             name = entry.kernel_name(node, entry.choose(node, None) if entry.impls else None)
             assert name.startswith("cublaslt") or name in kernels, (t, node.op, name)
         mul_mat = CUDA_KERNELS["mul_mat"]
-        assert mul_mat.choose(few, None) == "mmvq" and mul_mat.choose(many, None) == "cublaslt"
+        assert mul_mat.choose(few, None) == mul_mat.choose(batch, None) == "mmvq"
+        assert mul_mat.choose(many, None) == "cublaslt" and mul_mat.kernel_name(batch, "mmvq") == f"mmvq_b_{t.name}"
         assert mul_mat.kernel_name(few, "mmv") == f"mmv_{t.name}_f32" and temp_size(few, "mmv", None) == 0
         assert mul_mat.kernel_name(few, "mmvq") == f"mmvq_{t.name}" and temp_size(few, "mmvq", None) == 0    # mmvq_s
         if MISSING is None:
-            assert temp_size(many, "cublaslt", None) >= WORKSPACE + 2 * 512 * (48 + 16)
+            assert temp_size(many, "cublaslt", None) >= WORKSPACE + 2 * 512 * (48 + 17)
 
 
 def test_cuda_scheduler_runs_quantized_nodes_on_the_gpu(cuda_backend):

@@ -15,7 +15,7 @@ from pathlib import Path
 from ...errors import CudaError
 from ...optable import ACTIVATIONS
 from .kernels.conv import DIRECT_K, DIRECT_W
-from .kernels.quant import MMV_MAX_N
+from .kernels.quant import MMV_MAX_N, MMVQ_MAX_BATCH
 
 KERNEL_DIR = Path(__file__).parent / "kernels"
 _KERNEL = re.compile(r'^extern "C" __global__ void (?:[A-Z_0-9]+ )?(\w+)\(', re.M)     # an attribute macro may come first
@@ -36,7 +36,8 @@ def options() -> tuple:
     """The -D options of every source: the op table's activation ids (ops.cuh's epilogue_act) and the sizes the
     Python side shares with the kernels."""
     defines = {f"GGPY_ACT_{name.upper()}": i for name, i in ACTIVATIONS.items()}
-    defines |= {"DIRECT_K": DIRECT_K, "DIRECT_W": DIRECT_W, "MMV_MAX_N": MMV_MAX_N}
+    defines |= {"DIRECT_K": DIRECT_K, "DIRECT_W": DIRECT_W, "MMV_MAX_N": MMV_MAX_N,
+                "MMVQ_MAX_BATCH": MMVQ_MAX_BATCH}
     return tuple(f"-D{k}={v}" for k, v in sorted(defines.items()))
 
 

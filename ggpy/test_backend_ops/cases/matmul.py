@@ -46,7 +46,7 @@ def cases():
                                   lambda ctx, ha=how_a, hb=how_b, ne_a=ne_a, ne_b=ne_b: ops.mul_mat(
                                       layout(ctx, F32, ne_a, ha), layout(ctx, F32, ne_b, hb)),
                                   flops=_flops, max_nmse=5e-7))
-    out += epilogue_cases() + cast_epilogue_cases() + quant_cases() + mmvq_cases() + gqa_cases()
+    out += epilogue_cases() + cast_epilogue_cases() + quant_cases() + mmvq_cases() + mmvq_batch_cases() + gqa_cases()
     out += decode_fusion_cases() + norm_mat_vec_cases()
     out.append(OpCase("mul_mat", "f32,perf,K=1024,M=1024,N=1024",
                       lambda ctx: ops.mul_mat(layout(ctx, F32, (1024, 1024)), layout(ctx, F32, (1024, 1024))),
@@ -110,20 +110,20 @@ up to ~2e-4 over the few outputs of a small case; a format error (a nibble, bit 
 Q8_TILED = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
 """Types whose products with up to 48 rows of b the CPU takes on integer dot products too (register tiles)."""
 QUANT_GEMM_NMSE = 1e-6
-"""More than 8 columns of b per matrix: CUDA runs a tensor-core GEMM on F16 copies of the dequantized a and of b (as
+"""More than 16 columns of b per matrix: CUDA runs a tensor-core GEMM on F16 copies of the dequantized a and of b (as
 ggml's cuBLAS path), each rounded by up to 2^-11: nmse ~ 1e-7."""
 
 
 def quant_cases():
     """Every quantized type as a (K a multiple of 32, or 256 for the K-quants; 576 = 18 x 32 is not of 256), F32 b:
-    N = 1 and 3 (dot products), 7 and 64 (dequantized panels), a broadcast over dims 2 and 3, b transposed (read in
-place, its rows strided)."""
+    N = 1 and 3 (dot products), 7, 17 (CUDA: the fewest columns its GEMM takes) and 64 (dequantized panels), a broadcast
+    over dims 2 and 3, b transposed (read in place, its rows strided)."""
     out = []
     for t in QUANT_TYPES:
         k0, k1, k2 = (512, 768, 512) if t.block == 256 else (256, 576, 512)
         for k, m, n, ad, bd, how in ((k0, 33, 1, (1, 1), (1, 1), "cont"), (k1, 40, 7, (1, 1), (1, 1), "cont"),
                                      (k2, 70, 64, (1, 1), (1, 1), "cont"), (k0, 16, 3, (2, 1), (4, 3), "cont"),
-                                     (k1, 24, 9, (1, 2), (2, 2), "cont"), (k0, 20, 2, (1, 1), (1, 1), "permuted")):
+                                     (k1, 24, 17, (1, 2), (2, 2), "cont"), (k0, 20, 2, (1, 1), (1, 1), "permuted")):
             rows = n * (bd[0] * bd[1] if ad == (1, 1) else 1)
             impl = "(q8|dot)" if rows <= 8 else "(q8|gemm|blas)" if rows <= 48 and t in Q8_TILED else "(gemm|blas)"
             out.append(OpCase("mul_mat", f"{t.name},f32,K={k},M={m},N={n},a23={ad},b23={bd},b={how}",
@@ -145,6 +145,24 @@ def mmvq_cases():
                                      (k0, 6, 2, (1, 1), (1, 1), "padded"), (k0, 5, 1, (1, 1), (1, 2), "permuted3"),
                                      (k0, 7, 2, (2, 1), (4, 3), "cont"), (k0, 11, 3, (1, 1), (1, 1), "permuted")):
             out.append(OpCase("mul_mat", f"mmvq,{t.name},K={k},M={m},N={n},a23={ad},b23={bd},b={how}",
+                              lambda ctx, t=t, k=k, m=m, n=n, ad=ad, bd=bd, how=how: ops.mul_mat(
+                                  leaf(ctx, t, (k, m) + ad), layout(ctx, F32, (k, n) + bd, how)),
+                              flops=_flops, max_nmse=Q8_NMSE))
+    return out
+
+
+def mmvq_batch_cases():
+    """Every quantized type times 9, 12 and 16 columns of b (a server's batched decode, a token a sequence; CUDA's
+    integer dot-product batch kernels, mmvq_b): rows past the last full block of rows and an odd last pair of a warp,
+    K of 17 units (lanes idle) and of 2 per lane, b with gaps between its rows, a broadcast over dims 2 and 3, b
+    strided (permuted)."""
+    out = []
+    for t in QUANT_TYPES:
+        k0, k1 = (768, 4096) if t.block == 256 else (544, 2048)
+        for k, m, n, ad, bd, how in ((k0, 37, 9, (1, 1), (1, 1), "cont"), (k1, 20, 12, (1, 1), (1, 1), "cont"),
+                                     (k0, 64, 16, (1, 1), (1, 1), "cont"), (k0, 6, 10, (1, 1), (1, 1), "padded"),
+                                     (k0, 7, 12, (2, 1), (4, 3), "cont"), (k0, 11, 16, (1, 1), (1, 1), "permuted")):
+            out.append(OpCase("mul_mat", f"mmvq_b,{t.name},K={k},M={m},N={n},a23={ad},b23={bd},b={how}",
                               lambda ctx, t=t, k=k, m=m, n=n, ad=ad, bd=bd, how=how: ops.mul_mat(
                                   leaf(ctx, t, (k, m) + ad), layout(ctx, F32, (k, n) + bd, how)),
                               flops=_flops, max_nmse=Q8_NMSE))
@@ -200,13 +218,14 @@ def _mul_mat_add(ctx, t, k, m, n, residual_first):
 
 def decode_fusion_cases():
     """The gate / up products with their gated unit and a product with its residual add, one token (mat-vec) to a few
-    and a prompt's worth, float and quantized weights; each against every node's reference in turn, and on the CPU
-    run by its fused q8 mat-vec where the weights are quantized and b has at most 8 columns."""
+    and a batch's worth (9 and 16 columns: CUDA's batch kernels), float and quantized weights; each against every
+    node's reference in turn, and on the CPU run by its fused q8 mat-vec where the weights are quantized and b has at
+    most 8 columns."""
     out = []
     for t in (F32, F16, Q4_0, Q8_0, Q4_K, Q6_K):
         nmse = DECODE_Q8_NMSE if t.quantized else 5e-7
         k0 = 256 if t.block == 256 else 64
-        for k, m, n in ((k0, 96, 1), (2 * k0, 33, 3), (k0, 40, 9)):
+        for k, m, n in ((k0, 96, 1), (2 * k0, 33, 3), (k0, 40, 9), (2 * k0, 37, 16)):
             q8 = f"q8_{t.name}\\+" if t.quantized and n <= 8 else None      # the CPU's fused q8 mat-vec
             for act, up_first in (("silu", False), ("silu", True), ("gelu", False)):
                 out.append(OpCase("mul", f"fused,glu,{act},{t.name},K={k},M={m},N={n},up_first={up_first}",
@@ -235,12 +254,13 @@ def _norm_mat_vec(ctx, types, k, ms, n, glu):
 def norm_mat_vec_cases():
     """An RMSNorm read only by products: llama's q, k, v (one weight type, or Q4_K with a Q6_K v), the gate / up pair
     of its feed-forward, its output head; small weights (CUDA: one launch) and big ones (over 4 MiB: the norm
-    quantized once, then the products)."""
+    quantized once, then the products); then each with 16 columns (a batch: CUDA's norm quantized once, then the batch
+    kernels)."""
     out = []
-    for types, k, ms, glu in (((Q4_1,) * 3, 576, (576, 192, 192), False), ((Q4_K, Q4_K, Q6_K), 512, (256, 64, 64), False),
-                              ((Q4_0, Q4_0), 576, (96, 96), True), ((Q8_0,), 576, (8192,), False),
-                              ((Q8_0, Q8_0), 1024, (4096, 4096), True)):
-        for n in (1, 3):
+    groups = (((Q4_1,) * 3, 576, (576, 192, 192), False), ((Q4_K, Q4_K, Q6_K), 512, (256, 64, 64), False),
+              ((Q4_0, Q4_0), 576, (96, 96), True), ((Q8_0,), 576, (8192,), False), ((Q8_0, Q8_0), 1024, (4096, 4096), True))
+    for (types, k, ms, glu), ns in [(g, (1, 3)) for g in groups] + [(g, (16,)) for g in groups]:
+        for n in ns:
             names = "+".join(t.name for t in types)
             out.append(OpCase("mul" if glu else "concat" if len(types) > 1 else "mul_mat",
                               f"fused,norm_mat_vec,{names},K={k},M={ms},N={n},glu={glu}",

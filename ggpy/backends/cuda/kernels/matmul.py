@@ -1,7 +1,8 @@
 """mul_mat, three implementations: `cublaslt`, cuBLASLt GEMMs (cublas.py) run as Python-side steps; `mmv`,
 quant.py's dot-product kernel for few columns of b, chosen where a is grouped or of another type than b; and `mmvq`,
-quant.py's integer dot-product kernel on b's columns quantized to 8 bits, chosen for few columns of a quantized a
-(choose; CUDABackend(force={"mul_mat": ...}) and autotune cover all three; mmv is the exact one).
+quant.py's integer dot-product kernel on b's columns quantized to 8 bits, chosen for a quantized a times up to
+quant.MMVQ_MAX_BATCH columns (beyond MMV_MAX_N its batch kernels: a server's batched decode; the weights are never
+dequantized) (choose; CUDABackend(force={"mul_mat": ...}) and autotune cover all three; mmv is the exact one).
 a.ne = (K, M, A2, A3), b.ne = (K, N, B2, B3), F32, F16 or BF16 each, a also quantized (a dequantized F16 copy in the
 GEMM). Result F32 (M, N, B2, B3), or the
 operands' type when both have it and a cast of the result is fused (the fusion pass's epilogue). Operands that cuBLASLt
@@ -34,7 +35,7 @@ def refusal(node) -> str | None:
     a, b = node.src[:2]
     if (a.type not in FLOATS and not a.type.quantized) or b.type not in FLOATS:
         return f"mul_mat on CUDA takes F32, F16, BF16 or quantized a and a float b, not {a.type.name} x {b.type.name}"
-    return None if MISSING is None or quant.mmv_preferred(node) else f"mul_mat on CUDA {MISSING}"
+    return None if MISSING is None or quant.mmv_preferred(node) or quant.mmvq_fits(node) else f"mul_mat on CUDA {MISSING}"
 
 
 def choose(node, backend) -> str:
@@ -50,7 +51,7 @@ def accepts(node, impl: str, backend) -> bool:
 def kernel_name(node, impl) -> str:
     a, b = node.src[:2]
     if impl == "mmvq":
-        return f"mmvq_{SUFFIX[a.type]}"
+        return f"mmvq_{'b_' if quant.mmvq_batch(node) else ''}{SUFFIX[a.type]}"
     return quant.mmv_name(node) if impl == "mmv" else f"cublaslt_{a.type.name.lower()}_{b.type.name.lower()}"
 
 
@@ -238,10 +239,12 @@ def norm_mat_vec_accepts(f) -> bool:
 
 def norm_mat_vec_run(backend, f) -> list | None:
     """norm_mmvq[_glu] (one launch; each block normalises and quantizes x in shared memory) where every product is
-    small (quant.mmvq_shared), else rms_norm_mul_q8_1 into h's memory and each product's mmvq[_glu] from it; where
-    everything is on this GPU, the weights' rows aligned for the loads and the results and h clear of x, the weights
-    and each other."""
+    small (quant.mmvq_shared), else rms_norm_mul_q8_1[_b] into h's memory and each product's mmvq[_b][_glu] from it;
+    where every product runs as mmvq (not forced to another implementation), everything is on this GPU, the weights'
+    rows aligned for the loads and the results and h clear of x, the weights and each other."""
     x, h, glu = f.head.src[0], f.mul, f.glu
+    if any(backend.impl_for(m) != "mmvq" for m in f.products):     # force={"mul_mat": "mmv" | "cublaslt"}: theirs
+        return None
     mats = [glu.w_gate, glu.w_up] if glu else [m.src[0] for m in f.products]
     written = f.outputs + [h]
     if not backend.on_device(x, f.weight, *mats, *written) or not all(map(quant.mmvq_aligned, mats)) or not all(
@@ -252,7 +255,8 @@ def norm_mat_vec_run(backend, f) -> list | None:
     name = f.name(f"rms_norm_{SUFFIX[F32]}")
     if not all(map(quant.mmvq_shared, f.products)):
         blocks = -(-x.ne[0] * x.ne[1] // (32 * 8))             # a 32-block a warp: x's norm summed by each block
-        steps = [backend.launch_struct(f.head, "rms_norm_mul_q8_1", blocks, 256, args)]
+        kernel = "rms_norm_mul_q8_1_b" if quant.mmvq_batch(f.products[0]) else "rms_norm_mul_q8_1"
+        steps = [backend.launch_struct(f.head, kernel, blocks, 256, args)]
         for m in ([glu.head] if glu else f.products):
             dst = glu.mul if glu else m
             steps += quant.mmvq_steps(backend, m, dst, gate=glu and glu.w_gate, up=glu and glu.w_up, q8=tensor_ptr(h))

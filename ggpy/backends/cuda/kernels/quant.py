@@ -9,8 +9,8 @@ formulas, in float32; dq_float<T> reads a float row of element stride nb0). On i
   without fused multiply-adds): a warp per 32-block, its lanes the block's elements;
 - `get_rows_<q>`: rows dequantized into F32, a thread per 8 elements;
 - `mmv_<a>_<b>`: mul_mat with at most MMV_MAX_N columns of b per matrix (generation): a warp per row of a, which it
-  reads once for every column, F32 accumulation: mul_mat's implementation `mmv`. A quantized a with more columns
-  runs as a cuBLASLt F16 GEMM on a dequantized copy (matmul.py's `cublaslt`);
+  reads once for every column, F32 accumulation: mul_mat's implementation `mmv`. A quantized a with more than
+  MMVQ_MAX_BATCH columns runs as a cuBLASLt F16 GEMM on a dequantized copy (matmul.py's `cublaslt`);
 - `quantize_q8_1_f32` + `mmvq_<a>` (quant_mmvq.cuh): the same products on integer dot products (ggml's mmvq): b's
   columns quantized to q8_1 blocks in the node's temp block, then __dp4a with a's quants, a warp per row of a:
   mul_mat's implementation `mmvq`, the default for a quantized a (its error is the activations' 8-bit rounding,
@@ -19,6 +19,22 @@ formulas, in float32; dq_float<T> reads a float row of element stride nb0). On i
   `mmvq_s[_glu]_<a>`, each block quantizing b itself: a launch less where launches, not bytes, take the time. A big
   product with one column (a's matrix from MMVQ_STREAM_BYTES) runs as `mmvq_v[_glu]_<a>`: a few blocks an SM whose
   warps stream rows, the next row's weights loaded before the current row's dots (1.3-1.8x the bandwidth, H200).
+- `mmvq_b[_glu]_<a>`: the batch kernels (mmvq_batch: MMV_MAX_N < N <= MMVQ_MAX_BATCH columns, a server's batched
+  decode, a token a sequence): the same two launches, a warp's row(s) of a read once for all N columns (NM = 16
+  accumulators a lane, the columns' sums gathered by reduce_cols: 16 shuffles, not 80), b's q8_1 columns copied into
+  shared memory first where few blocks read them (mmvq_batch_plan); the residual (mul_mat_add), gate/up (glu) and
+  norm (norm_mat_vec: rms_norm_mul_q8_1_b, then the products) fusions take them as they take mmvq; no shared-memory
+  quantizing (mmvq_s) nor stream variant. Where cuBLASLt dequantized the weights every step, they are read once:
+  SmolLM2-135M Q4_1's batched step of 16 tokens (H200) 398 kernels, 2.43 ms of device time, where cuBLASLt's took
+  911 and 2.55 (the batch's own time now its RMSNorms, attention and these products, each a few us: launch-bound).
+  MMVQ_MAX_BATCH 16, not 32 (measured, H200, 16 columns, us a product in a chain of model weights, the kernel vs
+  cuBLASLt with its copies): SmolLM2's q 5.4 vs 6.5, gate 7.0 vs 7.4, down 10.2 vs 8.7, head (Q8_0 49152 rows) 56.5
+  vs 51.9; 1B's Q4_K q 15.2 vs 13.3, gate 29.1 vs 31.4, Q6_K down 44.7 vs 38.0; 7B's Q4_0 gate 57.5 vs 83.1, down
+  60.3 vs 85.6; at 9 columns it wins everywhere (4.6 vs 6.0 .. 40.8 vs 85.1). Its time grows with N (16 columns'
+  dot products a row, the activations read per row: dp4a work and L1 bytes, not weight bytes, bound it from ~12
+  columns on), cuBLASLt's stays flat to 32 (13.4 us 1B q, 85.9 7B down): at 32 two passes of 16 would cost about
+  twice the 16-column time, beyond cuBLASLt's on every shape; and NM = 16 already takes the 128 registers of the
+  K-quants' kernels (Q6_K spills 16 bytes), where 32 accumulators (64 with GLU) would spill.
 """
 from __future__ import annotations
 
@@ -31,6 +47,8 @@ from ..gemm_plan import align_temp
 from .common import FLOATS, SUFFIX, tensor_ptr
 
 MMV_MAX_N = 8           # columns of b per matrix the dot-product kernel takes (ggml's mmvq takes 8 too)
+MMVQ_MAX_BATCH = 16     # columns of b per matrix the integer dot-product kernel takes (its batch kernels beyond
+#                         MMV_MAX_N: mmvq_b; why 16: the module's docstring)
 MMV_WARPS = 4           # warps per block (quant_mmvq.cuh's MMVQ_BOUNDS assumes 4 and MMVQ_SHARED_WARPS 8)
 MAX_GRID_Y = 65535      # CUDA's limit on gridDim.y: the matrices of b
 MMVQ_RESIDUAL = 1       # quant_mmvq.cuh's iop flag: add src2 (F32, dst's layout) to the product
@@ -45,6 +63,12 @@ MMVQ_SHARED_WARPS = 8           # rows of a per block of mmvq_s (b quantized onc
 MMVQ_STREAM_TYPES = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q6_K)    # 32-element units: the stream kernel measured faster (H200)
 MMVQ_STREAM_BYTES = 2 << 20     # a's matrices from this size: the stream kernel (mmvq_v) where it fits
 MMVQ_STREAM_BLOCKS = 8          # its blocks per SM (4 with GLU: twice the weights in flight a warp)
+MMVQ_BATCH_ROWS = 2             # rows a warp of the batch kernel takes (1 with GLU) where a has many rows: from
+MMVQ_BATCH_ROWS_FROM = 32       # this many an SM (H200, 16 columns: 1B's 8192-row gate 38 us with 2 a warp, 58 with one;
+#                                 SmolLM2's 576-1536 rows and 1B's 2048 slower with 2), or b's columns over MMVQ_SHARED_MAX
+#                                 (7B's down, K 11008: 60 us with 2, 100 with one: each row pair reads them from L2)
+MMVQ_BATCH_COPY_BLOCKS = 3      # blocks an SM up to which the batch kernel copies b's columns into shared memory (16
+#                                 columns: SmolLM2's q 5.7 us with, 7.1 without; 1B's 2048-row q 19.5 with, 15.2 without)
 
 
 def copy_refusal(node) -> str | None:
@@ -78,10 +102,20 @@ def mmv_preferred(node) -> bool:
 
 
 def mmv_steps(backend, node) -> list:
+    """The dot-product kernel's launch; over more than MMV_MAX_N columns (a batch whose a mmvq cannot load), a launch
+    per MMV_MAX_N of them."""
     a, b = node.src[:2]
-    grid = (-(-a.ne[1] // MMV_WARPS), b.ne[2] * b.ne[3])
-    return [backend.launch(node, mmv_name(node), tensor_ptr(node), node, [(tensor_ptr(a), a), (tensor_ptr(b), b)],
-                           config=(grid, 32 * MMV_WARPS))]
+    grid, N = (-(-a.ne[1] // MMV_WARPS), b.ne[2] * b.ne[3]), b.ne[1]
+    return [backend.launch(node, mmv_name(node), tensor_ptr(node) + n0 * node.nb[1], _columns(node, n0, N),
+                           [(tensor_ptr(a), a), (tensor_ptr(b) + n0 * b.nb[1], _columns(b, n0, N))],
+                           config=(grid, 32 * MMV_WARPS)) for n0 in range(0, N, MMV_MAX_N)]
+
+
+def _columns(t, n0: int, N: int):
+    """t, or where N > MMV_MAX_N its columns n0 .. n0 + MMV_MAX_N (fewer at the end) from n0's address on."""
+    n = min(MMV_MAX_N, N - n0)
+    return t if N <= MMV_MAX_N else SimpleNamespace(ne=(t.ne[0], n, *t.ne[2:]), nb=t.nb,
+                                                    nelements=t.nelements // t.ne[1] * n)
 
 
 def mmv_name(node) -> str:
@@ -89,9 +123,16 @@ def mmv_name(node) -> str:
 
 
 def mmvq_fits(node) -> bool:
-    """Whether the integer dot-product kernel can run a mul_mat: a quantized, b F32 with few columns per matrix."""
+    """Whether the integer dot-product kernel can run a mul_mat: a quantized, b F32 with at most MMVQ_MAX_BATCH
+    columns per matrix (more than MMV_MAX_N: the batch kernels, mmvq_batch)."""
     a, b = node.src[:2]
-    return a.type.quantized and b.type == F32 and b.ne[1] <= MMV_MAX_N and b.ne[2] * b.ne[3] <= MAX_GRID_Y
+    return a.type.quantized and b.type == F32 and b.ne[1] <= MMVQ_MAX_BATCH and b.ne[2] * b.ne[3] <= MAX_GRID_Y
+
+
+def mmvq_batch(node) -> bool:
+    """Whether a product mmvq runs takes its batch kernels (mmvq_b[_glu]: more than MMV_MAX_N columns of b per
+    matrix), which neither quantize b in shared memory nor stream, nor fuse into norm_mmvq."""
+    return node.src[1].ne[1] > MMV_MAX_N
 
 
 def mmvq_shared(node) -> int:
@@ -100,7 +141,7 @@ def mmvq_shared(node) -> int:
     a, b = node.src[:2]
     smem = b.ne[1] * b.ne[0] * 5 // 4
     small = a.type.row_bytes(a.ne[0]) * a.ne[1] <= MMVQ_SHARED_WEIGHTS and a.ne[0] <= MMVQ_SHARED_MAX_K
-    return smem if small and smem <= MMVQ_SHARED_MAX else 0
+    return smem if small and smem <= MMVQ_SHARED_MAX and not mmvq_batch(node) else 0
 
 
 def mmvq_temp_size(node) -> int:
@@ -129,6 +170,20 @@ def mmvq_rows_per_warp(a, b, glu: bool) -> int:
     a's rows at most 32 units (a unit a lane), else one."""
     few = b.ne[1] == 1 and a.ne[0] // (64 if a.type in (Q4_K, Q5_K) else 32) <= 32
     return (2 if glu else 4) if few else 1
+
+
+def mmvq_batch_plan(backend, a, b, glu: bool) -> tuple:
+    """(rows a warp, bytes of shared memory) of the batch kernel (mmvq_batch_entry): MMVQ_BATCH_ROWS rows a warp (each
+    column's activations loaded once for both: fewer warps, each longer) where a's rows over b's matrices are
+    MMVQ_BATCH_ROWS_FROM an SM or more, or b's q8_1 columns exceed what L1 holds (MMVQ_SHARED_MAX), else one (one with
+    GLU); the columns copied into shared memory first where they fit and the blocks are at most MMVQ_BATCH_COPY_BLOCKS
+    an SM (few rows: each of N columns would cost an L2 round trip; more blocks: their copies cost more than L1's
+    reuse saves)."""
+    x, sms = b.ne[1] * b.ne[0] * 5 // 4, backend.device.sms
+    many = a.ne[1] * b.ne[2] * b.ne[3] >= MMVQ_BATCH_ROWS_FROM * sms or x > MMVQ_SHARED_MAX
+    rw = MMVQ_BATCH_ROWS if many and not glu else 1
+    blocks = -(-a.ne[1] // (MMV_WARPS * rw)) * b.ne[2] * b.ne[3]
+    return rw, x if x <= MMVQ_SHARED_MAX and blocks <= MMVQ_BATCH_COPY_BLOCKS * sms else 0
 
 
 def mmvq_stream_units(a, b) -> int:
@@ -173,8 +228,11 @@ def mmvq_steps(backend, node, dst=None, dst_ptr=None, residual=None, gate=None, 
         blocks = backend.device.sms * MMVQ_STREAM_BLOCKS // (2 if glu else 1)
         grid, kernel, ints = (min(blocks, -(-a.ne[1] // MMV_WARPS)), 1), f"mmvq_v_{glu}{SUFFIX[a.type]}", (stream,)
     else:
-        rw = mmvq_rows_per_warp(a, b, up is not None)
-        grid, kernel, ints = (-(-a.ne[1] // (MMV_WARPS * rw)), b.ne[2] * b.ne[3]), f"mmvq_{glu}{SUFFIX[a.type]}", (rw,)
+        batch = mmvq_batch(node)
+        rw, smem = mmvq_batch_plan(backend, a, b, up is not None) if batch else (mmvq_rows_per_warp(a, b, up is not None), 0)
+        grid, kernel = (-(-a.ne[1] // (MMV_WARPS * rw)), b.ne[2] * b.ne[3]), f"mmvq_{'b_' if batch else ''}{glu}{SUFFIX[a.type]}"
+        ints = (rw, 1 if smem else 0) if batch else (rw,)
     product = backend.launch(node, kernel, dst_ptr, dst, [(tensor_ptr(a), a), (temp, b)] + extra,
                              config=(grid, 32 * MMV_WARPS), iop=iop, ints=ints)
+    product.shared = smem
     return quantize + [product]

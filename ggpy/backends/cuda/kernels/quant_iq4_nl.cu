@@ -1,4 +1,4 @@
-// IQ4_NL: get_rows, the dequantizing copies into F32, F16, BF16, mul_mat's dot-product kernels (mmv; mmvq, mmvq_s,
+// IQ4_NL: get_rows, the dequantizing copies into F32, F16, BF16, mul_mat's dot-product kernels (mmv; mmvq, mmvq_s, mmvq_b,
 // glu twins). An 18-byte 32-block: f16 d, 16 bytes of nibbles (quant_iq4.cuh); value d * kvalues[nibble].
 #include "quant_iq4.cuh"
 
@@ -15,3 +15,5 @@ extern "C" __global__ void mmvq_iq4_nl(const Args a) { mmvq_entry<mq_iq4_nl, fal
 extern "C" __global__ void mmvq_glu_iq4_nl(const Args a) { mmvq_entry<mq_iq4_nl, true, false>(a); }
 extern "C" __global__ void mmvq_s_iq4_nl(const Args a) { mmvq_entry<mq_iq4_nl, false, true>(a); }
 extern "C" __global__ void mmvq_s_glu_iq4_nl(const Args a) { mmvq_entry<mq_iq4_nl, true, true>(a); }
+extern "C" __global__ void mmvq_b_iq4_nl(const Args a) { mmvq_batch_entry<mq_iq4_nl, false>(a); }
+extern "C" __global__ void mmvq_b_glu_iq4_nl(const Args a) { mmvq_batch_entry<mq_iq4_nl, true>(a); }

@@ -1,15 +1,26 @@
 // mul_mat's integer dot-product kernel (mmvq, kernels/quant.py): b's columns quantized once per product to q8_1
 // blocks of 32 (int8 q, float d = max|x| / 127, d * sum q) in the node's temp block (quantize_q8_1_k), or for small
-// products by each block into its shared memory (mmvq_s*: no second launch), then a warp per row of the quantized a, its lanes taking a "unit" (32 or 64 elements, whole sub-blocks) of the row at a time:
-// the unit's quants unpacked to bytes and multiplied with __dp4a, the scales applied per sub-block. Every column
-// n < N <= MMV_MAX_N at once; blockDim.x / 32 rows per block. Fused epilogues (iop): MMVQ_RESIDUAL adds src2 (F32,
-// dst's layout); the glu kernels read a second weight matrix at src2 (the up rows, a's layout) and write
-// silu(a x) * (up x). Instantiated by quant_<type>.cu (the kernels) and quant.cu (the quantizing kernel).
+// products by each block into its shared memory (mmvq_s*: no second launch), then a warp per row of the quantized a,
+// its lanes taking a "unit" (32 or 64 elements, whole sub-blocks) of the row at a time: the unit's quants unpacked to
+// bytes and multiplied with __dp4a, the scales applied per sub-block. Every column n < N <= MMV_MAX_N at once (the
+// batch kernels mmvq_b*: N <= MMVQ_MAX_BATCH); blockDim.x / 32 rows per block. Fused epilogues (iop): MMVQ_RESIDUAL
+// adds src2 (F32, dst's layout); the glu kernels read a second weight matrix at src2 (the up rows, a's layout) and
+// write silu(a x) * (up x). Instantiated by quant_<type>.cu (the kernels) and quant.cu (the quantizing kernel).
 #pragma once
 #include "quant.cuh"
 
 #define MMVQ_RESIDUAL 1
 #define MMVQ_WEIGHTS 2
+#define MMVQ_COPY 2                             // mmvq_k's SHARED: b's q8_1 columns copied from the temp block
+
+// n bytes of q8_1 columns at q (16-byte aligned) and their n / 32 (d, d sum q) at ds (8-byte aligned) into shared
+// memory at sq (quantize_cols' layout: the pairs after the bytes), by the whole block
+__device__ __forceinline__ void copy_q8_cols(const char* q, const char* ds, int n, signed char* sq) {
+    #pragma unroll 4
+    for (int i = threadIdx.x; i < n >> 4; i += blockDim.x) ((int4*)sq)[i] = ((const int4*)q)[i];
+    #pragma unroll 4
+    for (int i = threadIdx.x; i < n >> 5; i += blockDim.x) ((int2*)(sq + n))[i] = ((const int2*)ds)[i];
+}
 
 // one 32-block of b as q8_1: lane j holds element x_j; q_j = round(x_j / d) to qs[j], (d, d * sum q) to *ds
 __device__ __forceinline__ void quantize_32(float x, int lane, signed char* qs, float2* ds) {
@@ -205,10 +216,34 @@ template <typename F> __device__ __forceinline__ void quantize_cols(int K, int N
     }
 }
 
+// NM (a power of two, at most 32) per-lane partial sums v[c] of columns c summed over the warp: each round halves the
+// columns a lane keeps, adding its partner's half (NM - 1 shuffles, then log2(32 / NM) for the last): lane l returns
+// column l / (32 / NM)'s sum (the batch kernels: 16 shuffles for 16 columns where a tree a column takes 80)
+__host__ __device__ constexpr int log2_of(int n) { return n <= 1 ? 0 : 1 + log2_of(n / 2); }
+template <int NM> __device__ __forceinline__ float reduce_cols(float* v) {
+    constexpr int ROUNDS = log2_of(NM);
+    const int lane = threadIdx.x & 31;
+    #pragma unroll
+    for (int r = 0; r < ROUNDS; ++r) {
+        const int h = (NM / 2) >> r, o = 16 >> r;
+        const bool hi = lane & o;
+        #pragma unroll
+        for (int i = 0; i < NM / 2; ++i) {      // to NM / 2 with a test, not to h: else v is put in local memory
+            if (i >= h) break;
+            const float lo_v = v[i], hi_v = v[i + h];            // values, not a select of addresses
+            v[i] = (hi ? hi_v : lo_v) + __shfl_xor_sync(0xffffffffu, hi ? lo_v : hi_v, o);
+        }
+    }
+    #pragma unroll
+    for (int o = 16 / NM; o > 0; o >>= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+    return v[0];
+}
+
 // a warp's RW rows of a at row, row + nb, .. (`rows` of them, fewer at the end, none past it; with GLU the up rows
 // at urow) times the N <= NM quantized columns (xq, xds: quantize_cols' layout), R units a lane loads before it
 // multiplies them; the first R are loaded before ready(), which every thread calls once (the grid wait, b quantized
-// into shared memory: weight loads overlap them); put(j, n, row j . x_n, up row j . x_n) on every lane once summed.
+// into shared memory: weight loads overlap them); put(j, n, row j . x_n, up row j . x_n) on every lane once summed
+// (NM > MMV_MAX_N: on the lanes reduce_cols leaves column n's sum on, where n < N).
 // A row's sum is the same whatever RW (each lane takes the same units in the same order)
 template <typename Q, bool GLU, int R, int RW, int NM, typename F, typename P> __device__ __forceinline__ void mmvq_rows(
         const char* row, const char* urow, i64 nb, int rows, const signed char* xq, const float2* xds, int K, int N,
@@ -255,6 +290,18 @@ template <typename Q, bool GLU, int R, int RW, int NM, typename F, typename P> _
             }
         }
     }
+    if constexpr (NM > MMV_MAX_N) {                 // the batch kernels: each column's sum on 32 / NM lanes
+        const int c = lane / (32 / NM);
+        #pragma unroll
+        for (int j = 0; j < RW; ++j) {
+            if (j >= rows) break;
+            const float v = reduce_cols<NM>(acc[j]);
+            float g = 0.f;
+            if constexpr (GLU) g = reduce_cols<NM>(up[j]);
+            if (lane % (32 / NM) == 0 && c < N) put(j, c, v, g);
+        }
+        return;
+    }
     #pragma unroll
     for (int j = 0; j < RW; ++j) {
         if (j >= rows) break;
@@ -278,12 +325,13 @@ __device__ __forceinline__ void prefetch_row(const char* row, i64 bytes) {
     for (i64 o = (threadIdx.x & 31) * 128; o < bytes; o += 32 * 128) asm volatile("prefetch.global.L1 [%0];" :: "l"(row + o));
 }
 
-// dst F32 (M, N, B2, B3) = a (K, M, A2, A3) x the quantized columns of b (ne1 = b's ne): src1 the temp block, or with
-// SHARED b itself (F32, nb1), its N columns of matrix (i2, i3) quantized by the block into shared memory first. A
+// dst F32 (M, N, B2, B3) = a (K, M, A2, A3) x the quantized columns of b (ne1 = b's ne): src1 the temp block (SHARED 0;
+// MMVQ_COPY: the block's matrix's columns copied from it into shared memory first), or with SHARED 1 b itself (F32,
+// nb1), its N columns of matrix (i2, i3) quantized by the block into shared memory first. A
 // warp per RW rows from m, blockIdx.y the matrix (i2, i3) of b, a broadcast over it; GLU: src2 the up rows (a's
 // layout), dst = silu(a x) * (up x); else iop MMVQ_RESIDUAL: dst = a x + src2 (F32, dst's layout). iop MMVQ_WEIGHTS:
 // a (and the up rows) are model weights, which no kernel writes: their first loads come before the grid wait (PDL)
-template <typename Q, bool GLU, bool SHARED, int R, int RW, int NM> __device__ void mmvq_k(const Args& a) {
+template <typename Q, bool GLU, int SHARED, int R, int RW, int NM> __device__ void mmvq_k(const Args& a) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const i64 i2 = blockIdx.y % a.ne1[2], i3 = blockIdx.y / a.ne1[2];
     const int K = (int)a.ne0[0], N = (int)a.ne1[1];
@@ -298,13 +346,17 @@ template <typename Q, bool GLU, bool SHARED, int R, int RW, int NM> __device__ v
     const float2* xds = SHARED ? (const float2*)(sq + N * K) : (const float2*)(a.src1 + C * K) + c0 * (K >> 5);
     mmvq_rows<Q, GLU, R, RW, NM>(a.src0 + off, GLU ? a.src2 + off : nullptr, a.nb0[1], rows, xq, xds, K, N, [&]() {
         if (early) grid_dependency();
-        if (!SHARED) return;
+        if (SHARED == MMVQ_COPY) {
+            copy_q8_cols(a.src1 + c0 * K, (const char*)((const float2*)(a.src1 + C * K) + c0 * (K >> 5)), N * K, sq);
+            __syncthreads();
+        }
+        if (SHARED != 1) return;
         const char* b = a.src1 + i2 * a.nb1[2] + i3 * a.nb1[3];
         quantize_cols(K, N, [&](int k, int n) { return *(const float*)(b + k * a.nb1[0] + n * a.nb1[1]); },
                       sq, (float2*)(sq + N * K));
         __syncthreads();
     }, [&](int j, int n, float v, float g) {
-        if (lane != 0) return;
+        if (NM <= MMV_MAX_N && lane != 0) return;
         const i64 o = (m + j) * a.nb[0] + n * a.nb[1] + i2 * a.nb[2] + i3 * a.nb[3];
         if (GLU) v = silu_mul(v, g);
         else if (a.iop & MMVQ_RESIDUAL) v += *(const float*)(a.src2 + o);
@@ -381,11 +433,27 @@ template <typename Q, bool GLU> __device__ __forceinline__ void mmvq_stream_entr
     __global__ void MMVQ_BOUNDS(true) mmvq_s_##T(const Args a); \
     __global__ void MMVQ_BOUNDS(true) mmvq_s_glu_##T(const Args a); \
     __global__ void __launch_bounds__(128, 8) mmvq_v_##T(const Args a); \
-    __global__ void __launch_bounds__(128, 4) mmvq_v_glu_##T(const Args a); }
+    __global__ void __launch_bounds__(128, 4) mmvq_v_glu_##T(const Args a); \
+    __global__ void MMVQ_BOUNDS(false) mmvq_b_##T(const Args a); \
+    __global__ void MMVQ_BOUNDS(false) mmvq_b_glu_##T(const Args a); }
 
 // the kernel entries: a.ip[0] > 1 (one column of b, rows of at most 32 units: quant.py's mmvq_rows_per_warp) RW rows
 // a warp, one unit each lane; else a row a warp, R units a lane (SHARED: 2, 1 with GLU; big products: more in flight)
 template <typename Q, bool GLU, bool SHARED> __device__ __forceinline__ void mmvq_entry(const Args& a) {
     if (!SHARED && a.ip[0] > 1) mmvq_k<Q, GLU, false, 1, GLU ? 2 : 4, 1>(a);
     else mmvq_k<Q, GLU, SHARED, SHARED ? (GLU ? 1 : 2) : GLU ? 2 : 4, 1, MMV_MAX_N>(a);
+}
+
+// the batch entries (quant.py's mmvq_batch: MMV_MAX_N < N <= MMVQ_MAX_BATCH columns of b, quantized in the temp block):
+// a warp's rows read once for every column; a.ip[0] rows a warp (2: each column's activations loaded once for both),
+// a.ip[1]: the columns copied into shared memory first (quant.py's mmvq_batch_plan)
+template <typename Q, bool GLU> __device__ __forceinline__ void mmvq_batch_entry(const Args& a) {
+    if (!GLU && a.ip[0] > 1) {
+        if (a.ip[1]) mmvq_k<Q, false, MMVQ_COPY, 1, 2, MMVQ_MAX_BATCH>(a);
+        else mmvq_k<Q, false, 0, 1, 2, MMVQ_MAX_BATCH>(a);
+    } else if (a.ip[1]) {
+        mmvq_k<Q, GLU, MMVQ_COPY, GLU ? 1 : 2, 1, MMVQ_MAX_BATCH>(a);
+    } else {
+        mmvq_k<Q, GLU, 0, GLU ? 1 : 2, 1, MMVQ_MAX_BATCH>(a);
+    }
 }

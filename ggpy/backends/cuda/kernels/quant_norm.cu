@@ -1,8 +1,8 @@
 // The norm_mat_vec pattern (kernels/matmul.py): rms_norm(x) * w read only by mat-vecs of quantized weights. Small
 // products: norm_mmvq[_glu], one launch, every block normalising x's N columns, scaling them by w and quantizing them
 // to q8_1 in shared memory, then a warp per row across the products (a row index says which weight and result; a
-// product's weight type is a runtime switch); big ones: rms_norm_mul_q8_1 into the q8_1 layout of mmvq's temp block,
-// then each product's mmvq from it.
+// product's weight type is a runtime switch); big ones, and more than MMV_MAX_N columns: rms_norm_mul_q8_1[_b] into the
+// q8_1 layout of mmvq's temp block, then each product's mmvq[_b] from it.
 #include "quant_mmvq.cuh"
 
 #define NMV_MAX 4                       // products of one launch (llama's q, k, v)
@@ -19,23 +19,31 @@ struct NormVecArgs {
 // x's N columns RMS-normalised and scaled by w, as q8_1 (quantize_cols' layout) by the whole block: every thread
 // sums the squares of its elements of each column (all loads at once), the warps' sums added in shared memory
 // (x (K, N) F32 at x by nbk, nbn, w F32 (K), eps: Args' src0, src1, p0); wait: the grid wait first (PDL); of
-// `shares` blocks (each summing the whole columns), this one quantizes its share `share`
-__device__ __forceinline__ void norm_q8_1(bool wait, const char* x, i64 nbk, i64 nbn, int K, int N, const float* w,
-                                       float eps, signed char* q, float2* ds, int share = 0, int shares = 1) {
-    __shared__ float part[32][MMV_MAX_N], inv[MMV_MAX_N];
+// `shares` blocks (each summing the whole columns), this one quantizes its share `share`; N <= NM columns
+template <int NM = MMV_MAX_N> __device__ __forceinline__ void norm_q8_1(bool wait, const char* x, i64 nbk, i64 nbn, int K,
+        int N, const float* w, float eps, signed char* q, float2* ds, int share = 0, int shares = 1) {
+    __shared__ float part[32][NM], inv[NM];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     if (wait) grid_dependency();
 #define NMV_X(k, n) (*(const float*)(x + (i64)(k) * nbk + (i64)(n) * nbn))
-    float s[MMV_MAX_N];
+    float s[NM];
     #pragma unroll
-    for (int n = 0; n < MMV_MAX_N; ++n) {
-        s[n] = 0.f;
-        if (n >= N) continue;
-        #pragma unroll 4
-        for (int k = threadIdx.x; k < K; k += blockDim.x) { const float v = NMV_X(k, n); s[n] += v * v; }
+    for (int n = 0; n < NM; ++n) s[n] = 0.f;
+    if constexpr (NM > MMV_MAX_N) {             // a batch: every column's loads of an element at once (one round trip)
+        for (int k = threadIdx.x; k < K; k += blockDim.x) {
+            #pragma unroll
+            for (int n = 0; n < NM; ++n) { const float v = n < N ? NMV_X(k, n) : 0.f; s[n] += v * v; }
+        }
+    } else {
+        #pragma unroll
+        for (int n = 0; n < NM; ++n) {
+            if (n >= N) continue;
+            #pragma unroll 4
+            for (int k = threadIdx.x; k < K; k += blockDim.x) { const float v = NMV_X(k, n); s[n] += v * v; }
+        }
     }
     #pragma unroll
-    for (int n = 0; n < MMV_MAX_N; ++n) {
+    for (int n = 0; n < NM; ++n) {
         if (n >= N) break;
         for (int o = 16; o > 0; o >>= 1) s[n] += __shfl_xor_sync(0xffffffffu, s[n], o);
         if (lane == 0) part[warp][n] = s[n];
@@ -87,8 +95,11 @@ __global__ void MMVQ_BOUNDS(true) norm_mmvq_glu(const NormVecArgs p);
 }
 extern "C" __global__ void norm_mmvq(const NormVecArgs p) { norm_mmvq_k<false>(p); }
 extern "C" __global__ void norm_mmvq_glu(const NormVecArgs p) { norm_mmvq_k<true>(p); }
-// dst: the q8_1 columns (N K int8, then N K / 32 (d, d sum q)); the blocks share the 32-blocks to quantize
-extern "C" __global__ void rms_norm_mul_q8_1(const Args a) {
-    norm_q8_1(true, a.src0, a.nb0[0], a.nb0[1], (int)a.ne0[0], (int)a.ne0[1], (const float*)a.src1, a.p0,
-              (signed char*)a.dst, (float2*)(a.dst + a.ne0[0] * a.ne0[1]), blockIdx.x, gridDim.x);
+// dst: the q8_1 columns (N K int8, then N K / 32 (d, d sum q)); the blocks share the 32-blocks to quantize; _b: the
+// batch products' N <= MMVQ_MAX_BATCH columns (mmvq_b from it)
+template <int NM> __device__ __forceinline__ void rms_norm_mul_q8_1_k(const Args& a) {
+    norm_q8_1<NM>(true, a.src0, a.nb0[0], a.nb0[1], (int)a.ne0[0], (int)a.ne0[1], (const float*)a.src1, a.p0,
+                  (signed char*)a.dst, (float2*)(a.dst + a.ne0[0] * a.ne0[1]), blockIdx.x, gridDim.x);
 }
+extern "C" __global__ void rms_norm_mul_q8_1(const Args a) { rms_norm_mul_q8_1_k<MMV_MAX_N>(a); }
+extern "C" __global__ void rms_norm_mul_q8_1_b(const Args a) { rms_norm_mul_q8_1_k<MMVQ_MAX_BATCH>(a); }

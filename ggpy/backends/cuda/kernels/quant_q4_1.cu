@@ -1,4 +1,4 @@
-// Q4_1: get_rows, the dequantizing copies into F32, F16, BF16, mul_mat's dot-product kernels (mmv; mmvq, mmvq_s, glu twins).
+// Q4_1: get_rows, the dequantizing copies into F32, F16, BF16, mul_mat's dot-product kernels (mmv; mmvq, mmvq_s, mmvq_b, glu twins).
 #include "quant_mmvq.cuh"
 
 MMVQ_DECLARE(q4_1)
@@ -16,3 +16,5 @@ extern "C" __global__ void mmvq_s_q4_1(const Args a) { mmvq_entry<mq_q4_1, false
 extern "C" __global__ void mmvq_s_glu_q4_1(const Args a) { mmvq_entry<mq_q4_1, true, true>(a); }
 extern "C" __global__ void mmvq_v_q4_1(const Args a) { mmvq_stream_entry<mq_q4_1, false>(a); }
 extern "C" __global__ void mmvq_v_glu_q4_1(const Args a) { mmvq_stream_entry<mq_q4_1, true>(a); }
+extern "C" __global__ void mmvq_b_q4_1(const Args a) { mmvq_batch_entry<mq_q4_1, false>(a); }
+extern "C" __global__ void mmvq_b_glu_q4_1(const Args a) { mmvq_batch_entry<mq_q4_1, true>(a); }

@@ -1,4 +1,4 @@
-// Q4_K: get_rows, the dequantizing copies into F32, F16, BF16, mul_mat's dot-product kernels (mmv; mmvq, mmvq_s, glu twins).
+// Q4_K: get_rows, the dequantizing copies into F32, F16, BF16, mul_mat's dot-product kernels (mmv; mmvq, mmvq_s, mmvq_b, glu twins).
 #include "quant_mmvq.cuh"
 
 MMVQ_DECLARE(q4_k)
@@ -14,3 +14,5 @@ extern "C" __global__ void mmvq_q4_k(const Args a) { mmvq_entry<mq_q4_k, false, 
 extern "C" __global__ void mmvq_glu_q4_k(const Args a) { mmvq_entry<mq_q4_k, true, false>(a); }
 extern "C" __global__ void mmvq_s_q4_k(const Args a) { mmvq_entry<mq_q4_k, false, true>(a); }
 extern "C" __global__ void mmvq_s_glu_q4_k(const Args a) { mmvq_entry<mq_q4_k, true, true>(a); }
+extern "C" __global__ void mmvq_b_q4_k(const Args a) { mmvq_batch_entry<mq_q4_k, false>(a); }
+extern "C" __global__ void mmvq_b_glu_q4_k(const Args a) { mmvq_batch_entry<mq_q4_k, true>(a); }

@@ -1,7 +1,9 @@
 """Cases for flash_attn_ext: a generated token and a prompt, grouped-query heads, F32/F16 K and V read through
 views of a cache (as a llama graph does), causal masks with a fully masked row, F16/F32 masks broadcast over heads,
 logit softcap, ALiBi, Dv != D, several sequences, heads of 256; decode shapes (1-4 query rows over up to 4096 cache
-rows whose tail is masked, as a padded KV cache) with F32, F16 and Q8_0 K and V, where the CPU splits the KV length."""
+rows whose tail is masked, as a padded KV cache) with F32, F16 and Q8_0 K and V, where the CPU splits the KV length;
+masks whose live keys lie inside the cache (SPANS: a server's batch of several sequences, a sliding window, per-head
+masks), where the CPU reads only each row's live span."""
 from __future__ import annotations
 
 import numpy as np
@@ -56,6 +58,43 @@ PROMPT = [  # (D, N, n_kv, H, Hk, K type, V type): prompt chunks over a quantize
 ]
 
 
+SPANS = [  # (D, N, n_kv, H, Hk, K/V type, mask heads, kind): live keys a span of the cache, not its first rows (_spans)
+    (64, 16, 4000, 9, 3, F16, 1, "batch"),
+    (64, 4, 4000, 9, 3, F16, 1, "batch"),
+    (128, 24, 2000, 8, 2, F16, 1, "parts"),
+    (64, 12, 1500, 8, 2, Q8_0, 1, "offset"),
+    (256, 10, 1200, 4, 1, F16, 1, "window"),
+    (64, 1, 3000, 9, 3, F16, 1, "window"),
+    (64, 9, 900, 8, 2, F16, 4, "heads"),
+]
+
+
+def _spans(kind):
+    """A fill whose mask lets query row i (at position n_kv - N + i) see, of the n_kv keys: `batch` its own range of
+    the cache (row i: sequence N - 1 - i of N, each n_kv // N rows of which a varying prefix is live, as a server's
+    batch of one token a sequence); `parts` the first half of the rows a prompt part (causal over the first n_kv // 4
+    keys), the others single tokens of sequences in the cache's second half; `offset` a causal span starting at key 700; `window`
+    and `heads` the 200 (heads: 40 + 90 * mask head) keys up to its position; row 1 sees nothing, and in `heads` mask
+    head 0 of row 0 neither; other leafs as _causal."""
+    def fill(rng, t):
+        if t.name != "mask":
+            return _causal(rng, t)
+        n_kv, rows, heads = t.ne[0], t.ne[1], t.ne[2]
+        m, n = np.full((heads, rows, n_kv), -np.inf), rows - 1
+        for hm in range(heads):
+            for i in range(rows):
+                pos, per, half = n_kv - n + i, n_kv // n, n // 2
+                at = n_kv // 2 + (i - half) * (n_kv // 2 // (n - half))
+                lo, hi = {"batch": ((n - 1 - i) * per, (n - 1 - i) * per + 1 + 97 * i % (per - 1)),
+                          "parts": (0, n_kv // 4 + i) if i < half else (at, at + 50),
+                          "offset": (700, 701 + (n_kv - 701) * i // n), "window": (pos - 199, pos + 1),
+                          "heads": (pos - 39 - 90 * hm, pos + 1)}[kind]
+                if i != 1 and (kind != "heads" or (i, hm) != (0, 0)):
+                    m[hm, i, max(lo, 0):hi] = 0.0
+        return m.reshape(tuple(reversed(t.ne)))
+    return fill
+
+
 def _causal(rng, t):
     """For the leaf named 'mask': 0 where key j <= the query's position (n_kv - N + i), else -inf, the second row
     -inf throughout (its output is zeros); other float leafs uniform in [-1, 1) (quantized: random blocks)."""
@@ -80,9 +119,10 @@ def _padded(rng, t):
     return np.broadcast_to(np.where(j <= n_kv * 3 // 4 - rows + i, 0.0, -np.inf), tuple(reversed(t.ne)))
 
 
-def _flash(ctx, d, dv, n, n_kv, h, hk, s, mtype, scale, max_bias, softcap, kv_type=F16, cached=True, v_type=None):
+def _flash(ctx, d, dv, n, n_kv, h, hk, s, mtype, scale, max_bias, softcap, kv_type=F16, cached=True, v_type=None,
+           mask_heads=1):
     """q (D, N, H, S); k, v permuted views of caches (D, Hk, n_kv + 2, S) when `cached`, else contiguous leafs; V of
-    type v_type (default kv_type)."""
+    type v_type (default kv_type); the mask (n_kv, N + 1, mask_heads)."""
     if cached:
         views = []
         for width, t in ((d, kv_type), (dv, v_type or kv_type)):
@@ -91,7 +131,7 @@ def _flash(ctx, d, dv, n, n_kv, h, hk, s, mtype, scale, max_bias, softcap, kv_ty
         k, v = views
     else:
         k, v = leaf(ctx, kv_type, (d, n_kv, hk, s)), leaf(ctx, v_type or kv_type, (dv, n_kv, hk, s))
-    mask = leaf(ctx, mtype, (n_kv, n + 1)).set_name("mask") if mtype is not None else None
+    mask = leaf(ctx, mtype, (n_kv, n + 1, mask_heads)).set_name("mask") if mtype is not None else None
     return ops.flash_attn_ext(leaf(ctx, F32, (d, n, h, s)), k, v, mask, scale, max_bias, softcap)
 
 
@@ -113,6 +153,11 @@ def cases():
         out.append(OpCase("flash_attn_ext", f"prompt,k={kt.name},v={vt.name},D={d},N={n},n_kv={n_kv},H={h}/{hk}",
                           lambda ctx, c=(d, d, n, n_kv, h, hk, 1, F16, d ** -0.5, 0.0, 0.0), kt=kt, vt=vt: _flash(
                               ctx, *c, kv_type=kt, v_type=vt), fill=_causal, max_nmse=TC_NMSE))
+    for d, n, n_kv, h, hk, kt, mh, kind in SPANS:
+        out.append(OpCase("flash_attn_ext", f"spans={kind},kv={kt.name},D={d},N={n},n_kv={n_kv},H={h}/{hk},mask_heads={mh}",
+                          lambda ctx, c=(d, d, n, n_kv, h, hk, 1, F16, d ** -0.5, 0.0, 0.0), kt=kt, mh=mh: _flash(
+                              ctx, *c, kv_type=kt, mask_heads=mh), fill=_spans(kind),
+                          max_nmse=TC_NMSE if n >= 16 else 1e-7))
     for t in (F16, Q8_0):
         out.append(OpCase("flash_attn_ext", f"perf,token,kv={t.name},n_kv=4096", lambda ctx, t=t: _flash(
             ctx, 64, 64, 1, 4096, 9, 3, 1, F16, 0.125, 0.0, 0.0, kv_type=t), fill=_padded, tags=("perf",)))

@@ -4,14 +4,18 @@ throughout (q is not rounded to K's type). K and V are F32, F16, BF16 or Q8_0 (g
 int8), each row converted to float32 once. A key's rows of all KV heads are read together (they lie side by side in a
 KV cache: each cache line fetched is used at once).
 
-Work units are (query row (token, sequence), KV chunk). Prompt chunks (Q_BLOCK tokens or more, no softcap) run
-flash_attn_tiles: blocks of query rows against tiles of keys by the own GEMM's micro-kernel, the workers splitting the
-blocks. With few (a generated token) the KV length is split too, into one chunk per worker, chunk c taking the tiles
-c, c + n_chunks, ... (so the masked tail of the cache falls on every chunk alike): each unit leaves its partial (max,
-sum, accumulator) per query head in the temp block, and one combine pass after the workers joins them (llama.cpp's
-split-KV decode). Keys whose mask is -inf for every query head are skipped unread (the cache rows past the context,
-the future of a causal mask). The rows of K, V and the mask must be contiguous (nb[0] = type size, as ggml reads
-them), their other strides are free (views of a KV cache)."""
+A query row reads only its live span: the keys from the first to the last one its mask lets through for some head,
+found by a vectorised scan of the mask rows from both ends (_live_span: the cache rows past the context, the future of
+a causal mask, the other sequences' ranges of a server's batch, what lies outside a sliding window are never read);
+inside it, keys whose mask is -inf for every query head are skipped unread. Work units are (query row (token,
+sequence), KV chunk). Prompt chunks (Q_BLOCK tokens or more, no softcap) run flash_attn_tiles: blocks of query rows
+against tiles of keys by the own GEMM's micro-kernel, the workers splitting the blocks, over the tiles that some
+token's span meets; a block whose tokens share few keys (_tiled: one token each of several sequences) runs on
+flash_attn_units instead. With few rows (a generated token) the live span is split too, into one chunk per worker,
+chunk c taking its tiles c, c + n_chunks, ...: each unit leaves its partial (max, sum, accumulator) per query head in
+the temp block, and one combine pass after the workers joins them (llama.cpp's split-KV decode). The rows of K, V and
+the mask must be contiguous (nb[0] = type size, as ggml reads them), their other strides are free (views of a KV
+cache)."""
 import math
 
 import numpy as np
@@ -30,6 +34,8 @@ TILE = 32               # keys per tile: scores, then the softmax update, then t
 MIN_CHUNK = 128         # the fewest keys a unit of a split KV length reads
 UNITS_PER_THREAD = 4    # the KV length is split when the query rows give the workers fewer units each
 Q_BLOCK = 8             # flash_attn_tiles: tokens whose query rows a unit takes together
+SCAN = 64               # mask elements a live-span search compares at a time
+TILED_SHARE = 3         # flash_attn_tiles takes a block whose tokens see each of their keys this many times on average
 
 
 @intrinsic
@@ -104,16 +110,79 @@ def _dot3(a, b, c, k, n):
 
 
 @scalar
+def _seen(row, j, n):
+    """How many of row[j:j + n] are > -inf (keys the mask lets through): vectorised for n = SCAN."""
+    seg, seen = row[j:j + n], 0
+    for i in range(n):
+        seen += _element(seg[i]) > np.float32(-np.inf)
+    return seen
+
+
+@scalar
+def _live_span(mf, ms, i3, i1, n_head, n_kv):
+    """(lo, hi): the keys from the first to the last one whose mask is finite for some head of query row (i3, i1)
+    (the mask rows of the heads: one where ms[1] == 1; no mask: all); lo >= hi: none. Searched SCAN elements at a
+    time from either end, each further head's row only outside the span found so far."""
+    lo, hi = (n_kv, 0) if ms[0] else (0, n_kv)
+    for hm in range(min(ms[1], n_head) if ms[0] else 0):
+        row, j = mf[i3 % ms[0] * ms[4] + hm * ms[5] + i1 * ms[6]:][:n_kv], 0
+        while j + SCAN <= lo and not _seen(row, j, SCAN):
+            j += SCAN
+        while j < lo and not _seen(row, j, 1):
+            j += 1
+        lo, j, b = j, n_kv, max(j, hi)
+        while j - SCAN >= b and not _seen(row, j - SCAN, SCAN):
+            j -= SCAN
+        while j > b and not _seen(row, j - 1, 1):
+            j -= 1
+        hi = j if j > b else hi
+    return lo, hi
+
+
+@kernel
+def flash_attn_spans(spans, plan, mf, ms, n_head, ith, nth):
+    """spans[i3, i1] = _live_span of every query row (i3, i1), then plan = (the blocks flash_attn_tiles takes, those
+    left to flash_attn_units): a serial pass (a vectorised scan of what lies outside the spans), the kernels after it
+    launched only where they have work (ith, nth: launched by one worker)."""
+    n_seq, n = spans.shape[:2]
+    for r in range(n_seq * n):
+        spans[r // n, r % n, 0], spans[r // n, r % n, 1] = _live_span(mf, ms, r // n, r % n, n_head, ms[3])
+    plan[:] = 0
+    for i3 in range(n_seq):
+        for t0 in range(0, n, Q_BLOCK):
+            plan[0 if _tiled(spans, i3, t0, n) else 1] += 1
+
+
+@scalar
+def _tiled(spans, i3, t0, n):
+    """Whether block t0 // Q_BLOCK of sequence i3 runs on flash_attn_tiles: its tokens (t0 .. t0 + Q_BLOCK - 1, < n)
+    see each key of the union of their spans TILED_SHARE times or more on average (a prompt chunk, not the tokens of
+    several sequences); the union by the sweep in order of lo (ties by token): each span adds what lies past the
+    furthest end of the spans before it."""
+    total, union = 0, 0
+    for t in range(t0, min(t0 + Q_BLOCK, n)):
+        lo, hi = spans[i3, t, 0], spans[i3, t, 1]
+        top = lo
+        for u in range(t0, min(t0 + Q_BLOCK, n)):
+            if spans[i3, u, 0] < spans[i3, u, 1] and (spans[i3, u, 0] < lo or spans[i3, u, 0] == lo and u < t):
+                top = max(top, spans[i3, u, 1])
+        total, union = total + max(hi - lo, 0), union + max(hi - top, 0)
+    return total >= TILED_SHARE * union
+
+
+@scalar
 def _capped(s, softcap):
     """A score with the logit softcap applied (softcap * tanh(s / softcap)); softcap 0: none."""
     return s if softcap == 0 else softcap * np.float32(math.tanh(s / softcap))
 
 
 @njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc", "contract", "nsz", "arcp"})
-def flash_attn_units(kcode, vcode, dk, dv, d, part, q, kf, ks, vf, vs, mf, ms, slopes, scale, softcap, n_chunks, ith,
-                     nth):
+def flash_attn_units(kcode, vcode, dk, dv, d, part, q, kf, ks, vf, vs, mf, ms, spans, tiled, slopes, scale, softcap,
+                     n_chunks, ith, nth):
     """Units u = ith, ith + nth, ... of (query row r = (i3, i1), chunk c): every query head h of token i1 attends
-    over the keys of tiles c, c + n_chunks, ..., a key's rows of all KV heads read together (adjacent in a cache).
+    over the keys of tiles c, c + n_chunks, ... of its live span (_live_span; spans[i3, i1] where `tiled`), a key's
+    rows of all KV heads read together (adjacent in a cache); where `tiled` (flash_attn_spans ran), the rows of the
+    blocks that flash_attn_tiles takes are skipped.
     With one chunk d[i3, i1, h] is the result (d (S, N, H, Dv), q (S, H, N, D)); else part[r, c, h] = (max, sum,
     accumulator...) (float32 (rows, n_chunks, H, 2 + Dv)). K, V and the mask as flat runs of their memory from their
     first element (C-contiguous: row loads vectorise), ks / vs / ms = (dims 3, 2, 1 and 0, strides of dims 3, 2, 1 in
@@ -136,6 +205,8 @@ def flash_attn_units(kcode, vcode, dk, dv, d, part, q, kf, ks, vf, vs, mf, ms, s
     for u in range(ith, n_seq * n * n_chunks, nth):
         r, c = u // n_chunks, u % n_chunks
         i3, i1 = r // n, r % n
+        if tiled and _tiled(spans, i3, i1 // Q_BLOCK * Q_BLOCK, n):
+            continue
         k0 = i3 // (n_seq // ks[0]) * ks[4]
         v0 = i3 // (n_seq // vs[0]) * vs[4]
         for h in range(n_head):
@@ -146,8 +217,10 @@ def flash_attn_units(kcode, vcode, dk, dv, d, part, q, kf, ks, vf, vs, mf, ms, s
         mx[:] = ninf
         sm[:] = 0
         acc[:] = 0
-        for t0 in range(c * TILE, n_kv, n_chunks * TILE):
-            nt = min(TILE, n_kv - t0)
+        first, end = (spans[i3, i1, 0], spans[i3, i1, 1]) if tiled else _live_span(mf, ms, i3, i1, n_head, n_kv)
+        # the chunks split the live keys, not all n_kv
+        for t0 in range(first + c * TILE, end, n_chunks * TILE):
+            nt = min(TILE, end - t0)
             live[:] = not masked
             if masked:                          # the mask's bias; keys masked for every head are not read
                 for h in range(n_head):
@@ -220,7 +293,7 @@ def flash_attn_units(kcode, vcode, dk, dv, d, part, q, kf, ks, vf, vs, mf, ms, s
 
 
 @njit(nogil=True, cache=True, error_model="numpy", fastmath={"reassoc", "contract", "nsz", "arcp"})
-def flash_attn_tiles(kcode, vcode, d, q, kf, ks, vf, vs, mf, ms, slopes, scale, ith, nth):
+def flash_attn_tiles(kcode, vcode, d, q, kf, ks, vf, vs, mf, ms, spans, slopes, scale, ith, nth):
     """flash_attn_units for prompt chunks (one KV chunk, no softcap): units u = ith, ith + nth, ... of (sequence i3,
     block of Q_BLOCK tokens, KV head g), whose query rows r (token t0 + r // group, head g * group + r % group) attend
     together: each tile's K and V rows are converted to float32 once for all of them, and the scores (added to the
@@ -235,11 +308,15 @@ def flash_attn_tiles(kcode, vcode, d, q, kf, ks, vf, vs, mf, ms, slopes, scale, 
     vt = np.zeros((TILE, dvp), np.float32)
     sc, acc = np.zeros((rows, TILE), np.float32), np.empty((rows, dvp), np.float32)
     mx, sm, live = np.empty(rows, np.float32), np.empty(rows, np.float32), np.empty(TILE, np.bool_)
+    panel = np.empty(rows // NR, np.bool_)
     ninf = np.float32(-np.inf)
     blocks = (n + Q_BLOCK - 1) // Q_BLOCK
     for u in range(ith, n_seq * blocks * kv_heads, nth):
         i3, t0, g = u // (kv_heads * blocks), u // kv_heads % blocks * Q_BLOCK, u % kv_heads
-        nr = min(Q_BLOCK, n - t0) * group
+        nq = min(Q_BLOCK, n - t0)
+        nr, span = nq * group, spans[i3, t0:t0 + nq]
+        if not _tiled(spans, i3, t0, n):
+            continue
         k0 = i3 // (n_seq // ks[0]) * ks[4] + g * ks[5]
         v0 = i3 // (n_seq // vs[0]) * vs[4] + g * vs[5]
         for r in range(nr):
@@ -248,12 +325,25 @@ def flash_attn_tiles(kcode, vcode, d, q, kf, ks, vf, vs, mf, ms, slopes, scale, 
         mx[:] = ninf
         sm[:] = 0
         acc[:] = 0
-        for j0 in range(0, n_kv, TILE):
-            nt = min(TILE, n_kv - j0)
+        j0, end = n_kv, 0                       # the tiles from the first live key of the block's tokens to the last
+        for t in range(nq):
+            if span[t, 0] < span[t, 1]:
+                j0, end = min(j0, span[t, 0]), max(end, span[t, 1])
+        for j in range(j0, end, TILE):
+            nt, meets = min(TILE, end - j), 0
+            for t in range(nq):                 # the tokens whose live span meets the tile [j, j + nt)
+                meets += span[t, 0] < min(span[t, 1], j + nt) and j < span[t, 1]
+            if meets == 0:                      # a gap between the tokens' spans
+                continue
+            panel[:] = meets == nq
+            for t in range(nq if meets < nq else 0):    # the panels of their rows
+                if span[t, 0] < min(span[t, 1], j + nt) and j < span[t, 1]:
+                    for r in range(t * group, (t + 1) * group):
+                        panel[r // NR] = True
             live[:] = ms[0] == 0
             for r in range(nr if ms[0] else 0):     # the mask's bias; keys masked for every row are not read
                 h = g * group + r % group
-                at = i3 % ms[0] * ms[4] + h % ms[1] * ms[5] + (t0 + r // group) * ms[6] + j0
+                at = i3 % ms[0] * ms[4] + h % ms[1] * ms[5] + (t0 + r // group) * ms[6] + j
                 row, s = mf[at:at + nt], sc[r]
                 for jj in range(nt):
                     s[jj] = slopes[h] * _element(row[jj])
@@ -263,13 +353,15 @@ def flash_attn_tiles(kcode, vcode, d, q, kf, ks, vf, vs, mf, ms, slopes, scale, 
             for jj in range(TILE):              # the tile's K and V rows as float32 (dead keys: zeros)
                 kt[jj], vt[jj] = 0, 0
                 if jj < nt and live[jj]:
-                    _row(kcode, kt[jj], kf, k0 + (j0 + jj) * ks[6])
-                    _row(vcode, vt[jj, :dv], vf, v0 + (j0 + jj) * vs[6])
+                    _row(kcode, kt[jj], kf, k0 + (j + jj) * ks[6])
+                    _row(vcode, vt[jj, :dv], vf, v0 + (j + jj) * vs[6])
             for jp in range(0, TILE, MR):
                 pack_rows(kp, jp * dk, MR, kt, jp, MR, 0, dk)
-                for rp in range(0, rows, NR):   # scores: sc[r, j] (+)= q_r . k_j
-                    micro_kernel(kp.ctypes.data + jp * dk * 4, MR, qp.ctypes.data + rp * dk * 4,
-                                 sc.ctypes.data + (rp * TILE + jp) * 4, TILE, dk, ms[0])
+                for rp in range(0, rows, NR):   # scores: sc[r, j] (+)= q_r . k_j (a row outside its span: the
+                    # mask's -inf throughout; panels of such rows are skipped, their weights 0)
+                    if panel[rp // NR]:
+                        micro_kernel(kp.ctypes.data + jp * dk * 4, MR, qp.ctypes.data + rp * dk * 4,
+                                     sc.ctypes.data + (rp * TILE + jp) * 4, TILE, dk, ms[0])
             for r in range(nr):                 # online softmax: scores -> weights, max and sum updated
                 s, tm, total = sc[r], ninf, np.float32(0.0)
                 for jj in range(nt):
@@ -287,7 +379,7 @@ def flash_attn_tiles(kcode, vcode, d, q, kf, ks, vf, vs, mf, ms, slopes, scale, 
                 for jj in range(nt):
                     pt[r // NR * NR * TILE + jj * NR + r % NR] = s[jj]
             for rp in range(0, rows, NR):       # acc[r] += sum_j w_rj v_j
-                for ip in range(0, dvp, MR):
+                for ip in range(0, dvp if panel[rp // NR] else 0, MR):
                     micro_kernel(vt.ctypes.data + ip * 4, dvp, pt.ctypes.data + rp * TILE * 4,
                                  acc.ctypes.data + (rp * dvp + ip) * 4, dvp, nt, 1)
         for r in range(nr):
@@ -362,6 +454,8 @@ def _flat(a: np.ndarray) -> tuple:
 
 @register("flash_attn_ext", refusal=_refusal, temp_size=_temp_size)
 def bind_flash_attn_ext(b: BoundNode):
+    """Prompt chunks (n_chunks 1, Q_BLOCK tokens or more, no softcap): flash_attn_spans, then flash_attn_tiles on the
+    blocks _tiled takes and flash_attn_units on the others' rows; else flash_attn_units [and the combine]."""
     p = b.node.op_params
     q = b.srcs[0]
     (kf, ks), (vf, vs) = _flat(b.srcs[1]), _flat(b.srcs[2])
@@ -370,17 +464,30 @@ def bind_flash_attn_ext(b: BoundNode):
     rows, n_head, dv = q.shape[0] * q.shape[2], q.shape[1], b.dst.shape[3]
     part = (b.temp.view(np.float32)[:rows * n_chunks * n_head * (2 + dv)].reshape(rows, n_chunks, n_head, 2 + dv)
             if n_chunks > 1 else np.zeros((1, 1, 1, 1), np.float32))
-    args = (int(b.node.src[1].type.quantized), int(b.node.src[2].type.quantized), b.dst, part, q, kf, ks, vf, vs, mf,
-            ms, alibi_slopes(q.shape[1], p["max_bias"]), np.float32(p["scale"]), np.float32(p["logit_softcap"]),
-            n_chunks)
-    if n_chunks == 1 and q.shape[2] >= Q_BLOCK and p["logit_softcap"] == 0:
-        return launch(flash_attn_tiles, args[:3] + args[4:-2], nth, constants=(0, 1))
-    units = launch(flash_attn_units, args[:2] + (q.shape[3], dv) + args[2:], nth, constants=(0, 1, 2, 3))
+    tiled = n_chunks == 1 and q.shape[2] >= Q_BLOCK and p["logit_softcap"] == 0
+    spans, plan = np.zeros((q.shape[0], q.shape[2], 2), np.int64), np.zeros(2, np.int64)
+    codes = (int(b.node.src[1].type.quantized), int(b.node.src[2].type.quantized))
+    slopes = alibi_slopes(n_head, p["max_bias"])
+    units = launch(flash_attn_units, codes + (q.shape[3], dv, b.dst, part, q, kf, ks, vf, vs, mf, ms, spans, tiled,
+                                              slopes, np.float32(p["scale"]), np.float32(p["logit_softcap"]), n_chunks),
+                   nth, constants=(0, 1, 2, 3))
+    if tiled:
+        find = launch(flash_attn_spans, (spans, plan, mf, ms, n_head), 1)
+        tiles = launch(flash_attn_tiles, codes + (b.dst, q, kf, ks, vf, vs, mf, ms, spans, slopes,
+                                                  np.float32(p["scale"])), nth, constants=(0, 1))
+
+        def run():
+            find()
+            if plan[0]:
+                tiles()
+            if plan[1]:
+                units()
+        return run
     if n_chunks == 1:
         return units
     combine = launch(flash_attn_combine, (b.dst, part), 1)
 
-    def run():
+    def run_split():
         units()
         combine()
-    return run
+    return run_split

@@ -134,21 +134,28 @@ def quant_cases():
     return out
 
 
-def mmvq_cases():
-    """Every quantized type times 1 to 8 columns of b (the integer dot-product kernels): rows past the last full
-    block of rows, K of 17 units (lanes idle) and of 2 per lane (a second pass), b with gaps between its rows, a
-    broadcast over dims 2 and 3, b strided (permuted)."""
+def _mmvq(tag: str, shapes: tuple) -> list:
+    """Every quantized type times b of `shapes` ((K: index into the type's (k0, k1), M, N, a's dims 2-3, b's, b's
+    layout), ...)."""
     out = []
     for t in QUANT_TYPES:
-        k0, k1 = (768, 4096) if t.block == 256 else (544, 2048)
-        for k, m, n, ad, bd, how in ((k0, 37, 1, (1, 1), (1, 1), "cont"), (k1, 9, 8, (1, 1), (1, 1), "cont"),
-                                     (k0, 6, 2, (1, 1), (1, 1), "padded"), (k0, 5, 1, (1, 1), (1, 2), "permuted3"),
-                                     (k0, 7, 2, (2, 1), (4, 3), "cont"), (k0, 11, 3, (1, 1), (1, 1), "permuted")):
-            out.append(OpCase("mul_mat", f"mmvq,{t.name},K={k},M={m},N={n},a23={ad},b23={bd},b={how}",
+        ks = (768, 4096) if t.block == 256 else (544, 2048)
+        for kk, m, n, ad, bd, how in shapes:
+            k = ks[kk]
+            out.append(OpCase("mul_mat", f"{tag},{t.name},K={k},M={m},N={n},a23={ad},b23={bd},b={how}",
                               lambda ctx, t=t, k=k, m=m, n=n, ad=ad, bd=bd, how=how: ops.mul_mat(
                                   leaf(ctx, t, (k, m) + ad), layout(ctx, F32, (k, n) + bd, how)),
                               flops=_flops, max_nmse=Q8_NMSE))
     return out
+
+
+def mmvq_cases():
+    """Every quantized type times 1 to 8 columns of b (the integer dot-product kernels): rows past the last full
+    block of rows, K of 17 units (lanes idle) and of 2 per lane (a second pass), b with gaps between its rows, a
+    broadcast over dims 2 and 3, b strided (permuted)."""
+    return _mmvq("mmvq", ((0, 37, 1, (1, 1), (1, 1), "cont"), (1, 9, 8, (1, 1), (1, 1), "cont"),
+                          (0, 6, 2, (1, 1), (1, 1), "padded"), (0, 5, 1, (1, 1), (1, 2), "permuted3"),
+                          (0, 7, 2, (2, 1), (4, 3), "cont"), (0, 11, 3, (1, 1), (1, 1), "permuted")))
 
 
 def mmvq_batch_cases():
@@ -156,17 +163,9 @@ def mmvq_batch_cases():
     integer dot-product batch kernels, mmvq_b): rows past the last full block of rows and an odd last pair of a warp,
     K of 17 units (lanes idle) and of 2 per lane, b with gaps between its rows, a broadcast over dims 2 and 3, b
     strided (permuted)."""
-    out = []
-    for t in QUANT_TYPES:
-        k0, k1 = (768, 4096) if t.block == 256 else (544, 2048)
-        for k, m, n, ad, bd, how in ((k0, 37, 9, (1, 1), (1, 1), "cont"), (k1, 20, 12, (1, 1), (1, 1), "cont"),
-                                     (k0, 64, 16, (1, 1), (1, 1), "cont"), (k0, 6, 10, (1, 1), (1, 1), "padded"),
-                                     (k0, 7, 12, (2, 1), (4, 3), "cont"), (k0, 11, 16, (1, 1), (1, 1), "permuted")):
-            out.append(OpCase("mul_mat", f"mmvq_b,{t.name},K={k},M={m},N={n},a23={ad},b23={bd},b={how}",
-                              lambda ctx, t=t, k=k, m=m, n=n, ad=ad, bd=bd, how=how: ops.mul_mat(
-                                  leaf(ctx, t, (k, m) + ad), layout(ctx, F32, (k, n) + bd, how)),
-                              flops=_flops, max_nmse=Q8_NMSE))
-    return out
+    return _mmvq("mmvq_b", ((0, 37, 9, (1, 1), (1, 1), "cont"), (1, 20, 12, (1, 1), (1, 1), "cont"),
+                            (0, 64, 16, (1, 1), (1, 1), "cont"), (0, 6, 10, (1, 1), (1, 1), "padded"),
+                            (0, 7, 12, (2, 1), (4, 3), "cont"), (0, 11, 16, (1, 1), (1, 1), "permuted")))
 
 
 def _gqa(ctx, t, hd, n_kv, n, heads, kv_heads, product):

@@ -62,7 +62,12 @@ def converted(tmp_path_factory):
 def check_rows(got, want, tol):
     rel = np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
     assert rel.max() <= tol, f"relative error per row {np.round(rel, 6)} (seed {SEED})"
-    assert (got.argmax(1) == want.argmax(1)).all(), f"top-1 differs (seed {SEED})"
+    # same top-1 wherever the reference's best two logits are further apart than twice the row's largest error (a
+    # nearer tie may turn either way at F16's precision); most rows are decided so
+    top2 = np.sort(want, axis=1)[:, -2:]
+    decided = top2[:, 1] - top2[:, 0] > 2 * np.abs(got - want).max(axis=1)
+    assert decided.mean() >= 0.5, f"only {decided.sum()} of {len(decided)} rows decided (seed {SEED})"
+    assert (got.argmax(1) == want.argmax(1))[decided].all(), f"top-1 differs (seed {SEED})"
 
 
 @pytest.mark.parametrize("outtype,tol", [("f32", 1e-3), ("f16", 5e-3)])    # F16: up to 1.6e-3 seen

@@ -217,7 +217,9 @@ def _write(out_path: str, tensors: dict, hparams: dict, file_type: str, progress
     writer.add_string(f"{ARCH}.layout", "ggml-ne")
     writer.add_string(f"{ARCH}.file_type", file_type)
     for name, array in tensors.items():
-        stored = np.ascontiguousarray(array, dtype=storage_dtype(name, array, file_type))
+        # BF16 rounds the F32 file's values: ml_dtypes >= 0.7 rounds float64 directly, one ulp off at times
+        dtype = storage_dtype(name, array, file_type)
+        stored = np.ascontiguousarray(array.astype(np.float32) if dtype == BF16.dtype else array, dtype=dtype)
         if stored.dtype == BF16.dtype:      # the gguf writer takes BF16 as raw 16-bit words with its type
             writer.add_tensor(name, stored.view(np.uint16), raw_shape=stored.shape,
                               raw_dtype=gguf.GGMLQuantizationType.BF16)

@@ -67,12 +67,14 @@ def timed(backend, graph, replays: int) -> float:
     return Event.elapsed(start, end) / replays
 
 
-def mat_vec_chain(backend, type_name: str, K: int, M: int, rng):
+def mat_vec_chain(backend, type_name: str, K: int, M: int, rng, n_cols: int = 1, most: int = 256):
+    """(graph, R, bytes of a weight): R (at most `most`) distinct (K, M) weights of the type, each times the same
+    (K, n_cols) activations."""
     t = getattr(ggpy, type_name)
     per = t.row_bytes(K) * M
-    n = max(4, min(256, L2_DEFEAT // per))
+    n = max(4, min(most, L2_DEFEAT // per))
     ctx, wctx = ggpy.Context(), ggpy.Context()
-    x = ctx.new_tensor(ggpy.F32, (K, 1)).set_input()
+    x = ctx.new_tensor(ggpy.F32, (K, n_cols)).set_input()
     ws = [wctx.new_tensor(t, (K, M)) for _ in range(n)]
     ggpy.alloc_ctx_tensors(wctx, backend)       # model weights (as a model's): mmvq loads them before the grid wait
     graph = ggpy.Graph()

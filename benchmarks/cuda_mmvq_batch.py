@@ -20,10 +20,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "models"), str(ROOT / "benchmarks")]
 
-import ggpy  # noqa: E402
 from ggpy.backends.cuda import CUDABackend  # noqa: E402
 from ggpy.backends.cuda.kernels import quant  # noqa: E402
-from cuda_decode_ops import L2_DEFEAT, random_blocks, timed  # noqa: E402
+from cuda_decode_ops import mat_vec_chain, timed  # noqa: E402
 
 SHAPES = [("smollm2 q/o", "Q4_1", 576, 576), ("smollm2 k/v", "Q4_1", 576, 192), ("smollm2 gate", "Q4_1", 576, 1536),
           ("smollm2 down", "Q4_1", 1536, 576), ("smollm2 head", "Q8_0", 576, 49152),
@@ -41,24 +40,6 @@ def patched(**values):
     finally:
         for k, v in saved.items():
             setattr(quant, k, v)
-
-
-def chain(backend, type_name: str, K: int, M: int, N: int, rng):
-    t = getattr(ggpy, type_name)
-    per = t.row_bytes(K) * M
-    n = max(4, min(128, L2_DEFEAT // per))
-    ctx, wctx = ggpy.Context(), ggpy.Context()
-    x = ctx.new_tensor(ggpy.F32, (K, N)).set_input()
-    ws = [wctx.new_tensor(t, (K, M)) for _ in range(n)]
-    ggpy.alloc_ctx_tensors(wctx, backend)
-    graph = ggpy.Graph()
-    for w in ws:
-        graph.build_forward_expand(ggpy.mul_mat(w, x))
-    ggpy.GraphAllocator(backend).alloc_graph(graph)
-    x.set(rng.standard_normal(x.shape).astype(np.float32))
-    for w in ws:
-        w.set(random_blocks(w, rng))
-    return graph, n, per
 
 
 def products(opts):
@@ -80,7 +61,7 @@ def products(opts):
                     continue
                 with patched(**patch):
                     backend = CUDABackend("cuda", force=force)
-                    graph, n, per = chain(backend, t, K, M, N, rng)
+                    graph, n, per = mat_vec_chain(backend, t, K, M, rng, n_cols=N, most=128)
                     names = {st.name for st in backend.program(graph)}
                     us[v] = timed(backend, graph, opts.replays) / n * 1e6
                 if v == "mmvq":

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 pytest.importorskip("tokenizers")          # the llama extra: pip install -e ".[llama]"
 
-from llama_tiny import write_tiny_llama
+from gguf import GGMLQuantizationType as gguf_types
+from llama_tiny import DEFAULT_TYPES, write_tiny_llama
 
 from ggpy.models.llama.batch import BatchModel
 from ggpy.models.llama.generate import generate
@@ -24,7 +25,11 @@ N_BATCH = 16        # chunks of at most 16 tokens: the mat-mul kernels GraphMode
 
 @pytest.fixture(scope="module")
 def path(tmp_path_factory):
-    return write_tiny_llama(tmp_path_factory.mktemp("model") / "tiny.gguf", seed=SEED, n_layer=2)
+    """F32 weights: a quantized matrix's CPU product rounds the activations to 8 bits in kernels chosen by the column
+    count, and a batch's other columns (or another split of the keys) move a logit by ~1e-3 then, enough to turn a
+    seeded draw from a flat distribution (tests/models/test_llama_batch.py's model likewise)."""
+    f32 = dict.fromkeys(DEFAULT_TYPES, gguf_types.F32)
+    return write_tiny_llama(tmp_path_factory.mktemp("model") / "tiny.gguf", seed=SEED, n_layer=2, types=f32)
 
 
 @pytest.fixture(scope="module", params=["cpu", "cuda"])

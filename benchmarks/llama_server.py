@@ -3,14 +3,17 @@ llama-cpp-python's server):
 
     python benchmarks/llama_server.py [--url http://127.0.0.1:8080] [--clients 1,4,16,64] [--requests 4]
                                       [--prompt 128] [--gen 64] [--timeout 300] [--api-key KEY] [--pid PID] [--text]
+                                      [--warm]
 
 For each client count N: N threads, each sending M streamed POST /v1/completions one after another (temperature 0,
-ignore_eos, max_tokens --gen), every prompt its own seeded random --prompt token ids (the prompt cache never
+ignore_eos and min_tokens --gen for servers without ignore_eos, max_tokens --gen), every prompt its own seeded random --prompt token ids (the prompt cache never
 helps; --text sends " the" * prompt instead, for servers that take only text). Each request has --timeout seconds;
 one that fails or times out is counted, never retried. Reported per N: requests answered / sent, aggregate
 generated tokens/s (completion tokens of all requests over the wall time of the run), time to first token
 (the first chunk of a token, its text maybe empty) p50 / p95, requests/s, and with --pid the server process's RSS after the run. The last
-line is the whole table as JSON. Traffic goes only to 127.0.0.1 / localhost.
+line is the whole table as JSON. With --warm each client count first runs once unmeasured (a server that plans
+or captures per batch shape meets them there; its rate then is the "cold" column), then measured. Traffic goes only
+to 127.0.0.1 / localhost.
 """
 from __future__ import annotations
 
@@ -88,7 +91,8 @@ def run(target: Target, n_clients: int, n_requests: int, args) -> dict:
             seed = (n_clients * 1000 + c) * 1000 + i
             prompt = " the" * args.prompt if args.text else \
                 [int(t) for t in np.random.default_rng(seed).integers(100, args.vocab, args.prompt)]
-            body = {"prompt": prompt, "max_tokens": args.gen, "temperature": 0, "ignore_eos": True, "stream": True,
+            body = {"prompt": prompt, "max_tokens": args.gen, "temperature": 0, "ignore_eos": True, "min_tokens": args.gen,
+                    "stream": True,
                     "stream_options": {"include_usage": True}}
             try:
                 n, ttft = target.complete(body, args.timeout)
@@ -127,19 +131,24 @@ def main(argv=None):
     p.add_argument("--api-key")
     p.add_argument("--pid", type=int, help="the server's process id: its RSS after each run")
     p.add_argument("--warmup", type=int, default=1, help="requests sent alone first, not counted")
+    p.add_argument("--warm", action="store_true", help="run each client count once unmeasured before measuring it")
     args = p.parse_args(argv)
     target = Target(args.url, args.api_key)
     if args.warmup:
         run(target, 1, args.warmup, args)
     rows = []
     print(f"{'clients':>7} {'answered':>9} {'gen tok/s':>10} {'TTFT p50':>9} {'TTFT p95':>9} {'req/s':>7} "
-          f"{'RSS MiB':>8}  ({args.url}, prompt {args.prompt}, gen {args.gen}, {args.requests} requests a client)")
+          f"{'RSS MiB':>8}{' cold tok/s' if args.warm else ''}  ({args.url}, prompt {args.prompt}, gen {args.gen}, {args.requests} requests a client)")
     for n in (int(x) for x in args.clients.split(",")):
+        cold = run(target, n, args.requests, args) if args.warm else None
         row = run(target, n, args.requests, args)
+        if cold is not None:
+            row["cold_gen_tok_s"] = cold["gen_tok_s"]
         rows.append(row)
         rss = "-" if row["rss_mib"] is None else f"{row['rss_mib']:.0f}"
+        cold_col = "" if cold is None else f" {cold['gen_tok_s']:10.1f}"
         print(f"{n:7d} {row['answered']:4d}/{row['sent']:<4d} {row['gen_tok_s']:10.1f} {row['ttft_p50_s']:9.3f} "
-              f"{row['ttft_p95_s']:9.3f} {row['req_s']:7.2f} {rss:>8}", flush=True)
+              f"{row['ttft_p95_s']:9.3f} {row['req_s']:7.2f} {rss:>8}{cold_col}", flush=True)
         for f in row["failures"]:
             print(f"        failed: {f}", file=sys.stderr)
     print(json.dumps(rows))

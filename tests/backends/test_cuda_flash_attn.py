@@ -25,10 +25,11 @@ def _node(n, n_kv, hd=HD, kv_type=F16, heads=HEADS, kv_heads=KV_HEADS):
 def test_a_token_splits_the_keys_and_a_prompt_runs_on_tensor_cores():
     token = _node(1, 4096, heads=32, kv_heads=8)
     rb, z, chunk, chunks = attention_flash.split(token)
-    assert (rb, z) == (4, 1) and chunks > 8 and chunk % 64 == 0 and chunk * (chunks - 1) < 4096
+    assert (rb, z) == (2, 2) and chunks > 8 and chunk % 64 == 0 and chunk * (chunks - 1) < 4096   # 2 pairs: one row
     assert attention_flash.choose(token, None) == "vec"
     assert attention_flash.temp_size(token, "vec", None) == 32 * chunks * (64 + 2) * 4
-    assert attention_flash.kernel_name(token, "vec") == "fa_vec_d64_r4_f16_f16"
+    assert attention_flash.kernel_name(token, "vec") == "fa_vec_d64_r2_f16_f16"
+    assert attention_flash.split(_node(3, 4096, heads=32, kv_heads=8))[:2] == (8, 2)      # several rows: 8 a block
     prompt = _node(100, 300)
     assert attention_flash.choose(prompt, None) == "tc" and attention_flash.temp_size(prompt, "tc", None) == 0
     assert attention_flash.choose(_node(100, 300, kv_type=F32), None) == "vec"
@@ -37,8 +38,8 @@ def test_a_token_splits_the_keys_and_a_prompt_runs_on_tensor_cores():
                                               "fa_vec_d64_r4_q8_0_q8_0_cl"}
     hopper = SimpleNamespace(device=SimpleNamespace(cc=(9, 0)))      # clusters of CLUSTER chunks, no partials
     short = _node(1, 1024, heads=32, kv_heads=8)
-    assert attention_flash.split(short, hopper) == (4, 1, 1024 // attention_flash.CLUSTER, attention_flash.CLUSTER)
-    assert attention_flash.kernel_name(short, "vec", hopper) == "fa_vec_d64_r4_f16_f16_cl"
+    assert attention_flash.split(short, hopper) == (2, 2, 1024 // attention_flash.CLUSTER, attention_flash.CLUSTER)
+    assert attention_flash.kernel_name(short, "vec", hopper) == "fa_vec_d64_r2_f16_f16_cl"
     assert attention_flash.temp_size(short, "vec", hopper) == 0
     assert not attention_flash.clustered(token, hopper) and not attention_flash.clustered(short, None)
     mixed = ggpy.flash_attn_ext(*short.src[:2], _node(1, 1024, kv_type=Q8_0, heads=32, kv_heads=8).src[2],
@@ -48,7 +49,7 @@ def test_a_token_splits_the_keys_and_a_prompt_runs_on_tensor_cores():
     assert attention_flash.split(gemma)[:2] == (4, 2) and attention_flash.choose(gemma, None) == "vec"
     assert attention_flash.kernel_name(gemma, "vec") == "fa_vec_d256_r4_q8_0_q8_0"
     assert attention_flash.kernel_name(_node(1, 300, hd=256, heads=4, kv_heads=1), "vec", hopper) == \
-        "fa_vec_d256_r4_f16_f16_cl"
+        "fa_vec_d256_r2_f16_f16_cl"
     assert attention_flash.kernel_name(_node(40, 300, hd=256), "tc") == "fa_mma_d256_f16_f16"
     assert "fa_vec_d256_r8_f16_f16" not in attention_flash.kernel_names()
 

@@ -30,6 +30,9 @@ KV_TYPES = (F32, F16, Q8_0)     # K's and V's types (any pair)
 TC_TYPES = (F16, Q8_0)          # K's and V's types of the tensor-core kernel (F32 stays exact on vec)
 ROWS = (1, 2, 4, 8)             # (query head, row) pairs per block of fa_vec_k (RB)
 MAX_ROWS = {64: 8, 128: 8, 256: 4}     # RB at most per head dim (its 8 warps' accumulators: 48 KB of static shared)
+ONE_ROW_RB = 2                  # RB at most for one query row (a generated token): more blocks, each key read by more
+                                # of them, yet faster (H200, benchmarks/cuda_decode_ops.py --rows 2: SmolLM2 heads 6.4 ->
+                                # 4.7 us at 576 keys, 10.3 -> 8.6 at 4096; Gemma-3's 26.4 -> 13.8 at 4096)
 WARPS = 4                       # warps per block of fa_mma_k (FA_MMA_WARPS in the .cuh)
 VEC_WARPS = 8                   # fa_vec_k's warps (FA_WARPS): two blocks an SM for RB up to 4, a cluster's one
 MIN_CHUNK, MAX_CHUNKS = 4, 32   # fa_vec_k: keys a lane group takes at least, chunks at most (FA_MAXC in the .cuh)
@@ -87,7 +90,8 @@ def split(node, backend=None) -> tuple[int, int, int, int]:
     n, h, s = q.ne[1:]
     hk, nkv = k.ne[2], k.ne[1]
     pairs = h // hk * n
-    rb = next((r for r in rows(q.ne[0]) if r >= pairs), rows(q.ne[0])[-1])
+    fit = [r for r in rows(q.ne[0]) if n > 1 or r <= ONE_ROW_RB]
+    rb = next((r for r in fit if r >= pairs), fit[-1])
     z = _cdiv(pairs, rb)
     unit = VEC_WARPS * 32 * 8 // q.ne[0]      # keys a block takes one a lane group (of D / 8 lanes)
     want = max(1, min(_cdiv(TARGET_BLOCKS, hk * s * z), MAX_CHUNKS, _cdiv(nkv, MIN_CHUNK * unit)))

@@ -179,13 +179,9 @@ class Engine:
         busy = [s for s in self.slots if s.request is not None]
         if not busy:
             return
-        room = self.model.n_batch - sum(len(s.todo) == 1 for s in busy)
+        takes = self._takes(busy)
         parts, done = [], []
-        for slot in sorted(busy, key=lambda s: len(s.todo) > 1):     # generating slots (one token) first
-            n = len(slot.todo) if len(slot.todo) == 1 else min(len(slot.todo), room)
-            if n <= 0:
-                continue
-            room -= n if len(slot.todo) > 1 else 0
+        for slot, n in takes:
             parts.append((slot.seq, len(slot.cached), slot.todo[:n]))
             slot.cached += slot.todo[:n]        # in place: a slot's own list (_admit slices it)
             slot.todo = slot.todo[n:]
@@ -202,6 +198,28 @@ class Engine:
         with self._cv:
             self._counts["tokens_generated"] += n_gen
             self._recent.append((time.monotonic(), n_gen))
+
+    def _takes(self, busy: list) -> list:
+        """[(slot, tokens it reads this step)]: each generating slot's token, then prompt chunks in the room left of
+        n_batch. With generating slots the prompt chunks end where the step fills a graph bucket exactly (the
+        tokens over the largest bucket below the total ride along with the next step, which the generating slots
+        need anyway), so no step pads a prompt chunk: a 67-token step would compute 96."""
+        gen = [[s, 1] for s in busy if len(s.todo) == 1]
+        room = self.model.n_batch - len(gen)
+        takes = []
+        for slot in (s for s in busy if len(s.todo) > 1):
+            if room > 0:
+                takes.append([slot, min(len(slot.todo), room)])
+                room -= takes[-1][1]
+        total = len(gen) + sum(n for _, n in takes)
+        over = total - max(b for b in self.model.buckets if b <= total) if gen else 0
+        while over > 0 and takes:
+            cut = min(over, takes[-1][1])
+            takes[-1][1] -= cut
+            over -= cut
+            if takes[-1][1] == 0:
+                takes.pop()
+        return gen + takes
 
     def _next(self, slot: Slot, ids, values, logits):
         """Choose the slot's next token (Request.next_token), send it, and end the request or queue the token to be

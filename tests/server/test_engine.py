@@ -225,3 +225,25 @@ def test_queue_bound_and_bad_input(path):
             eng.submit(bad, greedy(1), Collect())
     with pytest.raises(ValueError, match="max_tokens"):
         eng.submit([1], Params(max_tokens=-1), Collect())
+
+
+def test_prompt_chunks_beside_generating_slots_fill_a_bucket_exactly():
+    """Engine._takes on slots alone (no model): with generating slots, the prompt chunks end where the step's tokens
+    fill a graph bucket (the rest rides along with the next step); without them a chunk takes all the room."""
+    from types import SimpleNamespace
+
+    from ggpy.models.llama.batch import buckets
+    eng = Engine.__new__(Engine)
+    eng.model = SimpleNamespace(n_batch=64, buckets=buckets(64))
+    gen = [SimpleNamespace(todo=[5]) for _ in range(3)]
+    prompts = [SimpleNamespace(todo=list(range(40))), SimpleNamespace(todo=list(range(30)))]
+    takes = eng._takes(gen + prompts)
+    assert [n for _, n in takes] == [1, 1, 1, 40, 21] and takes[3][0] is prompts[0]   # 61 of room: 64 in all
+    assert sum(n for _, n in eng._takes(gen + prompts[1:])) == 32                      # 33 -> 32, not 48 padded
+    assert [n for _, n in eng._takes(prompts)] == [40, 24]                             # room 64, no generating slot
+    assert [n for _, n in eng._takes([SimpleNamespace(todo=list(range(100)))])] == [64]
+    assert [n for _, n in eng._takes(gen[:1] + [SimpleNamespace(todo=list(range(2)))])] == [1, 2]   # 3 is a bucket
+    for n_gen in range(1, 9):
+        for n_prompt in (2, 7, 29, 61, 200):
+            got = sum(n for _, n in eng._takes(gen[:1] * n_gen + [SimpleNamespace(todo=list(range(n_prompt)))]))
+            assert got in eng.model.buckets and got >= n_gen

@@ -201,9 +201,11 @@ class Engine:
 
     def _takes(self, busy: list) -> list:
         """[(slot, tokens it reads this step)]: each generating slot's token, then prompt chunks in the room left of
-        n_batch. With generating slots the prompt chunks end where the step fills a graph bucket exactly (the
-        tokens over the largest bucket below the total ride along with the next step, which the generating slots
-        need anyway), so no step pads a prompt chunk: a 67-token step would compute 96."""
+        n_batch. On the CPU, with generating slots, the prompt chunks end where the step fills a graph bucket
+        exactly (the tokens over the largest bucket below the total ride along with the next step, which the
+        generating slots need anyway), so no step pads a prompt chunk: a 67-token step would compute 96. Not on
+        CUDA, where a step costs about the same padded and a prompt spread over more steps idles its slot (H200, 16
+        clients: 3690 -> 2543 tok/s with the cut)."""
         gen = [[s, 1] for s in busy if len(s.todo) == 1]
         room = self.model.n_batch - len(gen)
         takes = []
@@ -212,7 +214,8 @@ class Engine:
                 takes.append([slot, min(len(slot.todo), room)])
                 room -= takes[-1][1]
         total = len(gen) + sum(n for _, n in takes)
-        over = total - max(b for b in self.model.buckets if b <= total) if gen else 0
+        over = total - max(b for b in self.model.buckets if b <= total) if gen and self.model.backend.name == "cpu" \
+            else 0
         while over > 0 and takes:
             cut = min(over, takes[-1][1])
             takes[-1][1] -= cut

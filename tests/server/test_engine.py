@@ -228,13 +228,14 @@ def test_queue_bound_and_bad_input(path):
 
 
 def test_prompt_chunks_beside_generating_slots_fill_a_bucket_exactly():
-    """Engine._takes on slots alone (no model): with generating slots, the prompt chunks end where the step's tokens
-    fill a graph bucket (the rest rides along with the next step); without them a chunk takes all the room."""
+    """Engine._takes on slots alone (no model): on the CPU, with generating slots, the prompt chunks end where the
+    step's tokens fill a graph bucket (the rest rides along with the next step); without them a chunk takes all the
+    room; on CUDA chunks are never cut."""
     from types import SimpleNamespace
 
     from ggpy.models.llama.batch import buckets
     eng = Engine.__new__(Engine)
-    eng.model = SimpleNamespace(n_batch=64, buckets=buckets(64))
+    eng.model = SimpleNamespace(n_batch=64, buckets=buckets(64), backend=SimpleNamespace(name="cpu"))
     gen = [SimpleNamespace(todo=[5]) for _ in range(3)]
     prompts = [SimpleNamespace(todo=list(range(40))), SimpleNamespace(todo=list(range(30)))]
     takes = eng._takes(gen + prompts)
@@ -247,3 +248,6 @@ def test_prompt_chunks_beside_generating_slots_fill_a_bucket_exactly():
         for n_prompt in (2, 7, 29, 61, 200):
             got = sum(n for _, n in eng._takes(gen[:1] * n_gen + [SimpleNamespace(todo=list(range(n_prompt)))]))
             assert got in eng.model.buckets and got >= n_gen
+    eng.model.backend.name = "cuda:0"                                                # CUDA: padded, never cut
+    assert [n for _, n in eng._takes(gen + prompts)] == [1, 1, 1, 40, 21]
+    assert [n for _, n in eng._takes(gen + prompts[1:])] == [1, 1, 1, 30]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ggpy.models.llama.generate import NonFiniteLogitsError, finite
 from ggpy.models.llama.sampling import Sampler
 
 
@@ -105,10 +106,14 @@ class Request:
     def next_token(self, ids, values, logits) -> int:
         """The next token from the device's sampling head of the slot's row (BatchModel.decode_top: `ids` the K best
         token ids, largest logit first, equal ones by lower id, `values` their logits; None where not computed) or, where
-        the sampler needs them (Sampler.device_head None), the whole `logits` (n_vocab,): the draw `sample` makes."""
+        the sampler needs them (Sampler.device_head None), the whole `logits` (n_vocab,): the draw `sample` makes.
+        NonFiniteLogitsError where the logits are not all finite (NaN and +inf rank first in the head)."""
         head = self.sampler.device_head()
         if head is None or ids is None:
-            return self.sample(logits)
+            return self.sample(finite(logits, len(self.generated)))
+        if not np.isfinite(values[0]):
+            raise NonFiniteLogitsError(f"the logits after {len(self.generated)} generated tokens are not finite (the "
+                                       f"largest is {values[0]})")
         if head[0] == "argmax":
             return int(ids[0])
         return self.sampler.choose(ids[:head[1]], values[:head[1]])

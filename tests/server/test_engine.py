@@ -12,7 +12,7 @@ from gguf import GGMLQuantizationType as gguf_types
 from llama_tiny import DEFAULT_TYPES, write_tiny_llama
 
 from ggpy.models.llama.batch import BatchModel
-from ggpy.models.llama.generate import generate
+from ggpy.models.llama.generate import NonFiniteLogitsError, generate
 from ggpy.models.llama.gguf_file import open_llama
 from ggpy.models.llama.runner import GraphModel
 from ggpy.models.llama.sampling import Sampler
@@ -198,6 +198,13 @@ def test_device_head_draws_what_the_host_sampler_draws(path):
             for j in range(3):
                 full = logits[j] if dev.sampler.device_head() is None else None
                 assert dev.next_token(ids[j], values[j], full) == host.sample(logits[j]), f"seed {SEED}"
+    bad = logits[0].copy()
+    bad[7] = np.nan                              # NaN ranks first in the device's head: an error, never a token
+    for k in (40, 0):
+        req = Request(Handle([1], Params(temperature=0.8, top_k=k, seed=SEED), print), None)
+        head = None if req.sampler.device_head() is None else (np.array([7, 3]), np.array([np.nan, 1.0], np.float32))
+        with pytest.raises(NonFiniteLogitsError, match="not finite"):
+            req.next_token(*(head or (None, None)), bad)
 
 
 def test_a_sampler_needing_the_logits_beside_greedy_ones(engine, lone):

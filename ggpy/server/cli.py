@@ -3,10 +3,15 @@ OpenAI-compatible HTTP API, flags in llama-server's spelling:
 
     ggpy-server [-m MODEL.gguf] [--host 127.0.0.1] [--port 8080] [-b cpu|cuda] [-t THREADS] [-c CTX] [-np N]
                 [--batch-size N] [--max-queue N] [--api-key KEY] [-a ALIAS]
+                [--ray [ADDRESS] [--replicas N] [--ray-gpus G]]
 
 -c is the KV cells all N slots share (each holds CTX // N tokens; 0: the model's context, at most 4096); without
 -m, SmolLM2-135M-Instruct (Q4_1) is fetched once, as ggpy-llama does. The port answers at once: /health says
 503 until the weights are loaded, then 200. A bad argument or model file ends the run with one `error: ...` line (exit status 2 for an argument, 1 for a file).
+
+--ray serves N replicas on Ray Serve behind the one --host:--port (replicas.py), each with its own -c, -np and
+--max-queue: on -b cuda G GPUs each (1; 0.5: two share one), N by default as many as the cluster's GPUs hold; on
+-b cpu -t cores each, N by default 1.
 """
 from __future__ import annotations
 
@@ -41,7 +46,22 @@ def parser() -> argparse.ArgumentParser:
                    help="requests that may wait for a slot; more are answered 503 (64)")
     p.add_argument("--api-key", help="every path but /health then needs `Authorization: Bearer KEY`")
     p.add_argument("-a", "--alias", help="the model's name in the answers (default: the file's stem)")
+    p.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="replicas on Ray Serve, on the cluster at "
+                   "ADDRESS (none: ray.init's default, a cluster `ray start`ed here or else a new local one)")
+    p.add_argument("--replicas", type=_at_least(1), metavar="N", help="--ray: replicas (-b cuda: the GPUs over G; "
+                   "-b cpu: 1)")
+    p.add_argument("--ray-gpus", type=_at_least(0.01, float, 64), default=1.0, metavar="G",
+                   help="--ray -b cuda: the GPUs each replica holds (1)")
     return p
+
+
+def serve_replicas(args, path, n_ctx):
+    try:
+        from .replicas import run
+    except ImportError as e:
+        sys.exit(f"error: --ray needs the ray extra (pip install 'ggpy[ray,server]'): {e}")
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    run(args, str(path), n_ctx)
 
 
 def main(argv=None):
@@ -59,6 +79,8 @@ def main(argv=None):
         n_ctx = context_size(open_llama(path).hparams, args.ctx_size)
         if n_ctx < args.parallel:
             p.error(f"-c {n_ctx} leaves {args.parallel} slots no room: need -c >= -np")
+        if args.ray is not None:
+            return serve_replicas(args, path, n_ctx)
         engine = Engine(path, args.backend, args.threads, n_ctx, args.parallel, args.batch_size, args.max_queue)
     except (ggpy.GGPYError, FetchError, OSError, ValueError) as e:
         sys.exit(f"error: {e}")

@@ -11,8 +11,8 @@ helps; --text sends " the" * prompt instead, for servers that take only text). E
 one that fails or times out is counted, never retried. Reported per N: requests answered / sent, aggregate
 generated tokens/s (completion tokens of all requests over the wall time of the run), time to first token
 (the first chunk of a token, its text maybe empty) p50 / p95, requests/s, and with --pid the server process's RSS after the run. The last
-line is the whole table as JSON. With --warm each client count first runs once unmeasured (a server that plans
-or captures per batch shape meets them there; its rate then is the "cold" column), then measured. Traffic goes only
+line is the whole table as JSON. With --warm each client count first runs once unmeasured on other prompts (a
+server that plans or captures per batch shape meets them there; its rate then is the "cold" column), then measured. Traffic goes only
 to 127.0.0.1 / localhost.
 """
 from __future__ import annotations
@@ -82,13 +82,14 @@ class Target:
             conn.close()
 
 
-def run(target: Target, n_clients: int, n_requests: int, args) -> dict:
-    """N clients x M requests; the row of the table."""
+def run(target: Target, n_clients: int, n_requests: int, args, salt: int = 0) -> dict:
+    """N clients x M requests; the row of the table. `salt`: another set of prompts (a pass that warms a server must
+    not fill its prompt cache with the measured pass's prompts)."""
     lock, done, ttfts, failures = threading.Lock(), [0], [], []
 
     def client(c: int):
         for i in range(n_requests):
-            seed = (n_clients * 1000 + c) * 1000 + i
+            seed = ((salt * 1000 + n_clients) * 1000 + c) * 1000 + i
             prompt = " the" * args.prompt if args.text else \
                 [int(t) for t in np.random.default_rng(seed).integers(100, args.vocab, args.prompt)]
             body = {"prompt": prompt, "max_tokens": args.gen, "temperature": 0, "ignore_eos": True, "min_tokens": args.gen,
@@ -135,12 +136,12 @@ def main(argv=None):
     args = p.parse_args(argv)
     target = Target(args.url, args.api_key)
     if args.warmup:
-        run(target, 1, args.warmup, args)
+        run(target, 1, args.warmup, args, salt=2)
     rows = []
     print(f"{'clients':>7} {'answered':>9} {'gen tok/s':>10} {'TTFT p50':>9} {'TTFT p95':>9} {'req/s':>7} "
           f"{'RSS MiB':>8}{' cold tok/s' if args.warm else ''}  ({args.url}, prompt {args.prompt}, gen {args.gen}, {args.requests} requests a client)")
     for n in (int(x) for x in args.clients.split(",")):
-        cold = run(target, n, args.requests, args) if args.warm else None
+        cold = run(target, n, args.requests, args, salt=1) if args.warm else None
         row = run(target, n, args.requests, args)
         if cold is not None:
             row["cold_gen_tok_s"] = cold["gen_tok_s"]

@@ -33,8 +33,11 @@ def tiny(tmp_path_factory):
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "ggpy.models.llama", *map(str, args)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    """The CLI's run, its output decoded as UTF-8 without newline translation (a generated "\r" stays one)."""
+    r = subprocess.run([sys.executable, "-m", "ggpy.models.llama", *map(str, args)], cwd=ROOT, capture_output=True,
+                       timeout=300)
+    r.stdout, r.stderr = r.stdout.decode(), r.stderr.decode()
+    return r
 
 
 def test_greedy_text_stats_and_logits(tiny, tmp_path):

@@ -14,7 +14,8 @@ for _m in ("fastapi", "uvicorn", "openai", "tokenizers"):     # the server and t
     pytest.importorskip(_m)
 
 import openai
-from llama_tiny import tiny_tokenizer, write_tiny_llama
+from gguf import GGMLQuantizationType as gguf_types
+from llama_tiny import DEFAULT_TYPES, tiny_tokenizer, write_tiny_llama
 from server_helpers import Running
 
 from ggpy.models.llama.chat import render_chat
@@ -32,12 +33,17 @@ N_SLOT = 128            # a slot's context
 
 @pytest.fixture(scope="module")
 def path(tmp_path_factory):
-    return write_tiny_llama(tmp_path_factory.mktemp("model") / "tiny.gguf", seed=SEED, n_layer=2, n_ctx=1024)
+    """F32 weights, as test_engine.py's: a quantized product rounds the activations to 8 bits in kernels chosen by
+    the column count, so the batches concurrent requests share (their prompt chunks cut where steps fill a bucket)
+    could turn a greedy near-tie against the one-by-one run."""
+    f32 = dict.fromkeys(DEFAULT_TYPES, gguf_types.F32)
+    return write_tiny_llama(tmp_path_factory.mktemp("model") / "tiny.gguf", seed=SEED, n_layer=2, n_ctx=1024,
+                            types=f32)
 
 
 @pytest.fixture(scope="module")
 def server(path):
-    eng = Engine(path, "cpu", 2, n_ctx=3 * N_SLOT, n_parallel=3, n_batch=N_BATCH, max_queue=8)
+    eng = Engine(path, "cpu", 2, n_ctx=3 * N_SLOT, n_parallel=3, n_batch=N_BATCH, max_queue=16)   # 10 at once: room for all
     srv = Running(eng, api_key=KEY)
     srv.wait_ready()
     yield srv

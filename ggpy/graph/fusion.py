@@ -41,6 +41,9 @@ pattern's first node (its head, computed at whose turn the fused kernel runs) bu
 - rope_kv: a q rope, the k rope of the same positions and parameters that a rope_set_rows writes into a cache, and the
   set_rows of v at the same indices into another: all three at the q rope's turn (k and v ready then, e.g. written
   early by norm_mat_vec), each cache read by its set_rows alone.
+- norm_rope_kv: a norm_mat_vec of q, k, v whose products only a rope_kv reads (q's and k's by its ropes, v's by its
+  v set_rows, through same-order views), its positions, factors and indices ready at the norm's turn: all at the
+  norm's turn, the products not materialised (a generated token's attention input in one kernel).
 """
 from __future__ import annotations
 
@@ -658,26 +661,63 @@ class RopeKV(_Pattern):
         return f"{head_kernel}+rope_kv"
 
 
-def _rope_kv(q, spec, scan: _Scan) -> RopeKV | None:
+def _rope_kv(q, spec, scan: _Scan, given: tuple = ()) -> RopeKV | None:
     """The q rope, then the first later rope of its positions, factors, parameters and type, a rope_set_rows with its
     sources ready at q's turn, and the first later set_rows of a v ready then at the same indices; each cache a leaf
-    read by its set_rows alone (its rows are written before that node's turn)."""
+    read by its set_rows alone (its rows are written before that node's turn). k and v may instead be among `given`
+    (what the kernel of a pattern around this one computes before: norm_rope_kv's products)."""
+    ready = lambda t: any(_operand(t) is g for g in given) or scan.ready(t, q)  # noqa: E731
     after = scan.nodes[scan.position[id(q)] + 1:]
     k = next((n for n in after if n.op == "rope" and [id(s) for s in n.src[1:]] == [id(s) for s in q.src[1:]]), None)
     ks = _rope_set_rows(k, spec, scan) if k is not None and k.type == q.type and k.op_params == q.op_params else None
-    if ks is None or id(k) in scan.taken or not scan.ready(k.src[0], q) or not scan.ready(ks.idx, q):
+    if ks is None or id(k) in scan.taken or not ready(k.src[0]) or not scan.ready(ks.idx, q):
         return None
     vs = next((n for n in after if n.op == "set_rows" and n.src[1] is ks.idx and n is not ks.set_rows), None)
-    if vs is None or not scan.ready(vs.src[0], q) or any(s.src[2].op is not None or scan.users.get(id(s.src[2])) != [s]
-                                                         for s in (ks.set_rows, vs)):
+    if vs is None or not ready(vs.src[0]) or any(s.src[2].op is not None or scan.users.get(id(s.src[2])) != [s]
+                                                 for s in (ks.set_rows, vs)):
         return None
     return RopeKV(q, ks, vs, tuple(t for t in map(_operand, (k.src[0], vs.src[0])) if scan.early.get(id(t), t) is not t))
+
+
+@dataclass
+class NormRopeKV(_Pattern):
+    """A norm_mat_vec `mv` of q, k, v (graph order) and the rope_kv `kv` reading them, computed at the norm's turn:
+    the q rope's memory (planned then: `early`) and both caches' rows written."""
+    head: Tensor
+    mv: NormMatVec
+    kv: RopeKV
+    pattern = "norm_rope_kv"
+    last = property(lambda self: self.kv.head)
+    nodes = property(lambda self: [self.head])
+    early = property(lambda self: [self.kv.head])
+    computed = property(lambda self: [*self.mv.computed, *self.kv.computed])
+    skipped = property(lambda self: [*self.mv.skipped, self.kv.head, *self.kv.skipped])
+
+    def name(self, head_kernel: str) -> str:
+        return f"{head_kernel}+mul+mat_vec3+rope_kv"
+
+
+def _norm_rope_kv(norm, spec, scan: _Scan) -> NormRopeKV | None:
+    """A norm_mat_vec of three products, each read (through same-order views) only by the q rope, the k rope and the
+    v set_rows of one rope_kv, whose positions, factors and indices are ready at the norm's turn."""
+    mv = _norm_mat_vec(norm, spec, scan)
+    if mv is None or mv.glu is not None or len(mv.products) != 3:
+        return None
+    q, k, v = mv.products
+    reader = lambda t, op: _add_after(t, scan.users, keep_order=True, op=op)[0]  # noqa: E731
+    qr = reader(q, "rope")
+    kv = _rope_kv(qr, spec, scan, (k, v)) if qr is not None else None
+    if (kv is None or reader(k, "rope") is not kv.k.head or reader(v, "set_rows") is not kv.v_store
+            or not all(_same_order_view(n.src[0], t) for n, t in ((qr, q), (kv.k.head, k), (kv.v_store, v)))
+            or not all(scan.ready(t, norm) for t in (*qr.src[1:], kv.k.idx) if t is not None)):
+        return None
+    return NormRopeKV(norm, mv, kv)
 
 
 PATTERNS = {"epilogue": _epilogue, "norm_affine": _norm_affine, "attention": _attention, "chain": _chain,
             "add_rms_norm": _add_rms_norm, "rms_norm_mul": _rms_norm_mul, "glu": _glu, "mul_mat_add": _mul_mat_add,
             "rope_set_rows": _rope_set_rows, "norm_mat_vec": _norm_mat_vec,
-            "rope_kv": _rope_kv}
+            "rope_kv": _rope_kv, "norm_rope_kv": _norm_rope_kv}
 """pattern name -> finder(anchor, the backend's Fused, _Scan): the pattern anchored at `anchor`, or None."""
 
 

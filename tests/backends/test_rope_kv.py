@@ -1,17 +1,25 @@
-"""The rope_kv pattern (ggpy/graph/fusion.py, run by CUDA's rope entry: kernels/rope.py) and fa_vec's one-launch
-merge of its key chunks (kernels/attention_flash.py). Without a GPU: where the fusion pass finds rope_kv through the
-CUDA kernel table (the k and v products ready at the q rope's turn, e.g. written early by norm_mat_vec; each cache
-read by its set_rows alone). On a GPU: the rope_kv test-backend-ops cases ran as one launch, values against float64,
-and a split decode attention is one launch."""
+"""The rope_kv pattern (ggpy/graph/fusion.py, run by CUDA's rope entry: kernels/rope.py), the norm_rope_kv pattern
+(the q, k, v products of an RMSNorm and their rope_kv: CUDA's norm_mmvq_rope, kernels/matmul.py) and fa_vec's
+one-launch merge of its key chunks (kernels/attention_flash.py). Without a GPU: where the fusion pass finds rope_kv and
+norm_rope_kv through the CUDA kernel table (the k and v products ready at the q rope's turn, e.g. written early by
+norm_mat_vec; each cache read by its set_rows alone); the planner giving the q rope its block at the norm's turn (the
+CPU declaring norm_rope_kv, its nodes run one by one). On a GPU: the test-backend-ops cases ran as one launch, values
+against float64 and norm_rope_kv's bits against norm_mmvq then rope_kv; a split decode attention is one launch."""
+import numpy as np
 import pytest
 
 import ggpy
 from ggpy.backends.base import Backend
 from ggpy.backends.cuda import kernels  # noqa: F401 - registers the CUDA entries (no cuda-python needed)
 from ggpy.backends.cuda.registry import KERNELS
+from ggpy.backends.kernel import Fused
 from ggpy.test_backend_ops import all_cases, run_case
+from ggpy.test_backend_ops.harness import _build
 
-CASES = [c for c in all_cases() if "rope_kv" in c.id]
+CASES = [c for c in all_cases() if "fused,rope_kv" in c.id]
+NORM_CASES = [c for c in all_cases() if "fused,norm+rope_kv" in c.id]
+NORM_ROPE_KV = ("norm_rope_kv", ("rms_norm", "mul", "mul_mat", "mul_mat", "mul_mat", "rope", "rope", "set_rows",
+                                 "set_rows"))
 
 
 class TableOnly(Backend):
@@ -69,6 +77,72 @@ def test_rope_kv_on_cuda_is_one_launch(cuda_backend, case):
     ggpy.GraphAllocator(cuda_backend).alloc_graph(graph)
     names = [s.name for s in cuda_backend.program(graph)]
     assert any(n.endswith("+rope_kv") for n in names) and not any(n.startswith("set_rows") for n in names), names
+
+
+def test_norm_rope_kv_cases_are_found():
+    for case in NORM_CASES:
+        assert _found(ggpy.Graph().build_forward_expand(case.build(ggpy.Context()))) == [NORM_ROPE_KV], case.id
+
+
+def test_norm_rope_kv_needs_q_k_v_read_by_the_rope_kv_alone():
+    """Products in graph order v, k, q: norm_mat_vec then rope_kv (two launches); a k product read by another node
+    too: no norm_rope_kv."""
+    case = NORM_CASES[0]
+    out = case.build(ggpy.Context())
+    g = ggpy.Graph().build_forward_expand(out)
+    q, k, v = [n for n in g.nodes if n.op == "mul_mat"]
+    reordered = ggpy.Graph()
+    for t in (v, k):
+        reordered.build_forward_expand(t)
+    assert [p for p, _ in _found(reordered.build_forward_expand(out))] == ["norm_mat_vec", "rope_kv"]
+    shared = ggpy.concat(out, ggpy.reshape_1d(k, k.nelements), 0)
+    assert NORM_ROPE_KV not in _found(ggpy.Graph().build_forward_expand(shared))
+
+
+class Declines(ggpy.CPUBackend):
+    """The CPU declaring norm_rope_kv (found, the q rope planned at the norm's turn) whose kernel declines."""
+
+    def fused(self, node, pattern):
+        return Fused(lambda bound, f: None) if pattern == "norm_rope_kv" else super().fused(node, pattern)
+
+    def fused_kernel(self, fusion):
+        return Fused(lambda bound, f: None) if fusion.pattern == "norm_rope_kv" else super().fused_kernel(fusion)
+
+
+@pytest.mark.parametrize("case", NORM_CASES[:2], ids=lambda c: c.id)
+def test_planner_gives_the_q_rope_its_block_at_the_norms_turn(case):
+    backend = Declines(n_threads=2)
+    result = run_case(case, backend)
+    assert result.ok, result.message
+    graph = ggpy.Graph().build_forward_expand(case.build(ggpy.Context()))
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    (f,) = [f for f in backend.fusions(graph).values() if f.pattern == "norm_rope_kv"]
+    starts = {b.what: b.start for b in graph.plan.blocks}
+    assert starts[f"rope #{len(graph.leafs) + graph.nodes.index(f.kv.head)}"] == 3 * graph.nodes.index(f.head)
+
+
+@pytest.mark.parametrize("case", NORM_CASES, ids=[c.id for c in NORM_CASES])
+def test_norm_rope_kv_on_cuda_is_one_launch_of_the_unfused_bits(cuda_backend, case):
+    """One launch for the norm, the products, the ropes and both stores, against float64, and the same bits as
+    norm_mmvq then rope_kv (the same norm, dot products and rope_cos_sin)."""
+    from ggpy.backends.cuda import CUDABackend
+
+    class Pair(CUDABackend):
+        def fused(self, node, pattern):
+            return None if pattern == "norm_rope_kv" else super().fused(node, pattern)
+
+    result = run_case(case, cuda_backend)
+    assert result.ok, result.message
+    runs = []
+    for backend in (cuda_backend, Pair("cuda")):
+        graph, _, out = _build(case, backend, 0)
+        backend.compute(graph)
+        runs.append(([s.name for s in backend.program(graph)], out.numpy()))
+    (fused, one), (pair, two) = runs
+    assert fused[0] == "rms_norm_f32+mul+mat_vec3+rope_kv" and not any(n.startswith(("rope", "set_rows", "mmvq"))
+                                                                          for n in fused), fused
+    assert pair[0].endswith("+mat_vec3") and pair[1].endswith("+rope_kv"), pair
+    np.testing.assert_array_equal(one, two)
 
 
 def test_split_decode_attention_is_one_launch(cuda_backend, monkeypatch):

@@ -2,10 +2,13 @@
 and freq_scale, YaRN (ext_factor, attn_factor, beta_fast, beta_slow, n_ctx_orig), strided a, F16 and BF16."""
 from __future__ import annotations
 
+from itertools import product
+
 from ... import ops
-from ...types import BF16, F16, F32, I32, Q8_0
+from ...types import BF16, F16, F32, I32, Q4_1, Q4_K, Q8_0
 from ..harness import OpCase
 from ..references import evaluate
+from .matmul import DECODE_Q8_NMSE
 from .util import LAYOUTS, leaf, layout
 
 SHAPES = [  # (a.ne, n_dims)
@@ -104,16 +107,29 @@ def set_rows_cases():
         out.append(OpCase("concat", f"fused,rope_kv,{cache_t.name},hd={hd},heads={hq}/{hk},n={n},mode={mode}", lambda ctx,
                           s=(hd, hq, hk, n), m=mode, ct=cache_t: _rope_kv(ctx, *s, m, ct), fill=_kv_fill(n + 9),
                           reference=evaluate, max_nmse=1e-5))
+    for t, (hd, hq, hk, k, n_dims), mode, n in product((Q4_1, Q8_0, Q4_K), ((64, 9, 3, 576, 64), (128, 32, 8, 512, 128),
+                                                                            (64, 4, 2, 256, 32)), (0, 2), (1, 3)):
+        k -= k % t.block                # SmolLM2's 576 for 32-blocks, 512 for Q4_K's 256
+        out.append(OpCase("concat", f"fused,norm+rope_kv,{t.name},hd={hd},n_dims={n_dims},heads={hq}/{hk},K={k},n={n},"
+                          f"mode={mode}", lambda ctx, s=(hd, hq, hk, n), m=mode, w=(t, k, n_dims): _rope_kv(ctx, *s, m, F16, w),
+                          fill=_kv_fill(n + 9), reference=evaluate, max_nmse=DECODE_Q8_NMSE))
     return out
 
 
-def _rope_kv(ctx, hd, hq, hk, n, mode, cache_t):
+def _rope_kv(ctx, hd, hq, hk, n, mode, cache_t, weights=None):
     """rope(q) and rope(k) at the positions 'idx', k and v written into caches of n + 9 rows at those rows (the rope_kv
-    pattern): the q rope and both whole caches in one F32 vector."""
+    pattern): the q rope and both whole caches in one F32 vector. With weights = (type, K, n_dims): q, k and v the
+    products of rms_norm(x ne (K, n)) * w by weights of that type (the norm_rope_kv pattern), the first n_dims of each
+    head roped at positions of their own."""
     idx, ff = leaf(ctx, I32, (n,)).set_name("idx"), leaf(ctx, F32, (hd // 2,)).set_name("ff")
-    q, k = (ops.rope_ext(leaf(ctx, F32, (hd, h, n)), idx, ff, hd, mode, 4096, *YARN[1][:2], 0.0, 1.0, 32.0, 1.0)
-            for h in (hq, hk))
-    kc, vc = (ops.set_rows(leaf(ctx, cache_t, (hd * hk, n + 9)), rows, idx)
-              for rows in (ops.reshape_2d(k, hd * hk, n), leaf(ctx, F32, (hd * hk, n))))
+    if weights is None:
+        pos, n_dims, (q, k, v) = idx, hd, (leaf(ctx, F32, (hd * h, n)) for h in (hq, hk, hk))
+    else:
+        t, k_in, n_dims = weights
+        x = ops.mul(ops.rms_norm(leaf(ctx, F32, (k_in, n)), 1e-6), leaf(ctx, F32, (k_in,)))
+        pos, (q, k, v) = leaf(ctx, I32, (n,)), (ops.mul_mat(leaf(ctx, t, (k_in, hd * h)), x) for h in (hq, hk, hk))
+    q, k = (ops.rope_ext(ops.reshape_3d(y, hd, y.ne[0] // hd, n), pos, ff, n_dims, mode, 4096, *YARN[1][:2], 0.0, 1.0,
+                         32.0, 1.0) for y in (q, k))
+    kc, vc = (ops.set_rows(leaf(ctx, cache_t, (hd * hk, n + 9)), rows, idx) for rows in (ops.reshape_2d(k, hd * hk, n), v))
     parts = [ops.reshape_1d(q, q.nelements)] + [ops.reshape_1d(ops.cast(c, F32), c.nelements) for c in (kc, vc)]
     return ops.concat(ops.concat(parts[0], parts[1], 0), parts[2], 0)

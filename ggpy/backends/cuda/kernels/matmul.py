@@ -15,7 +15,8 @@ stride 0 when it is broadcast); else the dim with more matrices strided-batched 
 where a repeats r > 1 times over several matrices is always looped). A fused bias add runs as cuBLASLt's BIAS
 epilogue, a fused residual add as its C matrix (the fusion pass's epilogue pattern); the mul_mat entry also runs the
 attention pattern, by kernels/attention.py's win_attn; the rms_norm entry (norm.py) runs the norm_mat_vec pattern by
-norm_mat_vec_run here (the products of an RMSNorm in one launch, quant_norm.cu).
+norm_mat_vec_run here (the products of an RMSNorm in one launch, quant_norm.cu) and the norm_rope_kv pattern by
+norm_rope_kv_run (those of q, k, v with the rope_kv after them: norm_mmvq_rope).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from ...kernel import Fused
 from ..cublas import MISSING, WORKSPACE, Gemm
 from ..gemm_plan import align_temp, contiguous, gemm_type, operand_layout
 from ..registry import register
-from . import attention, layout, quant
+from . import attention, layout, quant, rope
 from .common import FLOATS, SUFFIX, Args, apart, extent, pack_args, tensor_ptr
 
 def refusal(node) -> str | None:
@@ -250,27 +251,75 @@ def norm_mat_vec_run(backend, f) -> list | None:
     if not backend.on_device(x, f.weight, *mats, *written) or not all(map(quant.mmvq_aligned, mats)) or not all(
             apart(t, [extent(s) for s in [x, f.weight, *mats, *written] if s is not t]) for t in written):
         return None
-    args = pack_args(tensor_ptr(h), h, [(tensor_ptr(x), x), (tensor_ptr(f.weight), f.weight)], (f.head.op_params["eps"],),
-                     quant.MMVQ_WEIGHTS if all(map(quant.model_weight, mats)) else 0)
     name = f.name(f"rms_norm_{SUFFIX[F32]}")
     if not all(map(quant.mmvq_shared, f.products)):
         blocks = -(-x.ne[0] * x.ne[1] // (32 * 8))             # a 32-block a warp: x's norm summed by each block
         kernel = "rms_norm_mul_q8_1_b" if quant.mmvq_batch(f.products[0]) else "rms_norm_mul_q8_1"
-        steps = [backend.launch_struct(f.head, kernel, blocks, 256, args)]
+        steps = [backend.launch_struct(f.head, kernel, blocks, 256, _norm_args(f, mats))]
         for m in ([glu.head] if glu else f.products):
             dst = glu.mul if glu else m
             steps += quant.mmvq_steps(backend, m, dst, gate=glu and glu.w_gate, up=glu and glu.w_up, q8=tensor_ptr(h))
         steps[0].name = name
         return steps
     rows = list(accumulate(w.ne[1] for w in mats[:1 if glu else None]))
-    pad = lambda v: v + v[-1:] * (NMV_MAX - len(v))       # noqa: E731
-    p = NormVecArgs(args, (ctypes.c_void_p * NMV_MAX)(*pad([tensor_ptr(w) for w in mats])),
-                    (ctypes.c_void_p * NMV_MAX)(*pad([tensor_ptr(t) for t in f.outputs])),
-                    (ctypes.c_int64 * NMV_MAX)(*pad([w.nb[1] for w in mats])), (ctypes.c_int * NMV_MAX)(*pad(rows)),
-                    (ctypes.c_int * NMV_MAX)(*pad([NMV_TYPES.index(w.type) for w in mats])))
+    p = _norm_vec_args(f, mats, [tensor_ptr(t) for t in f.outputs], rows)
     launch = backend.launch_struct(f.head, f"norm_mmvq{'_glu' if glu else ''}", -(-rows[-1] // quant.MMVQ_SHARED_WARPS),
                                    32 * quant.MMVQ_SHARED_WARPS, p)
     launch.shared, launch.name = quant.mmvq_shared(f.products[0]), name
+    return [launch]
+
+
+def _norm_args(f, mats) -> Args:
+    """The Args of a norm_mat_vec's kernels: h (dst), x and the norm's weight (src0, src1), eps; iop MMVQ_WEIGHTS where
+    every weight of `mats` is a model weight."""
+    x, h = f.head.src[0], f.mul
+    return pack_args(tensor_ptr(h), h, [(tensor_ptr(x), x), (tensor_ptr(f.weight), f.weight)], (f.head.op_params["eps"],),
+                     quant.MMVQ_WEIGHTS if all(map(quant.model_weight, mats)) else 0)
+
+
+def _norm_vec_args(f, mats, outs, rows) -> NormVecArgs:
+    """The NormVecArgs of weights `mats` into the addresses `outs`, the products' `rows` counted cumulatively."""
+    pad = lambda v: v + v[-1:] * (NMV_MAX - len(v))       # noqa: E731
+    return NormVecArgs(_norm_args(f, mats), (ctypes.c_void_p * NMV_MAX)(*pad([tensor_ptr(w) for w in mats])),
+                       (ctypes.c_void_p * NMV_MAX)(*pad(outs)), (ctypes.c_int64 * NMV_MAX)(*pad([w.nb[1] for w in mats])),
+                       (ctypes.c_int * NMV_MAX)(*pad(rows)), (ctypes.c_int * NMV_MAX)(*pad([NMV_TYPES.index(w.type) for w in mats])))
+
+
+class NormRopeArgs(ctypes.Structure):
+    """quant_norm.cu's NormRopeArgs: the NormVecArgs of q, k, v into the q rope's memory and the caches, the q rope's
+    Args, the caches' row indices (address, byte stride), each output's row stride, row count and type (FLOATS)."""
+    _fields_ = [("v", NormVecArgs), ("rope", Args), ("idx", ctypes.c_void_p), ("idx_nb", ctypes.c_int64),
+                ("onb", ctypes.c_int64 * 3), ("rows", ctypes.c_int64 * 3), ("type", ctypes.c_int * 3)]
+
+
+def norm_rope_kv_accepts(f) -> bool:
+    """What norm_mat_vec_accepts and rope_kv_accepts take, with every product small (norm_mmvq's one launch), the q rope
+    contiguous, q and k heads of one even size, v's rows even, the caches' rows contiguous."""
+    mv, kv = f.mv, f.kv
+    q, caches = kv.head, (kv.k.last, kv.v_store)
+    return (norm_mat_vec_accepts(mv) and rope.rope_kv_accepts(kv) and all(map(quant.mmvq_shared, mv.products))
+            and q.is_contiguous() and q.ne[0] == kv.k.head.ne[0] and q.ne[0] % 2 == kv.v_store.src[0].ne[0] % 2 == 0
+            and all(c.nb[0] == c.type.size for c in caches))
+
+
+def norm_rope_kv_run(backend, f) -> list | None:
+    """norm_mmvq_rope (one launch; a warp a pair of rows) writing the q rope's memory and the caches' rows, where the
+    products run as mmvq, rope.kv_args allows rope_kv's launch, x, the norm's weight and the weights lie on this GPU
+    clear of what it writes, the weights' rows aligned."""
+    mv, kv = f.mv, f.kv
+    outs, mats = (kv.head, kv.k.last, kv.v_store), [m.src[0] for m in mv.products]
+    reads, args = [mv.head.src[0], mv.weight, *mats], rope.kv_args(backend, kv)
+    if (any(backend.impl_for(m) != "mmvq" for m in mv.products) or args is None or not backend.on_device(*reads)
+            or not all(map(quant.mmvq_aligned, mats)) or not all(apart(t, [extent(s) for s in reads]) for t in outs)):
+        return None
+    q, kc, vc = outs
+    rows = list(accumulate(w.ne[1] for w in mats))
+    p = NormRopeArgs(_norm_vec_args(mv, mats, [tensor_ptr(t) for t in outs], rows), args.q, args.k.idx, args.k.idx_nb,
+                     (ctypes.c_int64 * 3)(q.nb[2], kc.nb[1], vc.nb[1]), (ctypes.c_int64 * 3)(q.ne[2], kc.ne[1], vc.ne[1]),
+                     (ctypes.c_int * 3)(*[FLOATS.index(t.type) for t in outs]))
+    warps = quant.MMVQ_SHARED_WARPS             # norm_mmvq's blocks: x's norm summed in its order (the same bits)
+    launch = backend.launch_struct(mv.head, "norm_mmvq_rope", -(-rows[-1] // (2 * warps)), 32 * warps, p)
+    launch.shared, launch.name = quant.mmvq_shared(mv.products[0]), f.name(f"rms_norm_{SUFFIX[F32]}")
     return [launch]
 
 

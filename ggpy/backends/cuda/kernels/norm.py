@@ -2,7 +2,8 @@
 (one block per (group, batch), sums in double, two passes as the CPU and the reference); F32 and F16, sources
 with any strides. A norm followed by mul(weight) and add(bias) runs fused as norm_affine (the norm_affine pattern of
 ggpy/graph/fusion.py), an add followed by the rms_norm of its sum [and the mul by the norm's weight] as add_rms_norm
-[_mul] (its add_rms_norm pattern), an rms_norm and that mul as rms_norm_mul (its rms_norm_mul pattern)."""
+[_mul] (its add_rms_norm pattern), an rms_norm and that mul as rms_norm_mul (its rms_norm_mul pattern); its products
+as norm_mat_vec and norm_rope_kv (kernels/matmul.py)."""
 from __future__ import annotations
 
 import ctypes
@@ -152,5 +153,6 @@ register(ops=("norm", "rms_norm", "group_norm"), refusal=refusal, name=kernel_na
          params=params, launch_config=launch_config,
          fuses={"norm_affine": Fused(norm_affine_run, accepts=norm_affine_accepts, act=True),
                 "add_rms_norm": Fused(add_rms_norm_run, accepts=add_rms_norm_accepts, scale=True),
+                "norm_rope_kv": Fused(matmul.norm_rope_kv_run, accepts=matmul.norm_rope_kv_accepts),
                 "norm_mat_vec": Fused(matmul.norm_mat_vec_run, accepts=matmul.norm_mat_vec_accepts),
                 "rms_norm_mul": Fused(rms_norm_mul_run, accepts=rms_norm_mul_accepts)})

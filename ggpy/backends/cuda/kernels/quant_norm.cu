@@ -2,8 +2,10 @@
 // products: norm_mmvq[_glu], one launch, every block normalising x's N columns, scaling them by w and quantizing them
 // to q8_1 in shared memory, then a warp per row across the products (a row index says which weight and result; a
 // product's weight type is a runtime switch); big ones, and more than MMV_MAX_N columns: rms_norm_mul_q8_1[_b] into the
-// q8_1 layout of mmvq's temp block, then each product's mmvq[_b] from it.
+// q8_1 layout of mmvq's temp block, then each product's mmvq[_b] from it. norm_mmvq_rope: norm_mmvq of q, k, v with
+// the rope_kv after them (the norm_rope_kv pattern).
 #include "quant_mmvq.cuh"
+#include "rope.cuh"
 
 #define NMV_MAX 4                       // products of one launch (llama's q, k, v)
 
@@ -95,6 +97,73 @@ __global__ void MMVQ_BOUNDS(true) norm_mmvq_glu(const NormVecArgs p);
 }
 extern "C" __global__ void norm_mmvq(const NormVecArgs p) { norm_mmvq_k<false>(p); }
 extern "C" __global__ void norm_mmvq_glu(const NormVecArgs p) { norm_mmvq_k<true>(p); }
+// norm_mmvq_rope: norm_mmvq of q, k, v (products 0, 1, 2) and the rope_kv after them (kernels/matmul.py's
+// norm_rope_kv_run). A warp per pair of a product's rows (pairs in row order; every product's rows even): rows the
+// rope rotates together ((2i, 2i + 1), NEOX (i, i + n_dims / 2) of a head of q or k, rotated by rope_cos_sin at each
+// token's position), else adjacent rows (v's; a head's rows past n_dims); token n's pair goes to row n (q: the q rope's
+// memory) or idx[n] (k, v: their cache's, skipped out of range) of out[j] at onb[j] a row, element r at r times its size
+struct NormRopeArgs {
+    NormVecArgs v;                      // out: the q rope's memory (F32), the K cache, the V cache
+    Args rope;                          // the q rope's (the k rope's the same): ne[0] head size, src1 positions, iop NEOX
+    const char* idx; i64 idx_nb;        // the caches' I32 row indices and their byte stride
+    i64 onb[3], rows[3];                // each output's row stride and row count (q: its tokens)
+    int type[3];                        // each output's type: 0 F32, 1 F16, 2 BF16
+};
+
+__device__ __forceinline__ void store_as(char* p, int type, float v) {
+    if (type == 0) *(float*)p = v;
+    else if (type == 1) *(half_t*)p = from_f<half_t>(v);
+    else *(bf16_t*)p = from_f<bf16_t>(v);
+}
+
+extern "C" { __global__ void MMVQ_BOUNDS(true) norm_mmvq_rope(const NormRopeArgs a); }
+extern "C" __global__ void norm_mmvq_rope(const NormRopeArgs a) {
+    const NormVecArgs& p = a.v;
+    const int K = (int)p.a.ne0[0], N = (int)p.a.ne0[1], lane = threadIdx.x & 31;
+    const int m = 2 * (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5));
+    const bool early = p.a.iop & MMVQ_WEIGHTS, ok = m < p.end[2];
+    if (!early) grid_dependency();
+    int j = 0;
+    while (j < 2 && m >= p.end[j]) ++j;
+    const int u = (m - (j ? p.end[j - 1] : 0)) / 2, hd = (int)a.rope.ne[0], half = a.rope.ip[0] / 2, i = u % (hd / 2);
+    const bool rot = j < 2 && i < half, neox = rot && a.rope.iop;
+    const int r0 = neox ? u / (hd / 2) * hd + i : 2 * u, d = neox ? half : 1;
+    const char* row = p.mat[j] + (i64)r0 * p.nb1[j];
+    if (ok) {
+        prefetch_row(row, p.nb1[j]);
+        prefetch_row(row + d * p.nb1[j], p.nb1[j]);
+    }
+    signed char* sq = (signed char*)mmvq_shared;
+    float2* sds = (float2*)(sq + N * K);
+    norm_q8_1(early, p.a.src0, p.a.nb0[0], p.a.nb0[1], K, N, (const float*)p.a.src1, p.a.p0, sq, sds);
+    float y[2][MMV_MAX_N];
+    auto put = [&](int r, int n, float v, float) { y[r][n] = v; };
+#define NMR_CASE(t, Q) case t: \
+    mmvq_rows<Q, false, 1, 2, MMV_MAX_N>(row, nullptr, d * p.nb1[j], ok ? 2 : 0, sq, sds, K, N, [] {}, put); break;
+    switch (p.type[j]) {
+        NMR_CASE(0, mq_q4_0) NMR_CASE(1, mq_q4_1) NMR_CASE(2, mq_q5_0) NMR_CASE(3, mq_q5_1)
+        NMR_CASE(4, mq_q8_0) NMR_CASE(5, mq_q4_k) NMR_CASE(6, mq_q5_k) NMR_CASE(7, mq_q6_k)
+    }
+    if (!ok) return;
+    #pragma unroll
+    for (int n = 0; n < MMV_MAX_N; ++n) {
+        if (n >= N) break;
+        if (lane != n) continue;
+        float x0 = y[0][n], x1 = y[1][n];
+        if (rot) {
+            float cs, sn;
+            rope_cos_sin(a.rope, *(const int*)(a.rope.src1 + n * a.rope.nb1[0]), i, cs, sn);
+            const float t = x0 * cs - x1 * sn;
+            x1 = x0 * sn + x1 * cs;
+            x0 = t;
+        }
+        const i64 r = j ? *(const int*)(a.idx + n * a.idx_nb) : n, size = a.type[j] ? 2 : 4;
+        if (r < 0 || r >= a.rows[j]) continue;
+        store_as(p.out[j] + r * a.onb[j] + r0 * size, a.type[j], x0);
+        store_as(p.out[j] + r * a.onb[j] + (r0 + d) * size, a.type[j], x1);
+    }
+}
+
 // dst: the q8_1 columns (N K int8, then N K / 32 (d, d sum q)); the blocks share the 32-blocks to quantize; _b: the
 // batch products' N <= MMVQ_MAX_BATCH columns (mmvq_b from it)
 template <int NM> __device__ __forceinline__ void rms_norm_mul_q8_1_k(const Args& a) {

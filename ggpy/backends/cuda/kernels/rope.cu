@@ -1,7 +1,7 @@
 // rope (ggml_rope_ext): one thread per pair of a row, normal or NEOX pairs, the angle in double (kernels/rope.py);
 // rope_set_rows: the rotated rows written into rows of a cache (the rope_set_rows pattern); rope_kv: a q rope, a k
 // rope into the K cache and v's rows into the V cache at the same indices in one launch (the rope_kv pattern).
-#include "common.cuh"
+#include "rope.cuh"
 
 // rope_set_rows' destination rows: token t's rotated (hd, heads) go to row idx[t] (I32, byte stride idx_nb) of `rows`
 // rows (out-of-range indices are skipped) at a.dst + idx[t] * a.nb[2] + h * a.nb[1] + i * a.nb[0]
@@ -9,13 +9,10 @@ struct RowsArgs { Args a; const char* idx; i64 idx_nb; i64 rows; };
 
 __device__ __forceinline__ i64 rope_units(const Args& a) { return (a.ne[0] + 1) / 2 * a.ne[1] * a.ne[2] * a.ne[3]; }
 
-// unit u (a pair) of a rope. a.src1: I32 positions (ne1[0] of them), a.src2: F32 frequency factors or null; p0:
-// freq_base, p1: freq_scale; iop: NEOX pairs; ip: n_dims, then the float bits of ext_factor, mscale and YaRN's corr
-// dims low, high. dst of D (the source's type T unless SET: rows of a cache, RowsArgs)
+// unit u (a pair) of a rope. a.src1: I32 positions (ne1[0] of them), the angle's parameters as rope_cos_sin takes
+// them (rope.cuh); iop: NEOX pairs. dst of D (the source's type T unless SET: rows of a cache, RowsArgs)
 template <typename T, typename D, bool SET> __device__ void rope_unit(const Args& a, const RowsArgs* r, i64 u) {
     const int n_dims = a.ip[0], half = n_dims / 2;
-    const float ext = __int_as_float(a.ip[1]), mscale = __int_as_float(a.ip[2]);
-    const float low = __int_as_float(a.ip[3]), high = __int_as_float(a.ip[4]);
     const i64 units = (a.ne[0] + 1) / 2, j = u % units;
     i64 q = u / units, c[4];
     c[0] = 0; c[1] = q % a.ne[1]; q /= a.ne[1]; c[2] = q % a.ne[2]; c[3] = q / a.ne[2];
@@ -30,16 +27,8 @@ template <typename T, typename D, bool SET> __device__ void rope_unit(const Args
         for (i64 k = 2 * j; k < 2 * j + 2 && k < a.ne[0]; ++k) *(D*)(y + k * a.nb[0]) = convert<D>(*(const T*)(x + k * a.nb0[0]));
         return;
     }
-    double extrap = (double)*(const int*)(a.src1 + c[2] * a.nb1[0]) * pow((double)a.p0, -2.0 * j / n_dims);
-    if (a.src2) extrap /= ((const float*)a.src2)[j];
-    double theta = extrap * a.p1;
-    if (ext != 0.f) {
-        const double mix = ext * (1.0 - fmin(1.0, fmax(0.0, (j - low) / fmax(0.001, (double)high - low))));
-        theta = theta * (1.0 - mix) + extrap * mix;
-    }
-    double s, co;
-    sincos(theta, &s, &co);
-    const float cs = (float)co * mscale, sn = (float)s * mscale;
+    float cs, sn;
+    rope_cos_sin(a, *(const int*)(a.src1 + c[2] * a.nb1[0]), j, cs, sn);
     const i64 k0 = a.iop ? j : 2 * j, k1 = a.iop ? j + half : 2 * j + 1;
     const float x0 = to_f(*(const T*)(x + k0 * a.nb0[0])), x1 = to_f(*(const T*)(x + k1 * a.nb0[0]));
     *(D*)(y + k0 * a.nb[0]) = from_f<D>(x0 * cs - x1 * sn);

@@ -97,17 +97,24 @@ def rope_kv_accepts(f) -> bool:
             and vc.ne[2] == vc.ne[3] == v.ne[2] == v.ne[3] == 1)
 
 
-def rope_kv_run(backend, f) -> list | None:
-    """One launch (rope_kv_<cache>): the q rope into its memory, the k rope into the K cache's rows and v's rows into
-    the V cache's at the same indices, where all is on this GPU and what it writes lies clear of what it reads (but
-    the q rope over its source, as the planner may put it)."""
+def kv_args(backend, f) -> KvArgs | None:
+    """The KvArgs of a rope_kv where all is on this GPU and what it writes lies clear of what it reads (but the q rope
+    over its source, as the planner may put it)."""
     q, vc, v, args = f.head, f.v_store, f.v_store.src[0], _rows_args(backend, f.k)
     reads = [t for t in (*q.src, f.k.head.src[0], f.k.idx, v) if t is not None]
     if (args is None or not backend.on_device(q, vc, *reads) or not apart(q, [extent(t) for t in reads[1:]])
             or not all(apart(c, [extent(t) for t in reads + [q]]) for c in (f.k.last, vc))):
         return None
-    kv = KvArgs(_rope_args(q, tensor_ptr(q), q), args, pack_args(tensor_ptr(vc), vc, [(tensor_ptr(v), v)]))
-    launch = backend.launch_struct(q, f"rope_kv_{SUFFIX[vc.type]}", *_grid(q, f.k.head, extra=v.nelements), kv)
+    return KvArgs(_rope_args(q, tensor_ptr(q), q), args, pack_args(tensor_ptr(vc), vc, [(tensor_ptr(v), v)]))
+
+
+def rope_kv_run(backend, f) -> list | None:
+    """One launch (rope_kv_<cache>): the q rope into its memory, the k rope into the K cache's rows and v's rows into
+    the V cache's at the same indices, where kv_args allows."""
+    q, vc, kv = f.head, f.v_store, kv_args(backend, f)
+    if kv is None:
+        return None
+    launch = backend.launch_struct(q, f"rope_kv_{SUFFIX[vc.type]}", *_grid(q, f.k.head, extra=vc.src[0].nelements), kv)
     launch.name = f.name(f"rope_{SUFFIX[q.type]}")
     return [launch]
 

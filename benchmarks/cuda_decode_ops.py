@@ -10,7 +10,7 @@ flash_attn_ext reads its K and V as a model's cache (one (head dim x KV heads, r
 row), F16 or Q8_0, with a mask whose padded tail is -inf as a token's (rows in use rounded up); --chunks also times
 each shape with fa_vec_k's keys split in that many chunks (attention_flash.split forced; 0: as it chooses with no
 clusters); --rows also with fa_vec_k's (query head, row) pairs a block capped at each of these (attention_flash.MAX_ROWS
-and ONE_ROW_RB forced: fewer pairs a block, more blocks, each key read by more of them). `floor`: a scale of 64
+and ONE_ROW_RB forced, SMALL_GROUP off: fewer pairs a block, more blocks, each key read by more of them). `floor`: a scale of 64
 floats in the same chain, the per-op cost of a launch with no work.
 """
 from __future__ import annotations
@@ -124,11 +124,11 @@ def floor_chain(backend, rng):
 def split_as(chunks: int | None, rows: int | None = None):
     """attention_flash.split as it chooses (None), with no clusters (0), or with `chunks` chunks of keys; with `rows`,
     at most that many (query head, row) pairs a block."""
-    names = ("TARGET_BLOCKS", "MIN_CHUNK", "MAX_CHUNKS", "CLUSTER_MAX_KEYS", "ONE_ROW_RB", "MAX_ROWS")
+    names = ("TARGET_BLOCKS", "MIN_CHUNK", "MAX_CHUNKS", "CLUSTER_MAX_KEYS", "ONE_ROW_RB", "SMALL_GROUP", "MAX_ROWS")
     saved = [getattr(attention_flash, n) for n in names]
     if rows:
         attention_flash.MAX_ROWS = {d: min(r, rows) for d, r in saved[-1].items()}
-        attention_flash.ONE_ROW_RB = rows
+        attention_flash.ONE_ROW_RB, attention_flash.SMALL_GROUP = rows, 0
     if chunks is not None:
         attention_flash.CLUSTER_MAX_KEYS = dict.fromkeys(attention_flash.HEAD_DIMS, 0)
     if chunks:

@@ -30,6 +30,7 @@ def test_a_token_splits_the_keys_and_a_prompt_runs_on_tensor_cores():
     assert attention_flash.temp_size(token, "vec", None) == 32 * chunks * (64 + 2) * 4
     assert attention_flash.kernel_name(token, "vec") == "fa_vec_d64_r2_f16_f16"
     assert attention_flash.split(_node(3, 4096, heads=32, kv_heads=8))[:2] == (8, 2)      # several rows: 8 a block
+    assert attention_flash.split(_node(1, 4096, heads=9, kv_heads=3))[:2] == (1, 3)       # groups of 3: 1 pair a block
     prompt = _node(100, 300)
     assert attention_flash.choose(prompt, None) == "tc" and attention_flash.temp_size(prompt, "tc", None) == 0
     assert attention_flash.choose(_node(100, 300, kv_type=F32), None) == "vec"

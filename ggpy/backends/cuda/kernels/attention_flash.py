@@ -33,6 +33,9 @@ MAX_ROWS = {64: 8, 128: 8, 256: 4}     # RB at most per head dim (its 8 warps' a
 ONE_ROW_RB = 2                  # RB at most for one query row (a generated token): more blocks, each key read by more
                                 # of them, yet faster (H200, benchmarks/cuda_decode_ops.py --rows 2: SmolLM2 heads 6.4 ->
                                 # 4.7 us at 576 keys, 10.3 -> 8.6 at 4096; Gemma-3's 26.4 -> 13.8 at 4096)
+SMALL_GROUP = 3                 # a KV head read by at most this many query heads: one pair a block for a generated token
+                                # (SmolLM2's 3, cuda_decode_ops.py --rows 1: 3.95 -> 3.39 us at 256 keys, 8.64 -> 7.93 at
+                                # 4096; the 1B's 4 at 4096 keys 10.7 -> 15.4: fewer, longer chunks)
 WARPS = 4                       # warps per block of fa_mma_k (FA_MMA_WARPS in the .cuh)
 VEC_WARPS = 8                   # fa_vec_k's warps (FA_WARPS): two blocks an SM for RB up to 4, a cluster's one
 MIN_CHUNK, MAX_CHUNKS = 4, 32   # fa_vec_k: keys a lane group takes at least, chunks at most (FA_MAXC in the .cuh)
@@ -90,7 +93,8 @@ def split(node, backend=None) -> tuple[int, int, int, int]:
     n, h, s = q.ne[1:]
     hk, nkv = k.ne[2], k.ne[1]
     pairs = h // hk * n
-    fit = [r for r in rows(q.ne[0]) if n > 1 or r <= ONE_ROW_RB]
+    cap = 1 if h // hk <= SMALL_GROUP else ONE_ROW_RB
+    fit = [r for r in rows(q.ne[0]) if n > 1 or r <= cap]
     rb = next((r for r in fit if r >= pairs), fit[-1])
     z = _cdiv(pairs, rb)
     unit = VEC_WARPS * 32 * 8 // q.ne[0]      # keys a block takes one a lane group (of D / 8 lanes)

@@ -2,12 +2,14 @@
 OpenAI-compatible HTTP API, flags in llama-server's spelling:
 
     ggpy-server [-m MODEL.gguf] [--host 127.0.0.1] [--port 8080] [-b cpu|cuda] [-t THREADS] [-c CTX] [-np N]
-                [--batch-size N] [--max-queue N] [--api-key KEY] [-a ALIAS]
+                [--batch-size N] [--max-queue N] [--api-key KEY] [-a ALIAS] [--no-warmup]
                 [--ray [ADDRESS] [--replicas N] [--ray-gpus G]]
 
 -c is the KV cells all N slots share (each holds CTX // N tokens; 0: the model's context, at most 4096); without
 -m, SmolLM2-135M-Instruct (Q4_1) is fetched once, as ggpy-llama does. The port answers at once: /health says
-503 until the weights are loaded, then 200. A bad argument or model file ends the run with one `error: ...` line (exit status 2 for an argument, 1 for a file).
+503 until the weights are loaded, then 200. While no request is in, the engine plans the graphs of the generating
+steps it will meet (one for each bucket of slots and cache rows; --no-warmup: each when first met). A bad argument
+or model file ends the run with one `error: ...` line (exit status 2 for an argument, 1 for a file).
 
 --ray serves N replicas on Ray Serve behind the one --host:--port (replicas.py), each with its own -c, -np and
 --max-queue: on -b cuda G GPUs each (1; 0.5: two share one), N by default as many as the cluster's GPUs hold; on
@@ -46,6 +48,8 @@ def parser() -> argparse.ArgumentParser:
                    help="requests that may wait for a slot; more are answered 503 (64)")
     p.add_argument("--api-key", help="every path but /health then needs `Authorization: Bearer KEY`")
     p.add_argument("-a", "--alias", help="the model's name in the answers (default: the file's stem)")
+    p.add_argument("--no-warmup", action="store_true", help="plan each graph when a step first meets it, not ahead "
+                   "while idle")
     p.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="replicas on Ray Serve, on the cluster at "
                    "ADDRESS (none: ray.init's default, a cluster `ray start`ed here or else a new local one)")
     p.add_argument("--replicas", type=_at_least(1), metavar="N", help="--ray: replicas (-b cuda: the GPUs over G; "
@@ -81,7 +85,8 @@ def main(argv=None):
             p.error(f"-c {n_ctx} leaves {args.parallel} slots no room: need -c >= -np")
         if args.ray is not None:
             return serve_replicas(args, path, n_ctx)
-        engine = Engine(path, args.backend, args.threads, n_ctx, args.parallel, args.batch_size, args.max_queue)
+        engine = Engine(path, args.backend, args.threads, n_ctx, args.parallel, args.batch_size, args.max_queue,
+                        not args.no_warmup)
     except (ggpy.GGPYError, FetchError, OSError, ValueError) as e:
         sys.exit(f"error: {e}")
     failure = []

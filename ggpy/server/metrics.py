@@ -10,6 +10,7 @@ ENGINE = (  # (stats key, metric name, type, help)
     ("tokens_per_s", "tokens_per_second", "gauge", "tokens generated per second over the last seconds"),
     ("slots_busy", "slots_busy", "gauge", "slots serving a request"),
     ("queue_length", "queue_length", "gauge", "requests waiting for a slot"),
+    ("graphs_to_plan", "graphs_to_plan", "gauge", "generating steps' graphs left to plan while idle (warmup)"),
 )
 
 

@@ -25,7 +25,8 @@ def deployment(args, path: str, n_ctx: int) -> serve.Deployment:
     """The Serve deployment of ggpy-server's parsed `args`: args.replicas replicas (None: default_replicas)."""
 
     def build():        # in the replica: the app once its engine is loaded, so Serve routes to it only then
-        engine = Engine(path, args.backend, args.threads, n_ctx, args.parallel, args.batch_size, args.max_queue)
+        engine = Engine(path, args.backend, args.threads, n_ctx, args.parallel, args.batch_size, args.max_queue,
+                        not args.no_warmup)
         return create_app(engine.start(), args.api_key, args.alias)
 
     resources = {"num_gpus": args.ray_gpus} if args.backend == "cuda" else {"num_cpus": args.threads}

@@ -3,6 +3,7 @@ equal a lone run through GraphModel (generate, as ggpy-llama --temp 0), also wit
 different slots and lengths and queued behind them; seeded sampling is reproducible; the prompt cache reads only
 the rest of a prompt and gives the same tokens; stop strings, cancel, the queue bound and bad input."""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -167,6 +168,37 @@ def test_cancel_frees_the_slot_within_a_step(path):
         eng.submit(prompts(1, SEED + 6)[0], greedy(3), d)
         assert d.wait().last.finish_reason == "length"
         assert c.last.finish_reason is None and len(c.tokens) < 50          # dropped, not run to the slot's end
+    finally:
+        eng.stop()
+
+
+def test_an_idle_engine_plans_the_generating_steps_ahead(path):
+    """warmup: between requests the engine plans every key of BatchModel.decode_keys (a request arriving meanwhile is
+    answered), after which generating builds no graph; without warmup nothing is planned ahead."""
+    cold = Engine(path, "cpu", 2, n_ctx=600, n_parallel=3, n_batch=N_BATCH).start()
+    try:
+        assert len(cold.model._steps) == 1 and cold.stats()["graphs_to_plan"] == 0      # the worst case only
+    finally:
+        cold.stop()
+    eng = Engine(path, "cpu", 2, n_ctx=600, n_parallel=3, n_batch=N_BATCH, warmup=True).start()
+    try:
+        keys = eng.model.decode_keys()
+        assert keys == [(b, c) for b in (1, 2, 3) for c in eng.model.kv_classes] and len(eng.model.kv_classes) > 1
+        c = Collect()
+        eng.submit(prompts(1, SEED)[0], greedy(3), c)
+        assert c.wait().last.finish_reason == "length"
+        deadline = time.monotonic() + 300
+        while eng.stats()["graphs_to_plan"]:
+            assert time.monotonic() < deadline, eng.stats()
+            time.sleep(0.05)
+        assert set(keys) <= set(eng.model._steps)
+        before = set(eng.model._steps)
+        many = [Collect() for _ in range(3)]
+        for prompt, m in zip(prompts(3, SEED + 1, lo=2, hi=4), many):
+            eng.submit(prompt, greedy(6), m)
+        for m in many:
+            assert len(m.wait().tokens) == 6
+        assert not (set(eng.model._steps) - before) & set(keys)     # only prompt chunks' keys were new
     finally:
         eng.stop()
 

@@ -146,6 +146,17 @@ class BatchModel:
         self.stats.build_s += time.perf_counter() - t0
         return step
 
+    def decode_keys(self) -> list:
+        """The keys of the steps that only generate (a token for each of 1 .. n_seq sequences) at every class of cache
+        rows, fewest tokens first: what a server's steps meet as its slots fill and their texts grow."""
+        top = next(b for b in self.buckets if b >= self.n_seq)
+        return [(b, c) for b in self.buckets if b <= top for c in self.kv_classes]
+
+    def prepare(self, key: tuple):
+        """Build and plan the step of `key` now (kernels bound; on the CPU compiled), as the first batch meeting it
+        would: a server's idle time spent so that no request waits for it."""
+        self._use(key)
+
     def _use(self, key: tuple) -> BatchStep:
         """The step of `key`, the runner switched to it (its kept plan replayed once met) and its masks bound."""
         step = self._steps.get(key)

@@ -62,9 +62,10 @@ def _nvrtc(src: Source, arch: str) -> bytes:
             _check(nvrtc.nvrtcGetProgramLog(prog, log), "nvrtcGetProgramLog")
             raise CudaError(f"nvrtcCompileProgram failed for {src.name} ({arch}): {getattr(err, 'name', err)}\n"
                             f"{log.decode(errors='replace').rstrip(chr(0))}")
-        cubin = b" " * _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        _check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
-        return cubin
+        kind = "PTX" if arch.startswith("compute_") else "CUBIN"     # a virtual architecture: PTX, no ptxas
+        out = b" " * _check(getattr(nvrtc, f"nvrtcGet{kind}Size")(prog), f"nvrtcGet{kind}Size")
+        _check(getattr(nvrtc, f"nvrtcGet{kind}")(prog, out), f"nvrtcGet{kind}")
+        return out
     finally:
         _check(nvrtc.nvrtcDestroyProgram(prog), "nvrtcDestroyProgram")
 
@@ -112,7 +113,7 @@ class _Progress:
 
 
 def compile_many(sources: list, arch: str, workers: int | None = None) -> list[bytes]:
-    """The cubins of `sources` (Source) for `arch` ('sm_90'), in order: from the disk cache, else compiled (in
+    """The cubins of `sources` (Source) for `arch` ('sm_90'; 'compute_90': PTX), in order: from the disk cache, else compiled (in
     parallel, `workers` threads, default one per core this process may use) and stored there."""
     paths = [_cache_path(s, arch) for s in sources]
     cubins = [p.read_bytes() if p.is_file() else None for p in paths]

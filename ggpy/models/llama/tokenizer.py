@@ -218,6 +218,8 @@ class Tokenizer:
         self.chat_template = template if isinstance(template, str) else None
         self._bytes = _byte_values(md, tokens, self.types) if self.spm else {}
         self._rstrip = _rstrip_patterns(metadata, tokens, self.types)
+        self._specials = sorted(((t, i, k != USER_DEFINED) for i, (t, k) in enumerate(zip(tokens, self.types))
+                                 if k in (CONTROL, UNKNOWN, USER_DEFINED)), key=lambda s: -len(s[0].encode()))
         if self.spm:
             scores = md.list_of("tokenizer.ggml.scores", (float, int), required=False) or [0.0] * n
             if len(scores) != n or any(x != x for x in scores):
@@ -249,13 +251,34 @@ class Tokenizer:
         tokens' texts become those tokens when `parse_special` (user-defined tokens always do)."""
         if self._rstrip[parse_special] is not None:
             text = self._rstrip[parse_special].sub(r"\1", text)
-        self._hf.encode_special_tokens = not parse_special
-        ids = self._hf.encode(text, add_special_tokens=False).ids
+        self._hf.encode_special_tokens = True          # what _partition left holds no special token's text
+        ids = []
+        for part in self._partition(text, parse_special):
+            ids += [part] if isinstance(part, int) else self._hf.encode(part, add_special_tokens=False).ids
         if add_special and self.add_bos:
             ids = [self.bos_id] + ids
         if add_special and self.add_eos:
             ids = ids + [self.eos_id]
         return ids
+
+    def _partition(self, text: str, parse_special: bool) -> list:
+        """text as raw pieces (str) and special tokens (ids), as llama.cpp's tokenizer_st_partition cuts it: the
+        special tokens longest first (in bytes; equal lengths in id order), each cut out of every raw piece wherever
+        it occurs, leftmost first; user-defined tokens always, control and unknown ones when `parse_special`. (Where
+        two overlap, "   x" with tokens "   " and "  x", the one taken first wins, not the leftmost.)"""
+        parts = [text]
+        for t, tid, control in self._specials:
+            if (control and not parse_special) or t not in text:
+                continue
+            cut = []
+            for part in parts:
+                start = 0
+                while isinstance(part, str) and (k := part.find(t, start)) >= 0:
+                    cut += [part[start:k], tid] if k > start else [tid]
+                    start = k + len(t)
+                cut += [part] if not isinstance(part, str) else [part[start:]] if start < len(part) else []
+            parts = cut
+        return parts
 
     def token_bytes(self, token_id: int, special: bool = False) -> bytes:
         """The bytes a token stands for (llama_token_to_piece): normal tokens byte-level decoded (BPE) or with

@@ -220,6 +220,7 @@ class Tokenizer:
         self._rstrip = _rstrip_patterns(metadata, tokens, self.types)
         self._specials = sorted(((t, i, k != USER_DEFINED) for i, (t, k) in enumerate(zip(tokens, self.types))
                                  if k in (CONTROL, UNKNOWN, USER_DEFINED)), key=lambda s: -len(s[0].encode()))
+        self._special_ids = frozenset(i for _, i, _ in self._specials)
         if self.spm:
             scores = md.list_of("tokenizer.ggml.scores", (float, int), required=False) or [0.0] * n
             if len(scores) != n or any(x != x for x in scores):
@@ -251,10 +252,13 @@ class Tokenizer:
         tokens' texts become those tokens when `parse_special` (user-defined tokens always do)."""
         if self._rstrip[parse_special] is not None:
             text = self._rstrip[parse_special].sub(r"\1", text)
-        self._hf.encode_special_tokens = True          # what _partition left holds no special token's text
-        ids = []
-        for part in self._partition(text, parse_special):
-            ids += [part] if isinstance(part, int) else self._hf.encode(part, add_special_tokens=False).ids
+        self._hf.encode_special_tokens = not parse_special
+        ids = self._hf.encode(text, add_special_tokens=False).ids       # leftmost-longest: where no token overlaps,
+        if any(i in self._special_ids for i in ids):                     # llama.cpp's cut too
+            self._hf.encode_special_tokens = True       # what _partition leaves holds no special token's text
+            ids = []
+            for part in self._partition(text, parse_special):
+                ids += [part] if isinstance(part, int) else self._hf.encode(part, add_special_tokens=False).ids
         if add_special and self.add_bos:
             ids = [self.bos_id] + ids
         if add_special and self.add_eos:

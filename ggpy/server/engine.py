@@ -8,7 +8,7 @@ slot: BatchModel.decode_top; the whole logits only for a sampler that needs them
 slots that finished. A request joins between steps and leaves when done (a stop string, an end-of-generation token,
 max_tokens, a full slot, or cancel). With `warmup`, the thread spends idle time planning the graphs of the generating
 steps ahead (BatchModel.decode_keys, a key at a time between requests), so that a first burst of clients does not wait
-for them (~90 ms a key on an H200, ~0.3 s on the CPU, where the first also compiles kernels).
+for them (~90 ms a key on an H200, 0.3-0.5 s on the CPU, where the first also compiles kernels).
 
     eng = Engine("model.gguf", n_ctx=4096, n_parallel=4); eng.start()
     h = eng.submit(tokens, Params(max_tokens=16, temperature=0), on_event)     # QueueFull, ValueError

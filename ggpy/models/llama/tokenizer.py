@@ -276,11 +276,15 @@ class Tokenizer:
                 continue
             cut = []
             for part in parts:
+                if not isinstance(part, str):
+                    cut.append(part)
+                    continue
                 start = 0
-                while isinstance(part, str) and (k := part.find(t, start)) >= 0:
+                while (k := part.find(t, start)) >= 0:
                     cut += [part[start:k], tid] if k > start else [tid]
                     start = k + len(t)
-                cut += [part] if not isinstance(part, str) else [part[start:]] if start < len(part) else []
+                if start < len(part):
+                    cut.append(part[start:])
             parts = cut
         return parts
 

@@ -2,13 +2,14 @@
 F16 (or F32) cache by set_rows, the attention reading the cache's first n_kv rows through views, grouped-query heads,
 a causal mask; the flash path and the mul_mat -> soft_max -> mul_mat path (V seen transposed) each against a float64
 reference on the cache's stored values. Which kernels a node gets (keys split for a generated token, tensor cores for a
-prompt's F16 K/V) is checked without a GPU; the runs skip without one."""
+prompt's and a token's F16 K/V) is checked without a GPU; the runs skip without one."""
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import ggpy
+from ggpy.backends.cuda import CUDABackend
 from ggpy.backends.cuda.kernels import attention, attention_flash
 from ggpy.types import F16, F32, Q8_0
 
@@ -26,7 +27,15 @@ def test_a_token_splits_the_keys_and_a_prompt_runs_on_tensor_cores():
     token = _node(1, 4096, heads=32, kv_heads=8)
     rb, z, chunk, chunks = attention_flash.split(token)
     assert (rb, z) == (2, 2) and chunks > 8 and chunk % 64 == 0 and chunk * (chunks - 1) < 4096   # 2 pairs: one row
-    assert attention_flash.choose(token, None) == "vec"
+    assert attention_flash.choose(token, None) == "dec"         # F16 K and V: tensor cores, 16 keys a warp
+    assert attention_flash.dec_split(token) == (1, 128, 32) and attention_flash.kernel_name(token, "dec") == \
+        "fa_dec_d64_f16_f16"
+    assert attention_flash.dec_split(_node(1, 6000, heads=32, kv_heads=2)) == (2, 256, 24)    # 16 pairs, 2 steps a warp
+    assert attention_flash.dec_split(_node(1, 40, heads=9, kv_heads=3)) == (1, 128, 1)
+    assert attention_flash.temp_size(token, "dec", None) == max(32 * 32, 32 * chunks) * (64 + 2) * 4
+    assert attention_flash.choose(_node(1, 4096, kv_type=F32), None) == "vec"
+    assert attention_flash.choose(_node(1, 4096, hd=256), None) == attention_flash.choose(_node(1, 4096, hd=128), None) \
+        == "vec"
     assert attention_flash.temp_size(token, "vec", None) == 32 * chunks * (64 + 2) * 4
     assert attention_flash.kernel_name(token, "vec") == "fa_vec_d64_r2_f16_f16"
     assert attention_flash.split(_node(3, 4096, heads=32, kv_heads=8))[:2] == (8, 2)      # several rows: 8 a block
@@ -110,7 +119,7 @@ def _run(backend, n, n_kv, flash: bool, cache_type, mask_type, seed: int):
 @pytest.mark.parametrize("n,n_kv", [(1, 37), (1, 4096), (3, 1000), (40, 300)])
 def test_cuda_attention_over_a_cache(cuda_backend, n, n_kv, flash, cache_type):
     out, ref = _run(cuda_backend, n, n_kv, flash, cache_type, F16 if n_kv % 2 else F32, seed=n + n_kv)
-    exact = flash and not (cache_type == F16 and n >= attention_flash.TC_MIN_N)     # F32 math throughout
+    exact = flash and cache_type == F32     # F32 math throughout (vec)
     tol = 2e-5 if exact else 3e-3     # else q and P (tensor cores) or cuBLASLt's operands rounded to F16
     np.testing.assert_allclose(out, ref, rtol=tol, atol=tol)
     if flash and n > 1:
@@ -203,6 +212,60 @@ def test_cuda_flash_attn_tensor_cores_vs_float64(cuda_backend, case):
         assert not got[:, 1].any()
 
 
+DEC_CASES = [  # D, n, n_kv, H, Hk, S, Sk, mask (type, Mh, Mw), max_bias, softcap, K at a byte offset of its row
+    (64, 1, 4096, 32, 8, 1, 1, (F16, 1, 1), 0.0, 0.0, 0),        # a 1B token: 32 chunks of 16 keys a warp
+    (64, 1, 6000, 32, 2, 1, 1, (F32, 1, 1), 0.0, 0.0, 0),        # 16 pairs: two blocks of them, 2 steps a warp
+    (64, 3, 333, 9, 3, 2, 1, (F16, 3, 2), 8.0, 0.0, 0),          # ALiBi, per-head and per-sequence masks, K/V broadcast
+    (64, 2, 1000, 8, 2, 1, 1, (F16, 1, 1), 0.0, 30.0, 16),       # softcap, K rows at a 16-byte offset
+    (64, 1, 77, 4, 4, 1, 1, None, 0.0, 0.0, 0),                  # no mask, one chunk, keys not a multiple of 16
+    (64, 2, 500, 8, 2, 1, 1, (F32, 1, 1), 0.0, 0.0, 8),          # K at 8 bytes past 16: runs on vec instead
+]
+
+
+@pytest.mark.parametrize("case", DEC_CASES, ids=lambda c: f"D{c[0]}-n{c[1]}-kv{c[2]}-H{c[3]}/{c[4]}-S{c[5]}/{c[6]}"
+                         f"-bias{c[8]}-cap{c[9]}-off{c[10]}")
+def test_cuda_flash_attn_decode_tensor_cores_vs_float64(cuda_backend, case):
+    """fa_dec_k (F16 K and V, a few query rows, its chunks merged through memory) against float64: grouped-query heads,
+    more pairs than a block takes, more keys than 16 a warp, a mask of random values and -inf (a fully masked row),
+    per-head and per-sequence masks with ALiBi, softcap, K/V sequences broadcast; a K not 16-byte aligned runs fa_vec_k."""
+    d, n, n_kv, h, hk, s, sk, mask_of, max_bias, softcap, offset = case
+    rng = np.random.default_rng(n * n_kv + d)
+    ctx = ggpy.Context()
+    q = ctx.new_tensor(F32, (d, n, h, s)).set_input()
+    pad = 8 if offset else 0                            # halves of padding a K row
+    kin = ctx.new_tensor(F16, (d + pad, n_kv, hk, sk)).set_input()
+    k = ggpy.view_4d(kin, d, n_kv, hk, sk, kin.nb[1], kin.nb[2], kin.nb[3], offset)
+    v = ctx.new_tensor(F16, (d, n_kv, hk, sk)).set_input()
+    mask = ctx.new_tensor(mask_of[0], (n_kv, n + 3, *mask_of[1:])).set_input() if mask_of else None
+    out = ggpy.flash_attn_ext(q, k, v, mask, d ** -0.5, max_bias, softcap)
+    graph = ggpy.Graph().build_forward_expand(out)
+    ggpy.GraphAllocator(cuda_backend).alloc_graph(graph)
+    assert attention_flash.choose(out, cuda_backend) == "dec"
+    kvals = rng.uniform(-1, 1, tuple(reversed(kin.ne))).astype(np.float16)
+    vvals = rng.uniform(-1, 1, tuple(reversed(v.ne))).astype(np.float16)
+    kin.set(kvals)
+    v.set(vvals)
+    qv = rng.uniform(-1, 1, (s, h, n, d)).astype(np.float32)
+    q.set(qv)
+    mv = None
+    if mask is not None:
+        mv = rng.uniform(-2, 0, tuple(reversed(mask.ne)))
+        mv[..., :, n_kv - 7:] = -np.inf
+        if n > 1:
+            mv[..., 1, :] = -np.inf
+        mv = mv.astype(np.float16 if mask.type == F16 else np.float32)
+        mask.set(mv)
+        mv = mv.astype(np.float64)
+    cuda_backend.compute(graph)
+    kref = kvals.astype(np.float64)[..., offset // 2:offset // 2 + d]
+    ref = _reference(qv.astype(np.float64), kref, vvals.astype(np.float64), mv, d ** -0.5, max_bias, softcap)
+    got = out.numpy().reshape(ref.shape)
+    tol = 2e-5 if offset % 16 else 3e-3             # vec's F32 math, else q and P rounded to F16
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+    if mask is not None and n > 1:
+        assert not got[:, 1].any()
+
+
 VEC_CASES = [  # D, n, n_kv (keys in use: the rest masked -inf), H, Hk, K and V type
     (64, 1, 256, 256, 9, 3, F16), (64, 1, 576, 513, 9, 3, Q8_0), (64, 1, 4096, 4000, 32, 8, F16),
     (64, 2, 768, 700, 32, 8, F32), (128, 1, 576, 513, 32, 8, Q8_0), (128, 3, 4096, 4096, 8, 2, F16),
@@ -211,15 +274,25 @@ VEC_CASES = [  # D, n, n_kv (keys in use: the rest masked -inf), H, Hk, K and V 
 ]
 
 
-@pytest.mark.parametrize("cluster", [True, False], ids=["cluster", "global"])
+@pytest.fixture(scope="module")
+def vec_backend(cuda_backend):
+    """A CUDA backend running every flash_attn_ext on fa_vec_k."""
+    return CUDABackend("cuda", force={"flash_attn_ext": "vec"})
+
+
+@pytest.mark.parametrize("impl", ["cluster", "global", "dec"])
 @pytest.mark.parametrize("case", VEC_CASES, ids=lambda c: f"D{c[0]}-n{c[1]}-kv{c[2]}/{c[3]}-H{c[4]}/{c[5]}-{c[6].name}")
-def test_cuda_flash_attn_decode_vs_float64(cuda_backend, case, cluster, monkeypatch):
+def test_cuda_flash_attn_decode_vs_float64(cuda_backend, vec_backend, case, impl, monkeypatch):
     """fa_vec_k for a few query rows against float64, its chunks merged in a cluster's shared memory (sm_90 on, at
-    most CLUSTER_MAX_KEYS keys) or through memory (partials and arrival counters): the model's cache layout (heads
-    interleaved in a row), a padded tail masked -inf, grouped-query heads."""
+    most CLUSTER_MAX_KEYS keys) or through memory (partials and arrival counters), and fa_dec_k where it runs (F16):
+    the model's cache layout (heads interleaved in a row), a padded tail masked -inf, grouped-query heads."""
     d, n, n_kv, used, h, hk, t = case
-    if not cluster:
+    cluster = impl == "cluster"
+    if impl == "global":
         monkeypatch.setattr(attention_flash, "CLUSTER_MAX_KEYS", dict.fromkeys(attention_flash.HEAD_DIMS, 0))
+    if impl == "dec" and (t != F16 or d not in attention_flash.DEC_DIMS):
+        pytest.skip("fa_dec_k takes F16 K and V, heads of 64")
+    backend = cuda_backend if impl == "dec" else vec_backend
     rng = np.random.default_rng(n_kv + h)
     ctx = ggpy.Context()
     q = ctx.new_tensor(F32, (d, n, h)).set_input()
@@ -228,9 +301,11 @@ def test_cuda_flash_attn_decode_vs_float64(cuda_backend, case, cluster, monkeypa
     mask = ctx.new_tensor(F16, (n_kv, n)).set_input()
     out = ggpy.flash_attn_ext(q, k, v, mask, d ** -0.5)
     graph = ggpy.Graph().build_forward_expand(out)
-    ggpy.GraphAllocator(cuda_backend).alloc_graph(graph)
-    assert attention_flash.clustered(out, cuda_backend) == (cluster and cuda_backend.device.cc >= (9, 0)
-                                                            and n_kv <= attention_flash.CLUSTER_MAX_KEYS[d])
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    if impl != "dec":
+        assert attention_flash.clustered(out, backend) == (cluster and backend.device.cc >= (9, 0)
+                                                           and n_kv <= attention_flash.CLUSTER_MAX_KEYS[d])
+    assert backend.impl_for(out) == ("dec" if impl == "dec" else "vec")
     kv = []
     for c in caches:
         if t == Q8_0:
@@ -244,9 +319,10 @@ def test_cuda_flash_attn_decode_vs_float64(cuda_backend, case, cluster, monkeypa
     q.set(qv)
     mv = np.where(np.arange(n_kv) < used, rng.uniform(-1, 0, (n, n_kv)), -np.inf).astype(np.float16)
     mask.set(mv.reshape(1, 1, n, n_kv))
-    cuda_backend.compute(graph)
+    backend.compute(graph)
     ref = _reference(qv.astype(np.float64), *kv, mv.astype(np.float64)[None, None], d ** -0.5, 0.0, 0.0)
-    np.testing.assert_allclose(out.numpy().reshape(ref.shape), ref, rtol=2e-5, atol=2e-5)
+    tol = 3e-3 if impl == "dec" else 2e-5       # dec: q and P rounded to F16
+    np.testing.assert_allclose(out.numpy().reshape(ref.shape), ref, rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("softcap", [0.0, 50.0], ids=["nocap", "cap50"])

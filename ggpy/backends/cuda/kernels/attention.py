@@ -148,5 +148,5 @@ def flash_attn_refusal(node) -> str | None:
     return None
 
 
-register(ops=("flash_attn_ext",), refusal=flash_attn_refusal, impls=("vec", "tc"), choose=flash.choose,
+register(ops=("flash_attn_ext",), refusal=flash_attn_refusal, impls=("vec", "tc", "dec"), choose=flash.choose,
          accepts=flash.accepts, temp_size=flash.temp_size, name=flash.kernel_name, steps=flash.steps)

@@ -144,7 +144,6 @@ __device__ __forceinline__ int fa_cluster_rank() {
     return r;
 }
 
-// CL: 1, or FA_CL (sm_90 on): the FA_CL chunks of (blockIdx.y, z) are one cluster, merged through their shared memory
 // a pass's loads of a lane group: its NB keys j0 + t G (below c1) of K and V, and the mask's bits of them for each row
 template <int RB, int NB, int G, typename TK, typename TV>
 __device__ __forceinline__ void fa_issue(const FaArgs& a, const char* kb, const char* vb, const char* const* mrow,
@@ -192,6 +191,108 @@ template <int RB> __device__ void fa_live(const FaArgs& a, const char* const* mr
     if ((threadIdx.x & 31) == 0) { atomicMin(&slo, tlo); atomicMax(&shi, thi); }
     __syncthreads();
     lo = slo; hi = max(slo, shi);
+}
+
+// a block's end: its W warps' (max in natural-log units, sum, accumulator) of the pairs r < np in wm, wl, wacc merged,
+// then written to dst (one chunk), merged across the cluster (CL > 1), or written as the chunk's partial and merged by
+// the chunks' last block to arrive (a.count). g: the KV head.
+template <int W, int RB, int DV, int CL>
+__device__ void fa_finish(const FaArgs& a, const float (*wm)[RB], const float (*wl)[RB], float (*wacc)[RB][DV], int np,
+                          int p0, int g, int i3) {
+    const float NEG = __int_as_float(0xff800000);
+    const int group = a.h / a.hk;
+    __syncthreads();
+    __shared__ float bm[RB], bl[RB];                            // CL > 1: the block's max and sum (wacc[0]: its acc)
+    for (int t = threadIdx.x; t < np * DV; t += blockDim.x) {       // the warps merged
+        const int r = t / DV, d = t % DV, p = p0 + r, hq = g * group + p % group, i1 = p / group;
+        float M = NEG, S = 0.f, A = 0.f;
+        #pragma unroll
+        for (int w = 0; w < W; ++w) M = fmaxf(M, wm[w][r]);
+        #pragma unroll
+        for (int w = 0; w < W; ++w) {
+            const float c = wm[w][r] == NEG ? 0.f : __expf(wm[w][r] - M);
+            S += wl[w][r] * c;
+            A += wacc[w][r][d] * c;
+        }
+        if (CL > 1) {                                           // a thread reads and writes its own (r, d) only
+            if (d == 0) { bm[r] = M; bl[r] = S; }
+            wacc[0][r][d] = A;
+        } else if (a.nchunks == 1) {
+            *(float*)(a.dst + hq * a.ds[0] + i1 * a.ds[1] + i3 * a.ds[2] + d * 4) = S > 0.f ? A / S : 0.f;
+        } else {
+            float* pr = a.part + (((i64)(i3 * a.n + i1) * a.h + hq) * a.nchunks + blockIdx.x) * (DV + 2);
+            if (d == 0) { pr[0] = M; pr[1] = S; }
+            pr[2 + d] = A;
+        }
+    }
+    if (CL > 1) {
+        fa_cluster_sync();                                      // every block's (max, sum, acc) in its shared memory
+        for (int t = fa_cluster_rank() * blockDim.x + threadIdx.x; t < np * DV; t += CL * blockDim.x) {
+            const int r = t / DV, d = t % DV, p = p0 + r, hq = g * group + p % group, i1 = p / group;
+            float mc[CL], M = NEG, S = 0.f, A = 0.f;
+            #pragma unroll
+            for (int c = 0; c < CL; ++c) M = fmaxf(M, mc[c] = *fa_cluster_map(&bm[r], c));
+            #pragma unroll
+            for (int c = 0; c < CL; ++c) {
+                const float e = mc[c] == NEG ? 0.f : __expf(mc[c] - M);
+                S += *fa_cluster_map(&bl[r], c) * e;
+                A += *fa_cluster_map(&wacc[0][r][d], c) * e;
+            }
+            *(float*)(a.dst + hq * a.ds[0] + i1 * a.ds[1] + i3 * a.ds[2] + d * 4) = S > 0.f ? A / S : 0.f;
+        }
+        fa_cluster_sync();                                      // no block leaves while another reads its memory
+        return;
+    }
+    if (a.nchunks == 1 || !a.count) return;
+    __shared__ bool last;                                       // the chunks' last block merges their partials
+    __syncthreads();                                            // the block's partials written
+    if (threadIdx.x == 0) {             // one acq_rel add: releases them, acquires the other blocks' (no SC fence)
+        int* c = a.count + blockIdx.y * gridDim.z + blockIdx.z;
+        int old;
+        asm volatile("atom.acq_rel.gpu.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(c) : "memory");
+        last = old == a.nchunks - 1;
+        if (last) *c = 0;                                       // every block of these pairs has counted
+    }
+    __syncthreads();
+    if (!last) return;
+    // the partials of the pairs r < np: a thread's element (r, d) of every chunk loaded at once (the first element
+    // before the rest), the chunks' (max, sum) in shared memory, their weights e^(m_c - M) once per (pair, chunk); then
+    // A / S as fa_combine_row, to the bit
+    __shared__ float pm[RB][FA_MAXC], pl[RB][FA_MAXC], pe[RB][FA_MAXC];
+    const float* part = a.part + (i64)i3 * a.n * a.h * a.nchunks * (DV + 2);
+    auto row_of = [&](int r) {                                  // the partials of pair r
+        const int p = p0 + r;
+        return part + ((i64)(p / group) * a.h + g * group + p % group) * a.nchunks * (DV + 2);
+    };
+    float ac[FA_MAXC];
+    auto load = [&](int t) {
+        const float* pr = row_of(t / DV) + 2 + t % DV;
+        #pragma unroll
+        for (int c = 0; c < FA_MAXC; ++c) ac[c] = c < a.nchunks && t < np * DV ? __ldcg(pr + c * (DV + 2)) : 0.f;
+    };
+    load(threadIdx.x);
+    for (int t = threadIdx.x; t < np * a.nchunks; t += blockDim.x) {
+        const float* pr = row_of(t / a.nchunks) + t % a.nchunks * (DV + 2);
+        pm[t / a.nchunks][t % a.nchunks] = __ldcg(pr);
+        pl[t / a.nchunks][t % a.nchunks] = __ldcg(pr + 1);
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < np * a.nchunks; t += blockDim.x) {      // the chunk's weight
+        const int r = t / a.nchunks, c = t % a.nchunks;
+        float M = NEG;
+        for (int i = 0; i < a.nchunks; ++i) M = fmaxf(M, pm[r][i]);
+        pe[r][c] = pm[r][c] == NEG ? 0.f : expf(pm[r][c] - M);
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < np * DV; t += blockDim.x) {
+        const int r = t / DV, d = t % DV, p = p0 + r, hq = g * group + p % group, i1 = p / group;
+        if (t != threadIdx.x) load(t);
+        float S = 0.f, A = 0.f;
+        #pragma unroll
+        for (int c = 0; c < FA_MAXC; ++c)
+            if (c < a.nchunks) { S += pl[r][c] * pe[r][c]; A += ac[c] * pe[r][c]; }
+        *(float*)(a.dst + hq * a.ds[0] + i1 * a.ds[1] + i3 * a.ds[2] + d * 4) = S > 0.f ? A / S : 0.f;
+    }
 }
 
 // CL: 1, or FA_CL (sm_90 on): the FA_CL chunks of (blockIdx.y, z) are one cluster, merged through their shared memory
@@ -320,82 +421,7 @@ template <int D, int DV, int RB, int CL, typename TK, typename TV> __device__ vo
             *(float4*)&wacc[warp][r][sub * 8 + 4] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
         }
     }
-    __syncthreads();
-    __shared__ float bm[RB], bl[RB];                            // CL > 1: the block's max and sum (wacc[0]: its acc)
-    for (int t = threadIdx.x; t < np * DV; t += blockDim.x) {       // the warps merged
-        const int r = t / DV, d = t % DV, p = p0 + r, hq = g * group + p % group, i1 = p / group;
-        float M = NEG, S = 0.f, A = 0.f;
-        #pragma unroll
-        for (int w = 0; w < W; ++w) M = fmaxf(M, wm[w][r]);
-        #pragma unroll
-        for (int w = 0; w < W; ++w) {
-            const float c = wm[w][r] == NEG ? 0.f : __expf(wm[w][r] - M);
-            S += wl[w][r] * c;
-            A += wacc[w][r][d] * c;
-        }
-        if (CL > 1) {                                           // a thread reads and writes its own (r, d) only
-            if (d == 0) { bm[r] = M; bl[r] = S; }
-            wacc[0][r][d] = A;
-        } else if (a.nchunks == 1) {
-            *(float*)(a.dst + hq * a.ds[0] + i1 * a.ds[1] + i3 * a.ds[2] + d * 4) = S > 0.f ? A / S : 0.f;
-        } else {
-            float* pr = a.part + (((i64)(i3 * a.n + i1) * a.h + hq) * a.nchunks + blockIdx.x) * (DV + 2);
-            if (d == 0) { pr[0] = M; pr[1] = S; }
-            pr[2 + d] = A;
-        }
-    }
-    if (CL > 1) {
-        fa_cluster_sync();                                      // every block's (max, sum, acc) in its shared memory
-        for (int t = fa_cluster_rank() * blockDim.x + threadIdx.x; t < np * DV; t += CL * blockDim.x) {
-            const int r = t / DV, d = t % DV, p = p0 + r, hq = g * group + p % group, i1 = p / group;
-            float mc[CL], M = NEG, S = 0.f, A = 0.f;
-            #pragma unroll
-            for (int c = 0; c < CL; ++c) M = fmaxf(M, mc[c] = *fa_cluster_map(&bm[r], c));
-            #pragma unroll
-            for (int c = 0; c < CL; ++c) {
-                const float e = mc[c] == NEG ? 0.f : __expf(mc[c] - M);
-                S += *fa_cluster_map(&bl[r], c) * e;
-                A += *fa_cluster_map(&wacc[0][r][d], c) * e;
-            }
-            *(float*)(a.dst + hq * a.ds[0] + i1 * a.ds[1] + i3 * a.ds[2] + d * 4) = S > 0.f ? A / S : 0.f;
-        }
-        fa_cluster_sync();                                      // no block leaves while another reads its memory
-        return;
-    }
-    if (a.nchunks == 1 || !a.count) return;
-    __shared__ bool last;                                       // the chunks' last block merges their partials
-    __syncthreads();                                            // the block's partials written
-    if (threadIdx.x == 0) {             // one acq_rel add: releases them, acquires the other blocks' (no SC fence)
-        int* c = a.count + blockIdx.y * gridDim.z + blockIdx.z;
-        int old;
-        asm volatile("atom.acq_rel.gpu.add.s32 %0, [%1], 1;" : "=r"(old) : "l"(c) : "memory");
-        last = old == a.nchunks - 1;
-        if (last) *c = 0;                                       // every block of these pairs has counted
-    }
-    __syncthreads();
-    if (!last) return;
-    for (int t = threadIdx.x; t < np * DV / 2; t += blockDim.x) {   // two elements a thread, every load at once
-        const int r = t / (DV / 2), d = t % (DV / 2) * 2, p = p0 + r, hq = g * group + p % group, i1 = p / group;
-        const float* pr = a.part + ((i64)(i3 * a.n + i1) * a.h + hq) * a.nchunks * (DV + 2);
-        float mc[FA_MAXC], lc[FA_MAXC], M = NEG, S = 0.f;
-        float2 ac[FA_MAXC], A = make_float2(0.f, 0.f);
-        #pragma unroll
-        for (int c = 0; c < FA_MAXC; ++c) {
-            const bool on = c < a.nchunks;
-            mc[c] = on ? __ldcg(pr + c * (DV + 2)) : NEG;
-            lc[c] = on ? __ldcg(pr + c * (DV + 2) + 1) : 0.f;
-            ac[c] = on ? __ldcg((const float2*)(pr + c * (DV + 2) + 2 + d)) : make_float2(0.f, 0.f);
-        }
-        #pragma unroll
-        for (int c = 0; c < FA_MAXC; ++c) M = fmaxf(M, mc[c]);
-        #pragma unroll
-        for (int c = 0; c < FA_MAXC; ++c) {
-            const float e = mc[c] == NEG ? 0.f : expf(mc[c] - M);       // as fa_combine_row, to the bit
-            S += lc[c] * e; A.x += ac[c].x * e; A.y += ac[c].y * e;
-        }
-        *(float2*)(a.dst + hq * a.ds[0] + i1 * a.ds[1] + i3 * a.ds[2] + d * 4) =
-            S > 0.f ? make_float2(A.x / S, A.y / S) : make_float2(0.f, 0.f);
-    }
+    fa_finish<W, RB, DV, CL>(a, wm, wl, wacc, np, p0, g, i3);
 }
 
 template <int DV> __device__ void fa_combine_k(const FaArgs& a) {

@@ -1,4 +1,4 @@
-"""flash_attn_ext on CUDA (attention_flash.cuh; the entry, with its refusal, is kernels/attention.py's), two
+"""flash_attn_ext on CUDA (attention_flash.cuh; the entry, with its refusal, is kernels/attention.py's), three
 implementations:
 
 `vec` (fa_vec_d{D}_r{RB}_{K type}_{V type}[_cl]): a block of VEC_WARPS warps takes RB (query head, query row) pairs of
@@ -13,7 +13,10 @@ F32 math on F32, F16 or Q8_0 K and V (any pair).
 `tc` (fa_mma_d{D}_{K type}_{V type}, attention_fa_mma.cuh): F16 or Q8_0 K and V on tensor cores for prompt chunks, a
 warp per 16 (query head, row) pairs of one KV head's group, the keys split in chunks (tc_split) merged by
 fa_combine_d{D}; q is rounded to F16 after scaling, Q8_0 values, P and the mask to F16, accumulation in F32.
-choose: tc for TC_TYPES K and V and at least TC_MIN_N query rows, else vec. Head dims HEAD_DIMS with D == Dv; others
+`dec` (fa_dec_d64_f16_f16, attention_fa_dec.cuh): F16 K and V (rows 16-byte aligned, heads DEC_DIMS) for a generated
+token on tensor cores: a block of DEC_WARPS warps takes DEC_ROWS pairs of one KV head's group and a chunk of the keys, a
+warp 16 keys a step (dec_split), its fragments loaded straight from the cache; merged as vec's; rounding as tc's.
+choose: tc for TC_TYPES K and V and at least TC_MIN_N query rows, else dec where it fits, else vec. Head dims HEAD_DIMS with D == Dv; others
 refused. Heads of 256 (Gemma-2/3): vec takes at most MAX_ROWS[256] pairs a block, tc tiles of 32 keys.
 """
 from __future__ import annotations
@@ -28,6 +31,8 @@ from .common import SUFFIX, tensor_ptr
 HEAD_DIMS = (64, 128, 256)
 KV_TYPES = (F32, F16, Q8_0)     # K's and V's types (any pair)
 TC_TYPES = (F16, Q8_0)          # K's and V's types of the tensor-core kernel (F32 stays exact on vec)
+DEC_DIMS, DEC_WARPS, DEC_ROWS = (64,), 8, 8     # fa_dec_k's head dims, warps (FA_DEC_WARPS), pairs a block (FA_DEC_RB)
+DEC_MAX_CHUNKS = 32             # fa_dec_k: chunks at most (FA_MAXC)
 ROWS = (1, 2, 4, 8)             # (query head, row) pairs per block of fa_vec_k (RB)
 MAX_ROWS = {64: 8, 128: 8, 256: 4}     # RB at most per head dim (its 8 warps' accumulators: 48 KB of static shared)
 ONE_ROW_RB = 2                  # RB at most for one query row (a generated token): more blocks, each key read by more
@@ -71,12 +76,20 @@ def _tc_fits(node) -> bool:
     return k.type in TC_TYPES and v.type in TC_TYPES and all(s % 8 == 0 for s in q.nb[1:])
 
 
+def _dec_fits(node) -> bool:
+    q, k, v = node.src[:3]
+    return (k.type == v.type == F16 and q.ne[0] in DEC_DIMS and q.ne[1] < TC_MIN_N
+            and all(s % 16 == 0 for t in (k, v) for s in t.nb[1:]))
+
+
 def choose(node, backend) -> str:
-    return "tc" if _tc_fits(node) and node.src[0].ne[1] >= TC_MIN_N else "vec"
+    if _tc_fits(node) and node.src[0].ne[1] >= TC_MIN_N:
+        return "tc"
+    return "dec" if _dec_fits(node) else "vec"
 
 
 def accepts(node, impl: str, backend) -> bool:
-    return impl == "vec" or _tc_fits(node)
+    return impl == "vec" or (_tc_fits(node) if impl == "tc" else _dec_fits(node))
 
 
 def clustered(node, backend) -> bool:
@@ -115,6 +128,16 @@ def tc_split(node) -> tuple[int, int, int]:
     return z, chunk, _cdiv(k.ne[1], chunk)
 
 
+def dec_split(node) -> tuple[int, int, int]:
+    """fa_dec_k's (blocks of DEC_ROWS pairs per KV head, keys per chunk, chunks): 16 keys a warp while that keeps to
+    DEC_MAX_CHUNKS chunks (at most 4096 keys), else as many more (multiples of 16) as do."""
+    q, k = node.src[:2]
+    z = _cdiv(q.ne[2] // k.ne[2] * q.ne[1], DEC_ROWS)
+    per_warp = _cdiv(_cdiv(k.ne[1], DEC_WARPS * DEC_MAX_CHUNKS), 16) * 16
+    chunk = DEC_WARPS * per_warp
+    return z, chunk, _cdiv(k.ne[1], chunk)
+
+
 def _counters(backend) -> int:
     """The address of the backend's COUNTERS arrival counters of fa_vec_k (zeroed once; each kernel leaves them 0)."""
     if backend.fa_counters is None:
@@ -132,16 +155,23 @@ def temp_size(node, impl: str, backend) -> int:
     if not accepts(node, impl, backend):
         raise UnsupportedOpError(f"cuda: flash_attn_ext '{node.name}' cannot run as {impl}: tc takes F16 or Q8_0 K "
                                  "and V and q strides of 8 bytes")
+    if impl == "dec":           # vec's too: steps falls back to it for cache pointers not 16-byte aligned
+        return max(_partials(node, dec_split(node)[2]), temp_size(node, "vec", backend))
     chunks = tc_split(node)[2] if impl == "tc" else split(node, backend)[3]
+    return 0 if impl == "vec" and clustered(node, backend) else _partials(node, chunks)
+
+
+def _partials(node, chunks: int) -> int:
+    """Bytes of the (max, sum, Dv accumulator) partials of `chunks` chunks per output row (none for one chunk)."""
     q, v = node.src[0], node.src[2]
-    return 0 if chunks == 1 or impl == "vec" and clustered(node, backend) else q.ne[1] * q.ne[2] * q.ne[3] * chunks * (v.ne[0] + 2) * 4
+    return 0 if chunks == 1 else q.ne[1] * q.ne[2] * q.ne[3] * chunks * (v.ne[0] + 2) * 4
 
 
 def kernel_name(node, impl, backend=None) -> str:
     q, k, v = node.src[:3]
     types = f"{SUFFIX[k.type]}_{SUFFIX[v.type]}"
-    if impl == "tc":
-        return f"fa_mma_d{q.ne[0]}_{types}"
+    if impl in ("tc", "dec"):
+        return f"fa_{'mma' if impl == 'tc' else 'dec'}_d{q.ne[0]}_{types}"
     return f"fa_vec_d{q.ne[0]}_r{split(node)[0]}_{types}" + ("_cl" if clustered(node, backend) else "")
 
 
@@ -151,6 +181,7 @@ def kernel_names() -> set:
              for v in KV_TYPES}
     names |= {f"fa_vec_d{d}_r{r}_{SUFFIX[t]}_{SUFFIX[t]}_cl" for d in HEAD_DIMS for r in rows(d) for t in KV_TYPES}
     names |= {f"fa_mma_d{d}_{SUFFIX[k]}_{SUFFIX[v]}" for d in HEAD_DIMS for k in TC_TYPES for v in TC_TYPES}
+    names |= {f"fa_dec_d{d}_f16_f16" for d in DEC_DIMS}
     return names | {f"fa_combine_d{d}" for d in HEAD_DIMS}
 
 
@@ -173,19 +204,21 @@ def _args(node) -> FaArgs:
 
 def steps(backend, node, impl: str) -> list:
     q, k, v = node.src[:3]
+    if impl == "dec" and any(tensor_ptr(t) % 16 for t in (k, v)):
+        impl = "vec"
     if any(tensor_ptr(t) % ALIGN[t.type] for t in (k, v)) or tensor_ptr(q) % (8 if impl == "tc" else 4):
         raise UnsupportedOpError(f"cuda: flash_attn_ext '{node.name}': q, K or V not aligned in memory (K and V rows "
                                  f"to {ALIGN[k.type]} and {ALIGN[v.type]} bytes)")
     a = _args(node)
     n, h, s = q.ne[1:]
-    block = (32 * (WARPS if impl == "tc" else VEC_WARPS), 1, 1)
-    z, a.chunk, a.nchunks = tc_split(node) if impl == "tc" else split(node, backend)[1:]
+    block = (32 * {"tc": WARPS, "dec": DEC_WARPS, "vec": VEC_WARPS}[impl], 1, 1)
+    z, a.chunk, a.nchunks = {"tc": tc_split, "dec": dec_split}[impl](node) if impl != "vec" else split(node, backend)[1:]
     grid = (z * a.nchunks, k.ne[2], s) if impl == "tc" else (a.nchunks, k.ne[2] * s, z)
     if impl == "vec" and clustered(node, backend):
         return [backend.launch_struct(node, kernel_name(node, impl, backend), grid, block, a)]
     if a.nchunks > 1:
         a.part = backend.temp_ptr(node)
-        a.count = _counters(backend) if impl == "vec" and grid[1] * grid[2] <= COUNTERS else None
+        a.count = _counters(backend) if impl != "tc" and grid[1] * grid[2] <= COUNTERS else None
     out = [backend.launch_struct(node, kernel_name(node, impl), grid, block, a)]
     if a.nchunks > 1 and not a.count:
         out.append(backend.launch_struct(node, f"fa_combine_d{v.ne[0]}", (n * h * s, 1, 1), (v.ne[0], 1, 1), a))

@@ -51,6 +51,14 @@ def test_a_token_splits_the_keys_and_a_prompt_runs_on_tensor_cores():
     assert attention_flash.split(short, hopper) == (2, 2, 1024 // attention_flash.CLUSTER, attention_flash.CLUSTER)
     assert attention_flash.kernel_name(short, "vec", hopper) == "fa_vec_d64_r2_f16_f16_cl"
     assert attention_flash.temp_size(short, "vec", hopper) == 0
+    few = _node(1, 1000, heads=32, kv_heads=8)                      # fa_dec_k: a cluster of CLUSTER chunks
+    assert attention_flash.dec_split(few, hopper) == (1, 125, attention_flash.CLUSTER)
+    assert attention_flash.kernel_name(few, "dec", hopper) == "fa_dec_d64_f16_f16_cl"
+    assert attention_flash.temp_size(few, "dec", hopper) == 0 and attention_flash.temp_size(few, "dec", None) > 0
+    assert attention_flash.kernel_name(token, "dec", hopper) == "fa_dec_d64_f16_f16"
+    smol = _node(1, 1000, heads=9, kv_heads=3)                      # groups of 3 over a cluster's keys: vec
+    assert attention_flash.choose(smol, hopper) == "vec" and attention_flash.choose(smol, None) == "dec"
+    assert attention_flash.choose(_node(1, 4096, heads=9, kv_heads=3), hopper) == "dec"
     assert not attention_flash.clustered(token, hopper) and not attention_flash.clustered(short, None)
     mixed = ggpy.flash_attn_ext(*short.src[:2], _node(1, 1024, kv_type=Q8_0, heads=32, kv_heads=8).src[2],
                                 short.src[3], 0.125)
@@ -222,13 +230,17 @@ DEC_CASES = [  # D, n, n_kv, H, Hk, S, Sk, mask (type, Mh, Mw), max_bias, softca
 ]
 
 
+@pytest.mark.parametrize("cluster", [True, False], ids=["cluster", "global"])
 @pytest.mark.parametrize("case", DEC_CASES, ids=lambda c: f"D{c[0]}-n{c[1]}-kv{c[2]}-H{c[3]}/{c[4]}-S{c[5]}/{c[6]}"
                          f"-bias{c[8]}-cap{c[9]}-off{c[10]}")
-def test_cuda_flash_attn_decode_tensor_cores_vs_float64(cuda_backend, case):
-    """fa_dec_k (F16 K and V, a few query rows, its chunks merged through memory) against float64: grouped-query heads,
-    more pairs than a block takes, more keys than 16 a warp, a mask of random values and -inf (a fully masked row),
-    per-head and per-sequence masks with ALiBi, softcap, K/V sequences broadcast; a K not 16-byte aligned runs fa_vec_k."""
+def test_cuda_flash_attn_decode_tensor_cores_vs_float64(dec_backend, case, cluster, monkeypatch):
+    """fa_dec_k (F16 K and V, a few query rows) against float64, its chunks merged in a cluster's shared memory (sm_90
+    on, at most DEC_CLUSTER_MAX_KEYS keys) or through memory: grouped-query heads, more pairs than a block takes, more
+    keys than 16 a warp, a mask of random values and -inf (a fully masked row), per-head and per-sequence masks with
+    ALiBi, softcap, K/V sequences broadcast; a K not 16-byte aligned runs fa_vec_k."""
     d, n, n_kv, h, hk, s, sk, mask_of, max_bias, softcap, offset = case
+    if not cluster:
+        monkeypatch.setattr(attention_flash, "DEC_CLUSTER_MAX_KEYS", 0)
     rng = np.random.default_rng(n * n_kv + d)
     ctx = ggpy.Context()
     q = ctx.new_tensor(F32, (d, n, h, s)).set_input()
@@ -239,8 +251,8 @@ def test_cuda_flash_attn_decode_tensor_cores_vs_float64(cuda_backend, case):
     mask = ctx.new_tensor(mask_of[0], (n_kv, n + 3, *mask_of[1:])).set_input() if mask_of else None
     out = ggpy.flash_attn_ext(q, k, v, mask, d ** -0.5, max_bias, softcap)
     graph = ggpy.Graph().build_forward_expand(out)
-    ggpy.GraphAllocator(cuda_backend).alloc_graph(graph)
-    assert attention_flash.choose(out, cuda_backend) == "dec"
+    ggpy.GraphAllocator(dec_backend).alloc_graph(graph)
+    assert dec_backend.impl_for(out) == "dec"
     kvals = rng.uniform(-1, 1, tuple(reversed(kin.ne))).astype(np.float16)
     vvals = rng.uniform(-1, 1, tuple(reversed(v.ne))).astype(np.float16)
     kin.set(kvals)
@@ -256,7 +268,7 @@ def test_cuda_flash_attn_decode_tensor_cores_vs_float64(cuda_backend, case):
         mv = mv.astype(np.float16 if mask.type == F16 else np.float32)
         mask.set(mv)
         mv = mv.astype(np.float64)
-    cuda_backend.compute(graph)
+    dec_backend.compute(graph)
     kref = kvals.astype(np.float64)[..., offset // 2:offset // 2 + d]
     ref = _reference(qv.astype(np.float64), kref, vvals.astype(np.float64), mv, d ** -0.5, max_bias, softcap)
     got = out.numpy().reshape(ref.shape)
@@ -280,9 +292,15 @@ def vec_backend(cuda_backend):
     return CUDABackend("cuda", force={"flash_attn_ext": "vec"})
 
 
+@pytest.fixture(scope="module")
+def dec_backend(cuda_backend):
+    """A CUDA backend running flash_attn_ext on fa_dec_k where it can."""
+    return CUDABackend("cuda", force={"flash_attn_ext": ("dec", "vec")})
+
+
 @pytest.mark.parametrize("impl", ["cluster", "global", "dec"])
 @pytest.mark.parametrize("case", VEC_CASES, ids=lambda c: f"D{c[0]}-n{c[1]}-kv{c[2]}/{c[3]}-H{c[4]}/{c[5]}-{c[6].name}")
-def test_cuda_flash_attn_decode_vs_float64(cuda_backend, vec_backend, case, impl, monkeypatch):
+def test_cuda_flash_attn_decode_vs_float64(dec_backend, vec_backend, case, impl, monkeypatch):
     """fa_vec_k for a few query rows against float64, its chunks merged in a cluster's shared memory (sm_90 on, at
     most CLUSTER_MAX_KEYS keys) or through memory (partials and arrival counters), and fa_dec_k where it runs (F16):
     the model's cache layout (heads interleaved in a row), a padded tail masked -inf, grouped-query heads."""
@@ -292,7 +310,7 @@ def test_cuda_flash_attn_decode_vs_float64(cuda_backend, vec_backend, case, impl
         monkeypatch.setattr(attention_flash, "CLUSTER_MAX_KEYS", dict.fromkeys(attention_flash.HEAD_DIMS, 0))
     if impl == "dec" and (t != F16 or d not in attention_flash.DEC_DIMS):
         pytest.skip("fa_dec_k takes F16 K and V, heads of 64")
-    backend = cuda_backend if impl == "dec" else vec_backend
+    backend = dec_backend if impl == "dec" else vec_backend
     rng = np.random.default_rng(n_kv + h)
     ctx = ggpy.Context()
     q = ctx.new_tensor(F32, (d, n, h)).set_input()

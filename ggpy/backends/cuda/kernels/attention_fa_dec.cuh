@@ -1,13 +1,13 @@
 // flash_attn_ext for a generated token on tensor cores (kernels/attention_flash.py's `dec`): F16 K and V, few query rows.
 // fa_dec_k: a block of FA_DEC_WARPS warps takes up to 8 (query head, row) pairs of one KV head's group (blockIdx.z the
 //   pair blocks, blockIdx.y KV head and sequence: the group's heads share every key) and a chunk of the keys (blockIdx.x),
-//   a.chunk / FA_DEC_WARPS keys a warp in steps of 16. No shared memory on the way: a lane loads its own fragments
+//   a.chunk / FA_DEC_WARPS keys a warp (rounded up) in steps of 16. No shared memory on the way: a lane loads its own fragments
 //   straight from the cache in 16-byte loads, the feature order of q.K
 //   permuted so that a lane's part of a key row is contiguous (lane t: features D/4 t .. D/4 (t + 1)), and P.V's output
 //   columns so that a lane's part of a V row is (lane g: features D/8 g ..); the scores' accumulators are P's A fragments
 //   (FlashAttention-2's layout); mma.sync m16n8k16, F32 accumulation, q and P rounded to F16 (as `tc`), the online
-//   softmax in log2 units. The warps, then the chunks merge as fa_vec_k's (fa_finish). A row whose scores are all -inf
-//   gives zeros.
+//   softmax in log2 units. The warps, then the chunks merge as fa_vec_k's (fa_finish): CL = FA_CL chunks as a cluster
+//   through their shared memory (sm_90 on, few keys), else through memory. A row whose scores are all -inf gives zeros.
 #pragma once
 #include "attention_fa_mma.cuh"
 
@@ -43,7 +43,7 @@ __device__ __forceinline__ unsigned fa_word(const uint4* u, int w) {     // 32-b
     return (w & 3) == 0 ? x.x : (w & 3) == 1 ? x.y : (w & 3) == 2 ? x.z : x.w;
 }
 
-template <int D> __device__ void fa_dec_k(const FaArgs& a) {
+template <int D, int CL> __device__ void fa_dec_k(const FaArgs& a) {
     constexpr int W = FA_DEC_WARPS, RB = FA_DEC_RB, NS = D / 16, NT = D / 8;
     constexpr float LOG2E = 1.4426950408889634f;
     __shared__ float wm[W][RB], wl[W][RB];
@@ -73,7 +73,8 @@ template <int D> __device__ void fa_dec_k(const FaArgs& a) {
     float o[NT][4], m = NEG, l = 0.f;   // o[i]: row g, output features (2t) D/8 + i and (2t + 1) D/8 + i
     #pragma unroll
     for (int i = 0; i < NT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    const int kw = a.chunk / W, w0 = blockIdx.x * a.chunk + warp * kw, w1 = min(a.nkv, w0 + kw);
+    const int c1 = min(a.nkv, (int)(blockIdx.x + 1) * a.chunk), kw = (a.chunk + W - 1) / W;
+    const int w0 = blockIdx.x * a.chunk + warp * kw, w1 = min(c1, w0 + kw);
     for (int j0 = w0; j0 < w1; j0 += 16) {  // (at most 4096 keys: one step a warp, every load of the block at once)
         FaDecStep<D> cur;
         cur.load(a, kb, vb, mrow, j0, w1, g, t);
@@ -127,5 +128,5 @@ template <int D> __device__ void fa_dec_k(const FaArgs& a) {
             wacc[warp][g][(2 * t + 1) * NT + i] = o[i][1];
         }
     }
-    fa_finish<W, RB, D, 1>(a, wm, wl, wacc, np, p0, kh, i3);
+    fa_finish<W, RB, D, CL>(a, wm, wl, wacc, np, p0, kh, i3);
 }

@@ -271,10 +271,10 @@ def norm_mat_vec_run(backend, f) -> list | None:
 
 def _norm_args(f, mats) -> Args:
     """The Args of a norm_mat_vec's kernels: h (dst), x and the norm's weight (src0, src1), eps; iop MMVQ_WEIGHTS where
-    every weight of `mats` is a model weight."""
+    the norm's weight and every weight of `mats` are model weights."""
     x, h = f.head.src[0], f.mul
     return pack_args(tensor_ptr(h), h, [(tensor_ptr(x), x), (tensor_ptr(f.weight), f.weight)], (f.head.op_params["eps"],),
-                     quant.MMVQ_WEIGHTS if all(map(quant.model_weight, mats)) else 0)
+                     quant.MMVQ_WEIGHTS if all(map(quant.model_weight, [f.weight, *mats])) else 0)
 
 
 def _norm_vec_args(f, mats, outs, rows) -> NormVecArgs:

@@ -20,12 +20,17 @@ struct NormVecArgs {
 
 // x's N columns RMS-normalised and scaled by w, as q8_1 (quantize_cols' layout) by the whole block: every thread
 // sums the squares of its elements of each column (all loads at once), the warps' sums added in shared memory
-// (x (K, N) F32 at x by nbk, nbn, w F32 (K), eps: Args' src0, src1, p0); wait: the grid wait first (PDL); of
-// `shares` blocks (each summing the whole columns), this one quantizes its share `share`; N <= NM columns
-template <int NM = MMV_MAX_N> __device__ __forceinline__ void norm_q8_1(bool wait, const char* x, i64 nbk, i64 nbn, int K,
-        int N, const float* w, float eps, signed char* q, float2* ds, int share = 0, int shares = 1) {
+// (x (K, N) F32 at x by nbk, nbn, w F32 (K), eps: Args' src0, src1, p0); wait: the grid wait first (PDL); early: w a
+// model weight, its lines this block scales asked into L1 before that wait; of `shares` blocks (each summing the whole
+// columns), this one quantizes its share `share`; N <= NM columns
+template <int NM = MMV_MAX_N> __device__ __forceinline__ void norm_q8_1(bool wait, bool early, const char* x, i64 nbk,
+        i64 nbn, int K, int N, const float* w, float eps, signed char* q, float2* ds, int share = 0, int shares = 1) {
     __shared__ float part[32][NM], inv[NM];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    if (early) {                        // a 32-block of w is a 128-byte line: lane l the warp's l-th of quantize_cols'
+        const int b = warp + share * warps + lane * warps * shares;
+        if (b < N * (K >> 5)) asm volatile("prefetch.global.L1 [%0];" :: "l"(w + b % (K >> 5) * 32));
+    }
     if (wait) grid_dependency();
 #define NMV_X(k, n) (*(const float*)(x + (i64)(k) * nbk + (i64)(n) * nbn))
     float s[NM];
@@ -40,7 +45,7 @@ template <int NM = MMV_MAX_N> __device__ __forceinline__ void norm_q8_1(bool wai
         #pragma unroll
         for (int n = 0; n < NM; ++n) {
             if (n >= N) continue;
-            #pragma unroll 4
+            #pragma unroll 8
             for (int k = threadIdx.x; k < K; k += blockDim.x) { const float v = NMV_X(k, n); s[n] += v * v; }
         }
     }
@@ -80,7 +85,7 @@ template <bool GLU> __device__ void norm_mmvq_k(const NormVecArgs& p) {
     }
     signed char* sq = (signed char*)mmvq_shared;
     float2* sds = (float2*)(sq + N * K);
-    norm_q8_1(early, p.a.src0, p.a.nb0[0], p.a.nb0[1], K, N, (const float*)p.a.src1, p.a.p0, sq, sds);
+    norm_q8_1(early, early, p.a.src0, p.a.nb0[0], p.a.nb0[1], K, N, (const float*)p.a.src1, p.a.p0, sq, sds);
     float* out = (float*)p.out[j];
     auto put = [&](int, int n, float v, float g) { if (lane == 0) out[r + (i64)n * M] = GLU ? silu_mul(v, g) : v; };
 #define NMV_CASE(i, Q) case i: \
@@ -135,7 +140,7 @@ extern "C" __global__ void norm_mmvq_rope(const NormRopeArgs a) {
     }
     signed char* sq = (signed char*)mmvq_shared;
     float2* sds = (float2*)(sq + N * K);
-    norm_q8_1(early, p.a.src0, p.a.nb0[0], p.a.nb0[1], K, N, (const float*)p.a.src1, p.a.p0, sq, sds);
+    norm_q8_1(early, early, p.a.src0, p.a.nb0[0], p.a.nb0[1], K, N, (const float*)p.a.src1, p.a.p0, sq, sds);
     float y[2][MMV_MAX_N];
     auto put = [&](int r, int n, float v, float) { y[r][n] = v; };
 #define NMR_CASE(t, Q) case t: \
@@ -167,7 +172,8 @@ extern "C" __global__ void norm_mmvq_rope(const NormRopeArgs a) {
 // dst: the q8_1 columns (N K int8, then N K / 32 (d, d sum q)); the blocks share the 32-blocks to quantize; _b: the
 // batch products' N <= MMVQ_MAX_BATCH columns (mmvq_b from it)
 template <int NM> __device__ __forceinline__ void rms_norm_mul_q8_1_k(const Args& a) {
-    norm_q8_1<NM>(true, a.src0, a.nb0[0], a.nb0[1], (int)a.ne0[0], (int)a.ne0[1], (const float*)a.src1, a.p0,
+    norm_q8_1<NM>(true, a.iop & MMVQ_WEIGHTS, a.src0, a.nb0[0], a.nb0[1], (int)a.ne0[0], (int)a.ne0[1],
+                  (const float*)a.src1, a.p0,
                   (signed char*)a.dst, (float2*)(a.dst + a.ne0[0] * a.ne0[1]), blockIdx.x, gridDim.x);
 }
 extern "C" __global__ void rms_norm_mul_q8_1(const Args a) { rms_norm_mul_q8_1_k<MMV_MAX_N>(a); }

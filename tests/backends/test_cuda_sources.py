@@ -110,7 +110,7 @@ def _expected_kernels() -> set:
         names |= {f"{k}_{q}_{t}" for k in ("copy", "mmv") for t in f}
     names |= {f"mmv_{a}_{b}" for a, b in product(f, f)} | {f"copy_f32_{t.name}" for t in QUANTIZE_TO}
     names |= {f"{k}_{t.name}" for k in ("mmvq_v", "mmvq_v_glu") for t in quant.MMVQ_STREAM_TYPES}
-    names |= {"quantize_q8_1_f32", "norm_mmvq", "norm_mmvq_glu", "norm_mmvq_rope", "rms_norm_mul_q8_1",
+    names |= {"quantize_q8_1_f32", "norm_mmvq", "norm_mmvq_glu", "norm_mmvq_rope", "mmvq_rope", "rms_norm_mul_q8_1",
               "rms_norm_mul_q8_1_b"}
     names |= {"add_rms_norm_f32", "add_rms_norm_mul_f32"} | {f"rms_norm_mul_{t}" for t in f}
     names |= {f"rope_set_rows_{a}_{b}" for a, b in product(f, f)} | {f"rope_kv_{t}" for t in f}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import product
 
 from ... import ops
-from ...types import BF16, F16, F32, I32, Q4_1, Q4_K, Q8_0
+from ...types import BF16, F16, F32, I32, Q4_1, Q4_K, Q6_K, Q8_0
 from ..harness import OpCase
 from ..references import evaluate
 from .matmul import DECODE_Q8_NMSE
@@ -112,6 +112,10 @@ def set_rows_cases():
         k -= k % t.block                # SmolLM2's 576 for 32-blocks, 512 for Q4_K's 256
         out.append(OpCase("concat", f"fused,norm+rope_kv,{t.name},hd={hd},n_dims={n_dims},heads={hq}/{hk},K={k},n={n},"
                           f"mode={mode}", lambda ctx, s=(hd, hq, hk, n), m=mode, w=(t, k, n_dims): _rope_kv(ctx, *s, m, F16, w),
+                          fill=_kv_fill(n + 9), reference=evaluate, max_nmse=DECODE_Q8_NMSE))
+    for t, n in product((Q4_K, Q6_K, Q8_0), (1, 3)):   # Llama-3.2-1B's q, k, v: too big to quantize x in each block
+        out.append(OpCase("concat", f"fused,norm+rope_kv,{t.name},hd=64,n_dims=64,heads=32/8,K=2048,n={n},mode=0",
+                          lambda ctx, n=n, t=t: _rope_kv(ctx, 64, 32, 8, n, 0, F16, (t, 2048, 64)),
                           fill=_kv_fill(n + 9), reference=evaluate, max_nmse=DECODE_Q8_NMSE))
     return out
 

@@ -11,5 +11,5 @@
 #else
 #define FA_DEC_CL FA_DEC2
 #endif
-extern "C" __global__ void FA_DEC2 fa_dec_d64_f16_f16(const FaArgs a) { grid_dependency(); fa_dec_k<64, 1>(a); }
-extern "C" __global__ void FA_DEC_CL fa_dec_d64_f16_f16_cl(const FaArgs a) { grid_dependency(); fa_dec_k<64, FA_CL>(a); }
+extern "C" __global__ void FA_DEC2 fa_dec_d64_f16_f16(const FaArgs a) { fa_dec_k<64, 1>(a); }
+extern "C" __global__ void FA_DEC_CL fa_dec_d64_f16_f16_cl(const FaArgs a) { fa_dec_k<64, FA_CL>(a); }

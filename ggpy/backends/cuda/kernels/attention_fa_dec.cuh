@@ -55,6 +55,9 @@ template <int D, int CL> __device__ void fa_dec_k(const FaArgs& a) {
     const int hq = kh * group + p % group, i1 = p / group;
     const char* kb = a.k + kh * a.ks[1] + (i3 / a.sr) * a.ks[2];
     const char* vb = a.v + kh * a.vs[1] + (i3 / a.sr) * a.vs[2];
+    const int c1 = min(a.nkv, (int)(blockIdx.x + 1) * a.chunk), kw = (a.chunk + W - 1) / W;
+    const int w0 = blockIdx.x * a.chunk + warp * kw, w1 = min(c1, w0 + kw);
+    fa_prefetch_wait(kb, a.ks[0], 2 * D, vb, a.vs[0], 2 * D, blockIdx.x * a.chunk, c1);
     const char* mrow = a.mask && g < np ? a.mask + i1 * a.ms[0] + (hq % a.mh) * a.ms[1] + (i3 % a.mw) * a.ms[2] : 0;
     const float qscale = a.softcap > 0.f ? a.scale / a.softcap : a.scale * LOG2E;
     const float slope = (a.m0 == 1.f && a.m1 == 1.f ? 1.f : fa_slope(a, hq)) * LOG2E;
@@ -73,8 +76,6 @@ template <int D, int CL> __device__ void fa_dec_k(const FaArgs& a) {
     float o[NT][4], m = NEG, l = 0.f;   // o[i]: row g, output features (2t) D/8 + i and (2t + 1) D/8 + i
     #pragma unroll
     for (int i = 0; i < NT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    const int c1 = min(a.nkv, (int)(blockIdx.x + 1) * a.chunk), kw = (a.chunk + W - 1) / W;
-    const int w0 = blockIdx.x * a.chunk + warp * kw, w1 = min(c1, w0 + kw);
     for (int j0 = w0; j0 < w1; j0 += 16) {  // (at most 4096 keys: one step a warp, every load of the block at once)
         FaDecStep<D> cur;
         cur.load(a, kb, vb, mrow, j0, w1, g, t);

@@ -36,6 +36,8 @@ struct FaArgs {
 #define FA_CL 8                 // fa_vec_k: blocks of a cluster (attention_flash.py CLUSTER)
 
 struct q8_0_t {};               // K / V rows of Q8_0 blocks: f16 d, 32 int8 (34 bytes)
+template <typename T> struct FaRow { static constexpr __device__ int bytes(int d) { return d * (int)sizeof(T); } };    // K / V row
+template <> struct FaRow<q8_0_t> { static constexpr __device__ int bytes(int d) { return d / 32 * 34; } };             // bytes
 // a lane's 8 consecutive elements 8 sub .. 8 sub + 7 of a K / V row: `load` issues the loads, `get` converts
 template <typename T> struct FaLd {                 // F16 (rows aligned to 8 bytes)
     uint2 u[2];
@@ -193,6 +195,20 @@ template <int RB> __device__ void fa_live(const FaArgs& a, const char* const* mr
     lo = slo; hi = max(slo, shi);
 }
 
+// the K and V rows [j0, j1) (row bytes kr, vr) asked into L2 by the block's threads, then the grid wait (PDL): their
+// loads after it find them there (L2 is coherent: the new token's rows, which the kernel before may still be
+// writing, are read as written)
+__device__ __forceinline__ void fa_prefetch_wait(const char* kb, i64 ks, int kr, const char* vb, i64 vs, int vr, int j0,
+                                                 int j1) {
+    const int kl = (kr + 127) >> 7, lines = kl + ((vr + 127) >> 7);
+    for (int t = threadIdx.x; t < (j1 - j0) * lines; t += blockDim.x) {
+        const int j = j0 + t / lines, l = t % lines;
+        const char* p = l < kl ? kb + (i64)j * ks + 128 * l : vb + (i64)j * vs + 128 * (l - kl);
+        asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
+    }
+    grid_dependency();
+}
+
 // a block's end: its W warps' (max in natural-log units, sum, accumulator) of the pairs r < np in wm, wl, wacc merged,
 // then written to dst (one chunk), merged across the cluster (CL > 1), or written as the chunk's partial and merged by
 // the chunks' last block to arrive (a.count). g: the KV head.
@@ -309,6 +325,9 @@ template <int D, int DV, int RB, int CL, typename TK, typename TV> __device__ vo
     const int p0 = blockIdx.z * RB, np = min(RB, group * a.n - p0);     // pairs p: head g group + p % group, row p / group
     const char* kb = a.k + g * a.ks[1] + (i3 / a.sr) * a.ks[2];
     const char* vb = a.v + g * a.vs[1] + (i3 / a.sr) * a.vs[2];
+    int c0 = blockIdx.x * a.chunk, c1 = min(a.nkv, c0 + a.chunk);
+    if (D == 256) grid_dependency();                        // (its chunks' keys: fa_live's, from the mask)
+    else fa_prefetch_wait(kb, a.ks[0], FaRow<TK>::bytes(D), vb, a.vs[0], FaRow<TV>::bytes(D), c0, c1);
     const float qscale = a.softcap > 0.f ? a.scale / a.softcap : a.scale;
     const char* mrow[RB];
     float q[RB][8], slope[RB], m[RB], l[RB], acc[RB][8];
@@ -324,7 +343,6 @@ template <int D, int DV, int RB, int CL, typename TK, typename TV> __device__ vo
         #pragma unroll
         for (int i = 0; i < 8; ++i) acc[r][i] = 0.f;
     }
-    int c0 = blockIdx.x * a.chunk, c1 = min(a.nkv, c0 + a.chunk);
     if constexpr (D == 256) {                               // the live keys split in the chunks (multiples of G)
         if (a.mask) {
             int lo, hi;

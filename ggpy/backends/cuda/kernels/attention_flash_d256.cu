@@ -3,22 +3,22 @@
 // 4 x 256 floats fill 32 KB of shared memory.
 #include "attention_flash.cuh"
 
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_f32_f32(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 1, 1, float, float>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_f16_f16(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 1, 1, half_t, half_t>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_q8_0_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 1, 1, q8_0_t, q8_0_t>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_f32_f32(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 2, 1, float, float>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_f16_f16(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 2, 1, half_t, half_t>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_q8_0_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 2, 1, q8_0_t, q8_0_t>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_f32_f32(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 4, 1, float, float>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_f16_f16(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 4, 1, half_t, half_t>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_q8_0_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 4, 1, q8_0_t, q8_0_t>(a); }
-extern "C" __global__ void FA_VEC_CL fa_vec_d256_r1_f32_f32_cl(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 1, FA_CL, float, float>(a); }
-extern "C" __global__ void FA_VEC_CL fa_vec_d256_r1_f16_f16_cl(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 1, FA_CL, half_t, half_t>(a); }
-extern "C" __global__ void FA_VEC_CL fa_vec_d256_r1_q8_0_q8_0_cl(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 1, FA_CL, q8_0_t, q8_0_t>(a); }
-extern "C" __global__ void FA_VEC_CL fa_vec_d256_r2_f32_f32_cl(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 2, FA_CL, float, float>(a); }
-extern "C" __global__ void FA_VEC_CL fa_vec_d256_r2_f16_f16_cl(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 2, FA_CL, half_t, half_t>(a); }
-extern "C" __global__ void FA_VEC_CL fa_vec_d256_r2_q8_0_q8_0_cl(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 2, FA_CL, q8_0_t, q8_0_t>(a); }
-extern "C" __global__ void FA_VEC_CL fa_vec_d256_r4_f32_f32_cl(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 4, FA_CL, float, float>(a); }
-extern "C" __global__ void FA_VEC_CL fa_vec_d256_r4_f16_f16_cl(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 4, FA_CL, half_t, half_t>(a); }
-extern "C" __global__ void FA_VEC_CL fa_vec_d256_r4_q8_0_q8_0_cl(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 4, FA_CL, q8_0_t, q8_0_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_f32_f32(const FaArgs a) { fa_vec_k<256, 256, 1, 1, float, float>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_f16_f16(const FaArgs a) { fa_vec_k<256, 256, 1, 1, half_t, half_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_q8_0_q8_0(const FaArgs a) { fa_vec_k<256, 256, 1, 1, q8_0_t, q8_0_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_f32_f32(const FaArgs a) { fa_vec_k<256, 256, 2, 1, float, float>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_f16_f16(const FaArgs a) { fa_vec_k<256, 256, 2, 1, half_t, half_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_q8_0_q8_0(const FaArgs a) { fa_vec_k<256, 256, 2, 1, q8_0_t, q8_0_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_f32_f32(const FaArgs a) { fa_vec_k<256, 256, 4, 1, float, float>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_f16_f16(const FaArgs a) { fa_vec_k<256, 256, 4, 1, half_t, half_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_q8_0_q8_0(const FaArgs a) { fa_vec_k<256, 256, 4, 1, q8_0_t, q8_0_t>(a); }
+extern "C" __global__ void FA_VEC_CL fa_vec_d256_r1_f32_f32_cl(const FaArgs a) { fa_vec_k<256, 256, 1, FA_CL, float, float>(a); }
+extern "C" __global__ void FA_VEC_CL fa_vec_d256_r1_f16_f16_cl(const FaArgs a) { fa_vec_k<256, 256, 1, FA_CL, half_t, half_t>(a); }
+extern "C" __global__ void FA_VEC_CL fa_vec_d256_r1_q8_0_q8_0_cl(const FaArgs a) { fa_vec_k<256, 256, 1, FA_CL, q8_0_t, q8_0_t>(a); }
+extern "C" __global__ void FA_VEC_CL fa_vec_d256_r2_f32_f32_cl(const FaArgs a) { fa_vec_k<256, 256, 2, FA_CL, float, float>(a); }
+extern "C" __global__ void FA_VEC_CL fa_vec_d256_r2_f16_f16_cl(const FaArgs a) { fa_vec_k<256, 256, 2, FA_CL, half_t, half_t>(a); }
+extern "C" __global__ void FA_VEC_CL fa_vec_d256_r2_q8_0_q8_0_cl(const FaArgs a) { fa_vec_k<256, 256, 2, FA_CL, q8_0_t, q8_0_t>(a); }
+extern "C" __global__ void FA_VEC_CL fa_vec_d256_r4_f32_f32_cl(const FaArgs a) { fa_vec_k<256, 256, 4, FA_CL, float, float>(a); }
+extern "C" __global__ void FA_VEC_CL fa_vec_d256_r4_f16_f16_cl(const FaArgs a) { fa_vec_k<256, 256, 4, FA_CL, half_t, half_t>(a); }
+extern "C" __global__ void FA_VEC_CL fa_vec_d256_r4_q8_0_q8_0_cl(const FaArgs a) { fa_vec_k<256, 256, 4, FA_CL, q8_0_t, q8_0_t>(a); }
 extern "C" __global__ void fa_combine_d256(const FaArgs a) { grid_dependency(); fa_combine_k<256>(a); }

@@ -2,21 +2,21 @@
 // per block, K type, V type).
 #include "attention_flash.cuh"
 
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_f32_f16(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 1, 1, float, half_t>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_f32_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 1, 1, float, q8_0_t>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_f16_f32(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 1, 1, half_t, float>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_f16_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 1, 1, half_t, q8_0_t>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_q8_0_f32(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 1, 1, q8_0_t, float>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_q8_0_f16(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 1, 1, q8_0_t, half_t>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_f32_f16(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 2, 1, float, half_t>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_f32_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 2, 1, float, q8_0_t>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_f16_f32(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 2, 1, half_t, float>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_f16_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 2, 1, half_t, q8_0_t>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_q8_0_f32(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 2, 1, q8_0_t, float>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_q8_0_f16(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 2, 1, q8_0_t, half_t>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_f32_f16(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 4, 1, float, half_t>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_f32_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 4, 1, float, q8_0_t>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_f16_f32(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 4, 1, half_t, float>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_f16_q8_0(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 4, 1, half_t, q8_0_t>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_q8_0_f32(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 4, 1, q8_0_t, float>(a); }
-extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_q8_0_f16(const FaArgs a) { grid_dependency(); fa_vec_k<256, 256, 4, 1, q8_0_t, half_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_f32_f16(const FaArgs a) { fa_vec_k<256, 256, 1, 1, float, half_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_f32_q8_0(const FaArgs a) { fa_vec_k<256, 256, 1, 1, float, q8_0_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_f16_f32(const FaArgs a) { fa_vec_k<256, 256, 1, 1, half_t, float>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_f16_q8_0(const FaArgs a) { fa_vec_k<256, 256, 1, 1, half_t, q8_0_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_q8_0_f32(const FaArgs a) { fa_vec_k<256, 256, 1, 1, q8_0_t, float>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r1_q8_0_f16(const FaArgs a) { fa_vec_k<256, 256, 1, 1, q8_0_t, half_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_f32_f16(const FaArgs a) { fa_vec_k<256, 256, 2, 1, float, half_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_f32_q8_0(const FaArgs a) { fa_vec_k<256, 256, 2, 1, float, q8_0_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_f16_f32(const FaArgs a) { fa_vec_k<256, 256, 2, 1, half_t, float>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_f16_q8_0(const FaArgs a) { fa_vec_k<256, 256, 2, 1, half_t, q8_0_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_q8_0_f32(const FaArgs a) { fa_vec_k<256, 256, 2, 1, q8_0_t, float>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r2_q8_0_f16(const FaArgs a) { fa_vec_k<256, 256, 2, 1, q8_0_t, half_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_f32_f16(const FaArgs a) { fa_vec_k<256, 256, 4, 1, float, half_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_f32_q8_0(const FaArgs a) { fa_vec_k<256, 256, 4, 1, float, q8_0_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_f16_f32(const FaArgs a) { fa_vec_k<256, 256, 4, 1, half_t, float>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_f16_q8_0(const FaArgs a) { fa_vec_k<256, 256, 4, 1, half_t, q8_0_t>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_q8_0_f32(const FaArgs a) { fa_vec_k<256, 256, 4, 1, q8_0_t, float>(a); }
+extern "C" __global__ void FA_VEC2 fa_vec_d256_r4_q8_0_f16(const FaArgs a) { fa_vec_k<256, 256, 4, 1, q8_0_t, half_t>(a); }

@@ -253,9 +253,7 @@ def norm_mat_vec_run(backend, f) -> list | None:
         return None
     name = f.name(f"rms_norm_{SUFFIX[F32]}")
     if not all(map(quant.mmvq_shared, f.products)):
-        blocks = -(-x.ne[0] * x.ne[1] // (32 * 8))             # a 32-block a warp: x's norm summed by each block
-        kernel = "rms_norm_mul_q8_1_b" if quant.mmvq_batch(f.products[0]) else "rms_norm_mul_q8_1"
-        steps = [backend.launch_struct(f.head, kernel, blocks, 256, _norm_args(f, mats))]
+        steps = [_norm_q8_1(backend, f, mats)]
         for m in ([glu.head] if glu else f.products):
             dst = glu.mul if glu else m
             steps += quant.mmvq_steps(backend, m, dst, gate=glu and glu.w_gate, up=glu and glu.w_up, q8=tensor_ptr(h))
@@ -267,6 +265,14 @@ def norm_mat_vec_run(backend, f) -> list | None:
                                    32 * quant.MMVQ_SHARED_WARPS, p)
     launch.shared, launch.name = quant.mmvq_shared(f.products[0]), name
     return [launch]
+
+
+def _norm_q8_1(backend, f, mats):
+    """rms_norm_mul_q8_1[_b]: x normalised, scaled and quantized to q8_1 into h's memory (a 32-block a warp, x's norm
+    summed by each block)."""
+    x = f.head.src[0]
+    kernel = "rms_norm_mul_q8_1_b" if quant.mmvq_batch(f.products[0]) else "rms_norm_mul_q8_1"
+    return backend.launch_struct(f.head, kernel, -(-x.ne[0] * x.ne[1] // (32 * 8)), 256, _norm_args(f, mats))
 
 
 def _norm_args(f, mats) -> Args:
@@ -293,33 +299,44 @@ class NormRopeArgs(ctypes.Structure):
 
 
 def norm_rope_kv_accepts(f) -> bool:
-    """What norm_mat_vec_accepts and rope_kv_accepts take, with every product small (norm_mmvq's one launch), the q rope
+    """What norm_mat_vec_accepts and rope_kv_accepts take, with at most MMV_MAX_N columns (no batch kernels), the q rope
     contiguous, q and k heads of one even size, v's rows even, the caches' rows contiguous."""
     mv, kv = f.mv, f.kv
     q, caches = kv.head, (kv.k.last, kv.v_store)
-    return (norm_mat_vec_accepts(mv) and rope.rope_kv_accepts(kv) and all(map(quant.mmvq_shared, mv.products))
+    return (norm_mat_vec_accepts(mv) and rope.rope_kv_accepts(kv) and not quant.mmvq_batch(mv.products[0])
             and q.is_contiguous() and q.ne[0] == kv.k.head.ne[0] and q.ne[0] % 2 == kv.v_store.src[0].ne[0] % 2 == 0
             and all(c.nb[0] == c.type.size for c in caches))
 
 
 def norm_rope_kv_run(backend, f) -> list | None:
-    """norm_mmvq_rope (one launch; a warp a pair of rows) writing the q rope's memory and the caches' rows, where the
-    products run as mmvq, rope.kv_args allows rope_kv's launch, x, the norm's weight and the weights lie on this GPU
-    clear of what it writes, the weights' rows aligned."""
+    """norm_mmvq_rope (one launch; a warp a pair of rows) writing the q rope's memory and the caches' rows where every
+    product is small (quant.mmvq_shared), else rms_norm_mul_q8_1 into h's memory and mmvq_rope from it (two launches
+    where norm_mat_vec takes four); where the products run as mmvq, rope.kv_args allows rope_kv's launch, x, the norm's
+    weight and the weights lie on this GPU clear of what it writes, the weights' rows aligned."""
     mv, kv = f.mv, f.kv
     outs, mats = (kv.head, kv.k.last, kv.v_store), [m.src[0] for m in mv.products]
+    small = all(map(quant.mmvq_shared, mv.products))
     reads, args = [mv.head.src[0], mv.weight, *mats], rope.kv_args(backend, kv)
-    if (any(backend.impl_for(m) != "mmvq" for m in mv.products) or args is None or not backend.on_device(*reads)
-            or not all(map(quant.mmvq_aligned, mats)) or not all(apart(t, [extent(s) for s in reads]) for t in outs)):
+    written = list(outs) + ([] if small else [mv.mul])
+    if (any(backend.impl_for(m) != "mmvq" for m in mv.products) or args is None or not backend.on_device(*reads, *written)
+            or not all(map(quant.mmvq_aligned, mats)) or not all(apart(t, [extent(s) for s in reads + written if s is not t])
+                                                                 for t in written)):
         return None
     q, kc, vc = outs
     rows = list(accumulate(w.ne[1] for w in mats))
     p = NormRopeArgs(_norm_vec_args(mv, mats, [tensor_ptr(t) for t in outs], rows), args.q, args.k.idx, args.k.idx_nb,
                      (ctypes.c_int64 * 3)(q.nb[2], kc.nb[1], vc.nb[1]), (ctypes.c_int64 * 3)(q.ne[2], kc.ne[1], vc.ne[1]),
                      (ctypes.c_int * 3)(*[FLOATS.index(t.type) for t in outs]))
+    name = f.name(f"rms_norm_{SUFFIX[F32]}")
+    if not small:
+        p.v.a.src0 = tensor_ptr(mv.mul)         # the q8_1 columns of rms_norm_mul_q8_1
+        norm, warps = _norm_q8_1(backend, mv, mats), quant.MMV_WARPS
+        launch = backend.launch_struct(mv.head, "mmvq_rope", -(-rows[-1] // (2 * warps)), 32 * warps, p)
+        norm.name = name
+        return [norm, launch]
     warps = quant.MMVQ_SHARED_WARPS             # norm_mmvq's blocks: x's norm summed in its order (the same bits)
     launch = backend.launch_struct(mv.head, "norm_mmvq_rope", -(-rows[-1] // (2 * warps)), 32 * warps, p)
-    launch.shared, launch.name = quant.mmvq_shared(mv.products[0]), f.name(f"rms_norm_{SUFFIX[F32]}")
+    launch.shared, launch.name = quant.mmvq_shared(mv.products[0]), name
     return [launch]
 
 

@@ -3,7 +3,7 @@
 // to q8_1 in shared memory, then a warp per row across the products (a row index says which weight and result; a
 // product's weight type is a runtime switch); big ones, and more than MMV_MAX_N columns: rms_norm_mul_q8_1[_b] into the
 // q8_1 layout of mmvq's temp block, then each product's mmvq[_b] from it. norm_mmvq_rope: norm_mmvq of q, k, v with
-// the rope_kv after them (the norm_rope_kv pattern).
+// the rope_kv after them (the norm_rope_kv pattern); mmvq_rope: the same after rms_norm_mul_q8_1 (big products).
 #include "quant_mmvq.cuh"
 #include "rope.cuh"
 
@@ -103,7 +103,7 @@ __global__ void MMVQ_BOUNDS(true) norm_mmvq_glu(const NormVecArgs p);
 extern "C" __global__ void norm_mmvq(const NormVecArgs p) { norm_mmvq_k<false>(p); }
 extern "C" __global__ void norm_mmvq_glu(const NormVecArgs p) { norm_mmvq_k<true>(p); }
 // norm_mmvq_rope: norm_mmvq of q, k, v (products 0, 1, 2) and the rope_kv after them (kernels/matmul.py's
-// norm_rope_kv_run). A warp per pair of a product's rows (pairs in row order; every product's rows even): rows the
+// norm_rope_kv_run); mmvq_rope the same from x already quantized by rms_norm_mul_q8_1 (products too big for norm_mmvq). A warp per pair of a product's rows (pairs in row order; every product's rows even): rows the
 // rope rotates together ((2i, 2i + 1), NEOX (i, i + n_dims / 2) of a head of q or k, rotated by rope_cos_sin at each
 // token's position), else adjacent rows (v's; a head's rows past n_dims); token n's pair goes to row n (q: the q rope's
 // memory) or idx[n] (k, v: their cache's, skipped out of range) of out[j] at onb[j] a row, element r at r times its size
@@ -121,8 +121,9 @@ __device__ __forceinline__ void store_as(char* p, int type, float v) {
     else *(bf16_t*)p = from_f<bf16_t>(v);
 }
 
-extern "C" { __global__ void MMVQ_BOUNDS(true) norm_mmvq_rope(const NormRopeArgs a); }
-extern "C" __global__ void norm_mmvq_rope(const NormRopeArgs a) {
+// Q8: x already normalised and quantized (rms_norm_mul_q8_1's q8_1 columns at v.a.src0: mmvq_rope, for products too
+// big for each block to quantize x), else every block normalises and quantizes it (norm_mmvq_rope)
+template <bool Q8> __device__ void norm_mmvq_rope_k(const NormRopeArgs& a) {
     const NormVecArgs& p = a.v;
     const int K = (int)p.a.ne0[0], N = (int)p.a.ne0[1], lane = threadIdx.x & 31;
     const int m = 2 * (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5));
@@ -138,9 +139,11 @@ extern "C" __global__ void norm_mmvq_rope(const NormRopeArgs a) {
         prefetch_row(row, p.nb1[j]);
         prefetch_row(row + d * p.nb1[j], p.nb1[j]);
     }
-    signed char* sq = (signed char*)mmvq_shared;
-    float2* sds = (float2*)(sq + N * K);
-    norm_q8_1(early, early, p.a.src0, p.a.nb0[0], p.a.nb0[1], K, N, (const float*)p.a.src1, p.a.p0, sq, sds);
+    const signed char* sq = (const signed char*)(Q8 ? (const void*)p.a.src0 : (const void*)mmvq_shared);
+    const float2* sds = (const float2*)(sq + N * K);
+    if (Q8 && early) grid_dependency();
+    if (!Q8) norm_q8_1(early, early, p.a.src0, p.a.nb0[0], p.a.nb0[1], K, N, (const float*)p.a.src1, p.a.p0,
+                       (signed char*)mmvq_shared, (float2*)sds);
     float y[2][MMV_MAX_N];
     auto put = [&](int r, int n, float v, float) { y[r][n] = v; };
 #define NMR_CASE(t, Q) case t: \
@@ -168,6 +171,13 @@ extern "C" __global__ void norm_mmvq_rope(const NormRopeArgs a) {
         store_as(p.out[j] + r * a.onb[j] + (r0 + d) * size, a.type[j], x1);
     }
 }
+
+extern "C" {
+__global__ void MMVQ_BOUNDS(true) norm_mmvq_rope(const NormRopeArgs a);
+__global__ void MMVQ_BOUNDS(false) mmvq_rope(const NormRopeArgs a);
+}
+extern "C" __global__ void norm_mmvq_rope(const NormRopeArgs a) { norm_mmvq_rope_k<false>(a); }
+extern "C" __global__ void mmvq_rope(const NormRopeArgs a) { norm_mmvq_rope_k<true>(a); }
 
 // dst: the q8_1 columns (N K int8, then N K / 32 (d, d sum q)); the blocks share the 32-blocks to quantize; _b: the
 // batch products' N <= MMVQ_MAX_BATCH columns (mmvq_b from it)

@@ -67,6 +67,17 @@ template <int NW> __device__ __forceinline__ void words_at2(const char* p, int* 
     #pragma unroll
     for (int i = 0; i < NW; ++i) t[i] = (int)__funnelshift_r((unsigned)s[i], (unsigned)s[i + 1], sh);
 }
+// t[i] = the 4 bytes at p + 4i (p 2-byte aligned) from NW + 1 4-byte loads of the aligned words holding them (no
+// select of words by p's offset: the K-quants' bytes at unaligned block starts)
+template <int NW> __device__ __forceinline__ void words_at4(const char* p, int* t) {
+    const int* c = (const int*)((unsigned long long)p & ~3ull);
+    const unsigned sh = ((unsigned)(unsigned long long)p & 2u) * 8u;
+    int w[NW + 1];
+    #pragma unroll
+    for (int i = 0; i <= NW; ++i) w[i] = c[i];
+    #pragma unroll
+    for (int i = 0; i < NW; ++i) t[i] = (int)__funnelshift_r((unsigned)w[i], (unsigned)w[i + 1], sh);
+}
 __device__ __forceinline__ int i32_at4(const char* p) { return *(const int*)p; }
 // the fifth bits 4i .. 4i + 3 of qh as bit 4 of each byte
 __device__ __forceinline__ int bit4(unsigned qh, int i) {
@@ -94,7 +105,7 @@ template <int SIZE, int QS, int QH, bool MIN, int OFFSET, bool ALIGN4> struct q3
         const char* b = row + (i64)u * SIZE;
         w.d = half_at(b); w.m = MIN ? half_at(b + 2) : 0.f;
         if (SIZE == 34) {
-            words_at2<8>(b + QS, w.q);
+            words_at4<8>(b + QS, w.q);
             return;
         }
         int v[QH ? 5 : 4];
@@ -102,7 +113,7 @@ template <int SIZE, int QS, int QH, bool MIN, int OFFSET, bool ALIGN4> struct q3
             #pragma unroll
             for (int i = 0; i < (QH ? 5 : 4); ++i) v[i] = i32_at4(b + (QH ? QH : QS) + 4 * i);
         } else {
-            words_at2<QH ? 5 : 4>(b + (QH ? QH : QS), v);
+            words_at4<QH ? 5 : 4>(b + (QH ? QH : QS), v);
         }
         const unsigned qh = QH ? (unsigned)v[0] : 0u;
         #pragma unroll
@@ -162,8 +173,9 @@ typedef qk45<144, false> mq_q4_k;
 typedef qk45<176, true> mq_q5_k;
 
 // Q6_K: a unit is quarter k of half h of a 210-byte 256-block (32 elements, u & 7 = 4h + k): low 4 bits from the
-// 32 bytes of ql at 64h + 32(k & 1) (low nibbles for k < 2), 2 high bits at 2k of the 32 bytes of qh at 128 + 32h,
-// minus 32; int8 scales 8h + 2k (elements 0-15) and 8h + 2k + 1 (16-31), d at 208. Blocks are 2-byte aligned.
+// 32 bytes of ql at 64h + 32(k & 1) (low nibbles for k < 2), 2 high bits at 2k of the 32 bytes of qh at 128 + 32h;
+// int8 scales 8h + 2k (elements 0-15) and 8h + 2k + 1 (16-31), d at 208. Blocks are 2-byte aligned. The quants stay
+// unsigned (0..63): the -32 is taken as 32 sum x per scale (dp4a with ones; the same integer sums)
 struct mq_q6_k {
     static constexpr int UNIT = 32, BYTES = 210;
     struct W { float d0, d1; int q[8]; };
@@ -174,19 +186,17 @@ struct mq_q6_k {
         w.d0 = d * (float)(signed char)b[192 + 8 * h + 2 * k];
         w.d1 = d * (float)(signed char)b[192 + 8 * h + 2 * k + 1];
         int l[8], hb[8];
-        words_at2<8>(b + 64 * h + 32 * (k & 1), l);
-        words_at2<8>(b + 128 + 32 * h, hb);
+        words_at4<8>(b + 64 * h + 32 * (k & 1), l);
+        words_at4<8>(b + 128 + 32 * h, hb);
         #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int lo = (l[i] >> (4 * (k >> 1))) & 0x0F0F0F0F;
-            const int hi = ((hb[i] >> (2 * k)) & 0x03030303) << 4;
-            w.q[i] = __vsubss4(lo | hi, 0x20202020);
-        }
+        for (int i = 0; i < 8; ++i) w.q[i] = ((l[i] >> (4 * (k >> 1))) & 0x0F0F0F0F) | (((hb[i] >> (2 * k)) & 0x03030303) << 4);
     }
     static __device__ __forceinline__ float dot(const W& w, const signed char* xq, const float2* ds) {
         int x[8];
         x_ints(xq, x, 2);
-        return ds[0].x * (w.d0 * (float)dp4<4>(w.q, x) + w.d1 * (float)dp4<4>(w.q + 4, x + 4));
+        constexpr int ONES[4] = {0x01010101, 0x01010101, 0x01010101, 0x01010101};
+        const int s0 = dp4<4>(w.q, x) - 32 * dp4<4>(ONES, x), s1 = dp4<4>(w.q + 4, x + 4) - 32 * dp4<4>(ONES, x + 4);
+        return ds[0].x * (w.d0 * (float)s0 + w.d1 * (float)s1);
     }
 };
 

@@ -8,6 +8,11 @@ README's command runs the tests in pytest-xdist workers (`-n auto`), which share
 save (index, then a data file named by the first free number) lets two processes saving signatures of one function
 at once give one signature's index entry the other's code, so saves take a lock on the function's index file here.
 `-n auto` is one worker per core, at most 4 (each holds numba, LLVM and torch; its kernels use every core).
+The pytest-xdist workers already keep the cores busy, so each compiles a program's new kernels in its cores' share
+of compile processes (GGPY_COMPILE_WORKERS: 1 with a worker per core), not one per core: a compile process costs a
+start of numba and ggpy and a reload of what it compiled, for no parallelism the cores have left (on 2 cores, `-n auto`
+on the flash_attn_ext and mul_mat_id cases of test_backend_ops: 188 s instead of 212 s cold). test_precompile and
+test_kernel_cache set their own.
 
 `verify_placement` re-derives, from the graph alone, when every tensor is live and checks the bytes the
 allocator actually gave each tensor and temp block (tensor.buffer/offset, node.temp) against it. It does
@@ -25,6 +30,9 @@ from pathlib import Path
 _TEST_NUMBA_CACHE = Path.home() / ".cache" / "ggpy" / "numba-tests"
 os.environ.setdefault("GGPY_NUMBA_CACHE", str(_TEST_NUMBA_CACHE))
 os.environ.setdefault("GGPY_AUTOTUNE_CACHE", str(Path.home() / ".cache" / "ggpy" / "autotune-tests"))
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):     # set by pytest-xdist in its workers, before this file is read
+    os.environ.setdefault("GGPY_COMPILE_WORKERS",
+                          str(max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 import pytest  # noqa: E402 - the runtime reads GGPY_NUMBA_CACHE when ggpy imports its kernels
 

@@ -326,8 +326,8 @@ template <int D, int DV, int RB, int CL, typename TK, typename TV> __device__ vo
     const char* kb = a.k + g * a.ks[1] + (i3 / a.sr) * a.ks[2];
     const char* vb = a.v + g * a.vs[1] + (i3 / a.sr) * a.vs[2];
     int c0 = blockIdx.x * a.chunk, c1 = min(a.nkv, c0 + a.chunk);
-    if (D == 256) grid_dependency();                        // (its chunks' keys: fa_live's, from the mask)
-    else fa_prefetch_wait(kb, a.ks[0], FaRow<TK>::bytes(D), vb, a.vs[0], FaRow<TV>::bytes(D), c0, c1);
+    // (heads of 256: none, their chunks' keys are fa_live's, read from the mask after the wait)
+    fa_prefetch_wait(kb, a.ks[0], FaRow<TK>::bytes(D), vb, a.vs[0], FaRow<TV>::bytes(D), c0, D == 256 ? c0 : c1);
     const float qscale = a.softcap > 0.f ? a.scale / a.softcap : a.scale;
     const char* mrow[RB];
     float q[RB][8], slope[RB], m[RB], l[RB], acc[RB][8];

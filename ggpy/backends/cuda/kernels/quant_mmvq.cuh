@@ -67,8 +67,9 @@ template <int NW> __device__ __forceinline__ void words_at2(const char* p, int* 
     #pragma unroll
     for (int i = 0; i < NW; ++i) t[i] = (int)__funnelshift_r((unsigned)s[i], (unsigned)s[i + 1], sh);
 }
-// t[i] = the 4 bytes at p + 4i (p 2-byte aligned) from NW + 1 4-byte loads of the aligned words holding them (no
-// select of words by p's offset: the K-quants' bytes at unaligned block starts)
+// t[i] = the 4 bytes at p + 4i (p 2-byte aligned) from NW + 1 4-byte loads of the aligned words holding them and
+// funnel shifts: fewer registers than words_at2 (no select of words by p's offset), which kept the stream kernels
+// (mmvq_v) of Q8_0 and Q6_K spilling
 template <int NW> __device__ __forceinline__ void words_at4(const char* p, int* t) {
     const int* c = (const int*)((unsigned long long)p & ~3ull);
     const unsigned sh = ((unsigned)(unsigned long long)p & 2u) * 8u;

@@ -103,7 +103,8 @@ __global__ void MMVQ_BOUNDS(true) norm_mmvq_glu(const NormVecArgs p);
 extern "C" __global__ void norm_mmvq(const NormVecArgs p) { norm_mmvq_k<false>(p); }
 extern "C" __global__ void norm_mmvq_glu(const NormVecArgs p) { norm_mmvq_k<true>(p); }
 // norm_mmvq_rope: norm_mmvq of q, k, v (products 0, 1, 2) and the rope_kv after them (kernels/matmul.py's
-// norm_rope_kv_run); mmvq_rope the same from x already quantized by rms_norm_mul_q8_1 (products too big for norm_mmvq). A warp per pair of a product's rows (pairs in row order; every product's rows even): rows the
+// norm_rope_kv_run); mmvq_rope: the same from rms_norm_mul_q8_1's columns. A warp per pair of a product's rows (pairs
+// in row order; every product's rows even): rows the
 // rope rotates together ((2i, 2i + 1), NEOX (i, i + n_dims / 2) of a head of q or k, rotated by rope_cos_sin at each
 // token's position), else adjacent rows (v's; a head's rows past n_dims); token n's pair goes to row n (q: the q rope's
 // memory) or idx[n] (k, v: their cache's, skipped out of range) of out[j] at onb[j] a row, element r at r times its size
@@ -121,8 +122,7 @@ __device__ __forceinline__ void store_as(char* p, int type, float v) {
     else *(bf16_t*)p = from_f<bf16_t>(v);
 }
 
-// Q8: x already normalised and quantized (rms_norm_mul_q8_1's q8_1 columns at v.a.src0: mmvq_rope, for products too
-// big for each block to quantize x), else every block normalises and quantizes it (norm_mmvq_rope)
+// Q8 (mmvq_rope): x's q8_1 columns at v.a.src0, else (norm_mmvq_rope) every block normalises and quantizes x itself
 template <bool Q8> __device__ void norm_mmvq_rope_k(const NormRopeArgs& a) {
     const NormVecArgs& p = a.v;
     const int K = (int)p.a.ne0[0], N = (int)p.a.ne0[1], lane = threadIdx.x & 31;

@@ -37,7 +37,7 @@ MAT_VECS = [("smollm2 q/o", "Q4_1", 576, 576), ("smollm2 k/v", "Q4_1", 576, 192)
             ("1b q/o", "Q8_0", 2048, 2048), ("1b gate", "Q8_0", 2048, 8192), ("1b down", "Q8_0", 8192, 2048)]
 # (label, head dim, query heads, KV heads, cache rows read, rows in use (the rest masked -inf))
 ATTENTION = [(label, 64, h, hk, nkv, used) for label, h, hk in (("smollm2", 9, 3), ("1b", 32, 8))
-             for nkv, used in ((256, 256), (576, 513), (1536, 1500), (4096, 4096))]
+             for nkv, used in ((256, 256), (576, 513), (1536, 1500), (4096, 4096), (4224, 4160))]
 ATTENTION += [("d128", 128, 32, 8, 576, 513), ("d128", 128, 32, 8, 4096, 4096)]
 ATTENTION += [("gemma3", 256, 4, 1, 512, 512), ("gemma3", 256, 4, 1, 4096, 4096),   # 512 used of 4096: the live keys
               ("gemma3", 256, 4, 1, 4096, 512)]                                  # of a sliding block's window

@@ -55,7 +55,10 @@ def test_a_token_splits_the_keys_and_a_prompt_runs_on_tensor_cores():
     assert attention_flash.dec_split(few, hopper) == (1, 125, attention_flash.CLUSTER)
     assert attention_flash.kernel_name(few, "dec", hopper) == "fa_dec_d64_f16_f16_cl"
     assert attention_flash.temp_size(few, "dec", hopper) == 0 and attention_flash.temp_size(few, "dec", None) > 0
-    assert attention_flash.kernel_name(token, "dec", hopper) == "fa_dec_d64_f16_f16"
+    assert attention_flash.kernel_name(_node(1, 9000, heads=32, kv_heads=8), "dec", hopper) == "fa_dec_d64_f16_f16"
+    deep = _node(1, 4224, heads=32, kv_heads=8)                     # a cluster of 16 chunks, 3 steps of 16 keys a warp
+    assert attention_flash.dec_split(deep, hopper) == (1, 264, 16)
+    assert attention_flash.kernel_name(deep, "dec", hopper) == "fa_dec_d64_f16_f16_cl16"
     smol = _node(1, 1000, heads=9, kv_heads=3)                      # groups of 3 over a cluster's keys: vec
     assert attention_flash.choose(smol, hopper) == "vec" and attention_flash.choose(smol, None) == "dec"
     assert attention_flash.choose(_node(1, 4096, heads=9, kv_heads=3), hopper) == "dec"
@@ -230,17 +233,16 @@ DEC_CASES = [  # D, n, n_kv, H, Hk, S, Sk, mask (type, Mh, Mw), max_bias, softca
 ]
 
 
-@pytest.mark.parametrize("cluster", [True, False], ids=["cluster", "global"])
+@pytest.mark.parametrize("clusters", [((1 << 30, 8),), ((1 << 30, 16),), ()], ids=["cluster", "cluster16", "global"])
 @pytest.mark.parametrize("case", DEC_CASES, ids=lambda c: f"D{c[0]}-n{c[1]}-kv{c[2]}-H{c[3]}/{c[4]}-S{c[5]}/{c[6]}"
                          f"-bias{c[8]}-cap{c[9]}-off{c[10]}")
-def test_cuda_flash_attn_decode_tensor_cores_vs_float64(dec_backend, case, cluster, monkeypatch):
+def test_cuda_flash_attn_decode_tensor_cores_vs_float64(dec_backend, case, clusters, monkeypatch):
     """fa_dec_k (F16 K and V, a few query rows) against float64, its chunks merged in a cluster's shared memory (sm_90
-    on, at most DEC_CLUSTER_MAX_KEYS keys) or through memory: grouped-query heads, more pairs than a block takes, more
+    on: 8 or 16 blocks, whatever the keys) or through memory: grouped-query heads, more pairs than a block takes, more
     keys than 16 a warp, a mask of random values and -inf (a fully masked row), per-head and per-sequence masks with
     ALiBi, softcap, K/V sequences broadcast; a K not 16-byte aligned runs fa_vec_k."""
     d, n, n_kv, h, hk, s, sk, mask_of, max_bias, softcap, offset = case
-    if not cluster:
-        monkeypatch.setattr(attention_flash, "DEC_CLUSTER_MAX_KEYS", 0)
+    monkeypatch.setattr(attention_flash, "DEC_CLUSTERS", clusters)
     rng = np.random.default_rng(n * n_kv + d)
     ctx = ggpy.Context()
     q = ctx.new_tensor(F32, (d, n, h, s)).set_input()

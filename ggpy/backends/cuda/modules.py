@@ -15,6 +15,10 @@ from .compiler import compile_many
 from .driver import check, driver
 from .sources import Source, source_of
 
+PORTABLE_CLUSTER = 8
+"""Blocks a cluster may have on every GPU; a kernel whose __cluster_dims__ ask more (16 on an H100 / H200) is allowed
+them when loaded."""
+
 
 class Module:
     """A loaded cubin (in the current context) whose kernels `function(name)` returns."""
@@ -28,6 +32,9 @@ class Module:
         fn = self._functions.get(name)
         if fn is None:
             fn = check(driver.cuModuleGetFunction(self.handle, name.encode()), f"cuModuleGetFunction({name})")
+            attr = driver.CUfunction_attribute
+            if check(driver.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, fn), name) > PORTABLE_CLUSTER:
+                check(driver.cuFuncSetAttribute(fn, attr.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1), name)
             self._functions[name] = fn
         return fn
 

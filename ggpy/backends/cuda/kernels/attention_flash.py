@@ -15,8 +15,8 @@ warp per 16 (query head, row) pairs of one KV head's group, the keys split in ch
 fa_combine_d{D}; q is rounded to F16 after scaling, Q8_0 values, P and the mask to F16, accumulation in F32.
 `dec` (fa_dec_d64_f16_f16, attention_fa_dec.cuh): F16 K and V (rows 16-byte aligned, heads DEC_DIMS) for a generated
 token on tensor cores: a block of DEC_WARPS warps takes DEC_ROWS pairs of one KV head's group and a chunk of the keys, a
-warp 16 keys a step (dec_split), its fragments loaded straight from the cache; merged as vec's (a cluster of CLUSTER
-chunks up to DEC_CLUSTER_MAX_KEYS keys on sm_90, _cl); rounding as tc's.
+warp 16 keys a step (dec_split), its fragments loaded straight from the cache; merged as vec's (on sm_90 a cluster of
+8 or 16 chunks up to the keys DEC_CLUSTERS says, the kernels' suffixes DEC_SUFFIX); rounding as tc's.
 choose: tc for TC_TYPES K and V and at least TC_MIN_N query rows, else dec where it fits, but for groups of at most
 SMALL_GROUP query heads a KV head over keys vec clusters (H200, benchmarks/cuda_decode_ops.py: SmolLM2's 9/3 heads
 at 256 / 1536 keys vec 3.51 / 5.18 us, dec 4.38 / 7.02; at 4096 vec 8.05, dec 7.62; the 1B's 32/8 at 256 / 576 /
@@ -37,7 +37,10 @@ KV_TYPES = (F32, F16, Q8_0)     # K's and V's types (any pair)
 TC_TYPES = (F16, Q8_0)          # K's and V's types of the tensor-core kernel (F32 stays exact on vec)
 DEC_DIMS, DEC_WARPS, DEC_ROWS = (64,), 8, 8     # fa_dec_k's head dims, warps (FA_DEC_WARPS), pairs a block (FA_DEC_RB)
 DEC_MAX_CHUNKS = 32             # fa_dec_k: chunks at most (FA_MAXC)
-DEC_CLUSTER_MAX_KEYS = 1024     # fa_dec_k on sm_90: keys up to which CLUSTER chunks form a cluster (_cl; 16 keys a warp)
+DEC_CLUSTERS = ((2048, 8), (8192, 16))  # fa_dec_k on sm_90: (keys at most, chunks of a cluster), the first that fits (H200,
+                                # cuda_decode_ops.py: SmolLM2's 9/3 heads at 4224 keys 7.80 us in 32 chunks through
+                                # memory, 6.99 in a cluster of 16, 8.29 of 8; the 1B's 32/8 at 1536 keys 7.01, 6.65, 6.15)
+DEC_SUFFIX = {1: "", 8: "_cl", 16: "_cl16"}     # fa_dec_k's kernels by chunks of a cluster (1: none)
 ROWS = (1, 2, 4, 8)             # (query head, row) pairs per block of fa_vec_k (RB)
 MAX_ROWS = {64: 8, 128: 8, 256: 4}     # RB at most per head dim (its 8 warps' accumulators: 48 KB of static shared)
 ONE_ROW_RB = 2                  # RB at most for one query row (a generated token): more blocks, each key read by more
@@ -135,21 +138,21 @@ def tc_split(node) -> tuple[int, int, int]:
     return z, chunk, _cdiv(k.ne[1], chunk)
 
 
-def dec_clustered(node, backend) -> bool:
-    """Whether fa_dec_k runs as a cluster of CLUSTER chunks merged in shared memory (sm_90 on, at most
-    DEC_CLUSTER_MAX_KEYS keys)."""
+def dec_cluster(node, backend) -> int:
+    """fa_dec_k's chunks of a cluster: the first of DEC_CLUSTERS that takes the keys on sm_90, else 1 (none)."""
     cc = getattr(getattr(backend, "device", None), "cc", (0, 0))
-    return cc >= (9, 0) and node.src[1].ne[1] <= DEC_CLUSTER_MAX_KEYS
+    return next((cl for keys, cl in DEC_CLUSTERS if cc >= (9, 0) and node.src[1].ne[1] <= keys), 1)
 
 
 def dec_split(node, backend=None) -> tuple[int, int, int]:
-    """fa_dec_k's (blocks of DEC_ROWS pairs per KV head, keys per chunk, chunks): a cluster's CLUSTER equal chunks
-    (dec_clustered), else 16 keys a warp while that keeps to DEC_MAX_CHUNKS chunks (at most 4096 keys), else as many
+    """fa_dec_k's (blocks of DEC_ROWS pairs per KV head, keys per chunk, chunks): a cluster's equal chunks
+    (dec_cluster), else 16 keys a warp while that keeps to DEC_MAX_CHUNKS chunks (at most 4096 keys), else as many
     more (multiples of 16) as do."""
     q, k = node.src[:2]
     z = _cdiv(q.ne[2] // k.ne[2] * q.ne[1], DEC_ROWS)
-    if dec_clustered(node, backend):
-        return z, _cdiv(k.ne[1], CLUSTER), CLUSTER
+    cluster = dec_cluster(node, backend)
+    if cluster > 1:
+        return z, _cdiv(k.ne[1], cluster), cluster
     per_warp = _cdiv(_cdiv(k.ne[1], DEC_WARPS * DEC_MAX_CHUNKS), 16) * 16
     chunk = DEC_WARPS * per_warp
     return z, chunk, _cdiv(k.ne[1], chunk)
@@ -173,7 +176,7 @@ def temp_size(node, impl: str, backend) -> int:
         raise UnsupportedOpError(f"cuda: flash_attn_ext '{node.name}' cannot run as {impl}: tc takes F16 or Q8_0 K "
                                  "and V and q strides of 8 bytes")
     if impl == "dec":           # vec's too: steps falls back to it for cache pointers not 16-byte aligned
-        own = 0 if dec_clustered(node, backend) else _partials(node, dec_split(node)[2])
+        own = 0 if dec_cluster(node, backend) > 1 else _partials(node, dec_split(node)[2])
         return max(own, temp_size(node, "vec", backend))
     chunks = tc_split(node)[2] if impl == "tc" else split(node, backend)[3]
     return 0 if impl == "vec" and clustered(node, backend) else _partials(node, chunks)
@@ -191,7 +194,7 @@ def kernel_name(node, impl, backend=None) -> str:
     if impl == "tc":
         return f"fa_mma_d{q.ne[0]}_{types}"
     if impl == "dec":
-        return f"fa_dec_d{q.ne[0]}_{types}" + ("_cl" if dec_clustered(node, backend) else "")
+        return f"fa_dec_d{q.ne[0]}_{types}" + DEC_SUFFIX[dec_cluster(node, backend)]
     return f"fa_vec_d{q.ne[0]}_r{split(node)[0]}_{types}" + ("_cl" if clustered(node, backend) else "")
 
 
@@ -201,7 +204,7 @@ def kernel_names() -> set:
              for v in KV_TYPES}
     names |= {f"fa_vec_d{d}_r{r}_{SUFFIX[t]}_{SUFFIX[t]}_cl" for d in HEAD_DIMS for r in rows(d) for t in KV_TYPES}
     names |= {f"fa_mma_d{d}_{SUFFIX[k]}_{SUFFIX[v]}" for d in HEAD_DIMS for k in TC_TYPES for v in TC_TYPES}
-    names |= {f"fa_dec_d{d}_f16_f16{cl}" for d in DEC_DIMS for cl in ("", "_cl")}
+    names |= {f"fa_dec_d{d}_f16_f16{cl}" for d in DEC_DIMS for cl in DEC_SUFFIX.values()}
     return names | {f"fa_combine_d{d}" for d in HEAD_DIMS}
 
 
@@ -235,7 +238,7 @@ def steps(backend, node, impl: str) -> list:
     z, a.chunk, a.nchunks = (tc_split(node) if impl == "tc" else dec_split(node, backend) if impl == "dec"
                              else split(node, backend)[1:])
     grid = (z * a.nchunks, k.ne[2], s) if impl == "tc" else (a.nchunks, k.ne[2] * s, z)
-    if impl == "vec" and clustered(node, backend) or impl == "dec" and dec_clustered(node, backend):
+    if impl == "vec" and clustered(node, backend) or impl == "dec" and dec_cluster(node, backend) > 1:
         return [backend.launch_struct(node, kernel_name(node, impl, backend), grid, block, a)]
     if a.nchunks > 1:
         a.part = backend.temp_ptr(node)

@@ -1,8 +1,10 @@
 """The CPU mul_mat implementation q8 (quantized weights times activations rounded to 8-bit blocks, integer dot
 products): its values against float64 products of gguf's dequantized weights with the activations rounded as ggml's
-q8_1 rounds them, its error against the exact product, its choice and forcing beside the exact `dot`, and the
-vpdpbusd form of its products for AVX512-VNNI hosts."""
+q8_1 rounds them, its error against the exact product, its choice and forcing beside the exact `dot`, the
+vpdpbusd form of its products for AVX512-VNNI hosts, and the AVX-512 mat-vec (dot_q8_row4x32) beside the per-block
+dot products."""
 import dataclasses
+import re
 
 import gguf
 import llvmlite.binding as llvm
@@ -14,6 +16,7 @@ from llvmlite import ir
 import ggpy
 from ggpy.backends.cpu import kernels  # noqa: F401 - registers the kernels
 from ggpy.backends.cpu.kernels import q8dot
+from ggpy.backends.cpu.kernels.quants import INT8, NIBBLE, NIBBLE_WORD_BIT
 from ggpy.backends.cpu.registry import KERNELS
 from ggpy.test_backend_ops import run_case
 from ggpy.test_backend_ops.cases.matmul import QUANT_NMSE, quant_cases
@@ -200,3 +203,112 @@ def test_register_tiles_compile_to_the_integer_instructions():
     asm = next(iter(tiles.inspect_asm().values()))
     products = ("vpdpbusd",) if q8dot.VNNI else ("vpmaddubsw", "vpmaddwd")
     assert all(asm.count(f"\t{name}\t") >= n for name in products)
+
+
+_SPECS32 = {ggpy.Q4_0: (NIBBLE, 0, 18, 0, 2, 8.0), ggpy.Q4_1: (NIBBLE, 1, 20, 0, 4, 0.0),
+            ggpy.Q5_0: (NIBBLE_WORD_BIT, 0, 22, 2, 6, 16.0), ggpy.Q5_1: (NIBBLE_WORD_BIT, 1, 24, 4, 8, 0.0),
+            ggpy.Q8_0: (INT8, 0, 34, 0, 2, 0.0)}
+"""dot_q8_blocks32's literal arguments per 32-block type, as tile_q8_<type> passes them."""
+
+
+def _row_dots(t):
+    """numba functions of rows a of type t times one activation row: by dot_q8_blocks32 and by dot_q8_row4x32 (the
+    activation quantized for each: pairs, and grouped over NaN scratch, which the last step's missing blocks read)."""
+    mode, has_min, size, qh_at, qs_at, center = _SPECS32[t]
+
+    @numba.njit
+    def dots(a, x):
+        nb = x.size // 32
+        xq, xds, xg = np.zeros(x.size, np.int8), np.zeros(2 * nb, np.float32), np.full(40 * (nb + 3) // 4, np.nan, np.float32)
+        q8dot.quantize_row_q8(xq, xds, x)
+        q8dot.quantize_q8(1, x.ctypes.data, xg.ctypes.data, xg.ctypes.data + (nb + 3) // 4 * 128, nb)
+        old, new = np.zeros(a.shape[0], np.float32), np.zeros(a.shape[0], np.float32)
+        for r in range(a.shape[0]):
+            old[r] = q8dot.dot_q8_blocks32(mode, has_min, a[r].ctypes.data, xq.ctypes.data, xds.ctypes.data, nb, size,
+                                           qh_at, qs_at, np.float32(center))
+            new[r] = q8dot.dot_q8_row4x32(mode, has_min, a[r].ctypes.data, xg.ctypes.data, nb, size, qh_at, qs_at,
+                                          np.float32(center))
+        return old, new
+    return dots
+
+
+def _nmse(got, ref) -> float:
+    return float(np.sum((got - ref) ** 2) / np.sum(ref ** 2))
+
+
+rows4 = pytest.mark.skipif(not q8dot.ROWS4, reason="dot_q8_row4x32 needs AVX512-BW, -VBMI and -VNNI")
+
+
+@rows4
+@pytest.mark.parametrize("k", [32, 64, 96, 160, 224, 576, 1536, 2048])
+@pytest.mark.parametrize("t", q8dot.Q8_TILED, ids=lambda t: t.name)
+def test_row4x32_equals_the_rounded_product_and_dot_q8_blocks32(t, k):
+    """The AVX-512 mat-vec, K/32 = 1 .. 64 blocks (the last step with 1, 2, 3 or 4 of them), against the float64 product
+    of the dequantized rows with the rounded activations and against the per-block dot product (today's path on
+    other hosts and for the columns past the register tiles)."""
+    rng = np.random.default_rng()
+    raw = _random_rows(rng, t, k, 37)
+    x = rng.standard_normal(k).astype(np.float32)
+    x[32:64] = 0.0                                           # an all-zero block (d = 0) where there are two
+    old, new = _row_dots(t)(raw, x)
+    w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(t.ggml_id)).astype(np.float64)
+    ref = _q8_rounded(x[None])[0] @ w.T
+    assert _nmse(new, ref) < 1e-11 and _nmse(old, ref) < 1e-11
+    assert _nmse(new, old) < 1e-12
+
+
+@rows4
+@pytest.mark.parametrize("k", [32, 576, 2048])
+@pytest.mark.parametrize("t", q8dot.Q8_TILED, ids=lambda t: t.name)
+def test_q8_mat_vec_runs_four_blocks_a_step(t, k):
+    """mul_mat q8 of one row of x (dot_q8_row4x32) with a K/32 that is not a multiple of 4, on two workers."""
+    rng = np.random.default_rng()
+    raw = _random_rows(rng, t, k, 67)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    got, kernel = _product(t, raw, x, ggpy.CPUBackend(n_threads=2, force={"mul_mat": "q8"}))
+    w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(t.ggml_id)).astype(np.float64)
+    assert kernel == f"q8_{t.name}" and _nmse(got, _q8_rounded(x) @ w.T) < 1e-11
+
+
+def _feed_forward(t, leafs, k, m, n):
+    """r + Wd . (silu(Wg . x) * (Wu . x)) by the fused q8 kernels on the first n rows of x and r."""
+    backend = ggpy.CPUBackend(n_threads=2)
+    ctx = ggpy.Context()
+    ts = {name: ctx.new_tensor(t, ne).set_name(name) for name, ne in (("wg", (k, m)), ("wu", (k, m)), ("wd", (m, k)))}
+    ts.update({name: ctx.new_tensor(ggpy.F32, (k, n)).set_name(name) for name in ("x", "r")})
+    h = ggpy.mul(ggpy.silu(ggpy.mul_mat(ts["wg"], ts["x"])), ggpy.mul_mat(ts["wu"], ts["x"]))
+    out = ggpy.add(ts["r"], ggpy.mul_mat(ts["wd"], h)).set_output()
+    graph = ggpy.Graph().build_forward_expand(out)
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    for name, tensor in ts.items():
+        tensor.set(leafs[name] if tensor.type.quantized else leafs[name][:n].reshape(tensor.shape))
+    backend.compute(graph)
+    assert [step.name for step in backend.program(graph)] == [f"q8_{t.name}+glu_silu", f"q8_{t.name}+add"]
+    return out.numpy().reshape(n, k).copy()
+
+
+@rows4
+@pytest.mark.parametrize("t", q8dot.Q8_TILED, ids=lambda t: t.name)
+def test_fused_mat_vecs_equal_the_per_block_dots(t):
+    """The fused glu and residual add kernels on one row of x (dot_q8_row4x32) against the same row among three (a
+    dot_q8_blocks32 per row and column); K = 576 and 224: 18 and 7 blocks."""
+    rng = np.random.default_rng()
+    k, m = 576, 224
+    leafs = {"wg": _random_rows(rng, t, k, m), "wu": _random_rows(rng, t, k, m), "wd": _random_rows(rng, t, m, k),
+             "x": rng.standard_normal((3, k)).astype(np.float32), "r": rng.standard_normal((3, k)).astype(np.float32)}
+    one, three = _feed_forward(t, leafs, k, m, 1), _feed_forward(t, leafs, k, m, 3)
+    assert _nmse(one[0], three[0]) < 1e-12
+
+
+@rows4
+def test_row4x32_compiles_to_512_bit_integer_products():
+    """tile_q8 of one column as numba compiles it for this host: two vpdpbusd on zmm registers a step, the f16
+    scales converted by vcvtph2ps, the last step's blocks by masked loads (no copy)."""
+    @numba.njit
+    def tiles(a, xq, xds, xt, out):
+        q8dot.tile_q8_q4_1(a, 0, a.shape[0], xq, xds, xt, out)
+
+    tiles(np.zeros((3, 40), np.uint8), np.zeros((1, 64), np.int8), np.zeros((1, 4), np.float32),
+          np.zeros((44, 1), np.float32), np.zeros((1, 3), np.float32))
+    asm = next(iter(tiles.inspect_asm().values()))
+    assert len(re.findall(r"\tvpdpbusd\t.*zmm", asm)) >= 2 and re.search(r"\tvcvtph2ps", asm) and "memcpy" not in asm

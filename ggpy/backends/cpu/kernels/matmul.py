@@ -40,7 +40,7 @@ from .common import (
 )
 from .activations import EPILOGUE_FUNCS, epilogue_code
 from .convert import to_f32_rows
-from .q8dot import AVAILABLE as Q8_AVAILABLE, Q8_TILED, Q8_TYPES, QK, TILE_Q8, quantize_row_q8
+from .q8dot import AVAILABLE as Q8_AVAILABLE, Q8_TILED, Q8_TYPES, QK, ROWS4, TILE_Q8, quantize_q8, quantize_row_q8
 from .quants import CODES, DEQUANTIZE, DOT
 
 EPILOGUE_ROWS = 256
@@ -454,12 +454,14 @@ def mul_mat_q8_rows(code, code_up, act, d, a, up, x, res, xf, xq, xds, xt, tiles
     for i3 in range(b3):
         for i2 in range(b2):
             for j in range(n):
-                if x.strides[3] == 4:
-                    quantize_row_q8(q[j], ds[j], x[i3, i2, j])
-                else:
-                    row[:] = x[i3, i2, j]
-                    quantize_row_q8(q[j], ds[j], row)
-                for t in range(nb):
+                src = x[i3, i2, j]
+                if x.strides[3] != 4:
+                    row[:] = src
+                    src = row
+                quantize_row_q8(q[j], ds[j], src)
+                if ROWS4 and n == 1:
+                    quantize_q8(1, src.ctypes.data, xt_.ctypes.data, xt_.ctypes.data + (nb + 3) // 4 * 128, nb)
+                for t in range(0 if ROWS4 and n == 1 else nb):
                     xt_[t, j], xt_[nb + t, j] = ds[j, 2 * t], ds[j, 2 * t + 1]
             a3, a2 = i3 // (b3 // a.shape[0]), i2 // (b2 // a.shape[1])
             aa = a[a3, a2]
@@ -481,28 +483,28 @@ def mul_mat_q8_rows(code, code_up, act, d, a, up, x, res, xf, xq, xds, xt, tiles
 
 
 def _q8_scratch_bytes(node) -> int:
-    """One worker's temp for q8: x's rows per matrix as activation blocks (K int8, and two float32 per 32, twice: as
-    pairs and transposed), a float32 row of x, and two tiles of products (rows of x x Q8_ROW_BLOCK floats)."""
-    k, n = node.src[0].ne[0], _x_rows(node)
-    return sum(_q8_sizes(n, k))
+    """One worker's temp for q8 (_q8_layout): x's rows per matrix as activation blocks (K int8, and two float32 per
+    32, twice: as pairs and transposed, or with ROWS4 one row grouped), a float32 row of x, and two tiles of products
+    (rows of x x Q8_ROW_BLOCK floats)."""
+    return sum(size for size, _, _ in _q8_layout(_x_rows(node), node.src[0].ne[0]))
 
 
-def _q8_sizes(n: int, k: int) -> tuple:
-    return (_aligned(k * 4), _aligned(n * k), _aligned(n * k // QK * 8), _aligned(n * k // QK * 8),
-            _aligned(2 * n * Q8_ROW_BLOCK * 4))
+def _q8_layout(n: int, k: int) -> tuple:
+    """(bytes, dtype, shape) of a worker's xf, xq, xds, xt, tiles."""
+    xt = k // QK * 2 + (-(-k // 128) * 40 if ROWS4 and n == 1 else 0)
+    parts = ((np.float32, (k,)), (np.int8, (n, k)), (np.float32, (n, k // QK * 2)), (np.float32, (xt, n)),
+             (np.float32, (2, n, Q8_ROW_BLOCK)))
+    return tuple((_aligned(np.dtype(t).itemsize * int(np.prod(shape))), t, shape) for t, shape in parts)
 
 
 def _q8_scratch(temp: np.ndarray, nth: int, x: np.ndarray) -> tuple:
-    """The workers' (xf, xq, xds, xt, tiles) in temp, laid out as _q8_scratch_bytes says."""
-    n, k = x.shape[2], x.shape[3]
-    raw = temp.view(np.uint8)
-    sizes = _q8_sizes(n, k)
-    per, out, at = sum(sizes), [], 0
-    workers = raw[:nth * per].reshape(nth, per)
-    shapes = ((k,), (n, k), (n, k // QK * 2), (k // QK * 2, n), (2, n, Q8_ROW_BLOCK))
-    for size, dtype, shape in zip(sizes, (np.float32, np.int8, np.float32, np.float32, np.float32), shapes):
-        count = int(np.prod(shape))
-        out.append(workers[:, at:at + count * np.dtype(dtype).itemsize].view(dtype).reshape((nth,) + shape))
+    """The workers' (xf, xq, xds, xt, tiles) in temp, laid out as _q8_layout says."""
+    layout = _q8_layout(x.shape[2], x.shape[3])
+    per, out, at = sum(size for size, _, _ in layout), [], 0
+    workers = temp.view(np.uint8)[:nth * per].reshape(nth, per)
+    for size, dtype, shape in layout:
+        count = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        out.append(workers[:, at:at + count].view(dtype).reshape((nth,) + shape))
         at += size
     return tuple(out)
 

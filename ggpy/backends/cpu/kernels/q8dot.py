@@ -8,7 +8,9 @@ Every weight type uses these blocks (the K-quants too, one activation scale per 
 block whose values are d_w * q_w + m_w gives d_w * d * sum(q_w q) + m_w * s. The int8 products are x86 instructions
 named in LLVM IR: vpmaddubsw + vpmaddwd on AVX2, vpdpbusd with AVX512-VNNI (+VL) or AVX-VNNI; both multiply unsigned
 by signed bytes, so signed weights (Q8_0, Q6_K's q - 32) go in as |q_w| with the activation's sign flipped where
-q_w < 0 (vpsignb), as ggml does.
+q_w < 0 (vpsignb), as ggml does. Mat-vecs (one activation row) of the 32-block types on AVX512-BW/-VBMI/-VNNI hosts
+take four blocks a step on 512-bit registers (dot_q8_row4x32; the activation grouped to match the gathered quants),
+Q8_0 there as q_w + 128 with 128 * s taken back.
 """
 import llvmlite.binding as llvm
 import numpy as np
@@ -33,6 +35,8 @@ AVAILABLE = "avx2" in FEATURES
 """The integer kernels need x86 AVX2 (the mul_mat impl "q8" is refused elsewhere)."""
 VNNI = {"avx512vnni", "avx512vl"} <= FEATURES or "avxvnni" in FEATURES
 """vpdpbusd instead of vpmaddubsw + vpmaddwd."""
+ROWS4 = {"avx512bw", "avx512vbmi", "avx512vnni"} <= FEATURES
+"""Mat-vecs (one activation row) of the 32-block types by dot_q8_row4x32, four blocks a step on 512-bit registers."""
 QK = 32
 """Activation values per block."""
 
@@ -123,7 +127,7 @@ class _Ints:
         return self.fma(self.splat(scale, self.vf), self.b.sitofp(sums, self.vf), acc)
 
     def total(self, acc, extra):
-        reduce = self.fn("llvm.vector.reduce.fadd.v8f32", self.f32, [self.f32, self.vf])
+        reduce = self.fn(f"llvm.vector.reduce.fadd.v{acc.type.count}f32", self.f32, [self.f32, acc.type])
         return self.b.fadd(self.b.call(reduce, [ir.Constant(self.f32, 0.0), acc], fastmath=("reassoc",)), extra)
 
     def activation(self, xq, xds, t):
@@ -136,18 +140,23 @@ class _Ints:
         return self.b.extract_element(v, ir.Constant(self.i32, i))
 
 
-@intrinsic
-def quantize_q8(typingctx, x, xq, xds, nblocks):
+@intrinsic(prefer_literal=True)
+def quantize_q8(typingctx, grouped, x, xq, xds, nblocks):
     """The activation blocks (module doc) of the nblocks * 32 float32 at address x: quants at xq, (d, s) pairs at xds
-    (addresses)."""
+    (addresses); grouped (a literal) as dot_q8_row4x32 reads them: per four blocks their first 16 quants, then their
+    last 16 (128 int8 at xq), and their four d, then their four s (8 float32 at xds)."""
+    if not isinstance(grouped, types.IntegerLiteral):
+        return None
+
     def codegen(context, builder, sig, args):
-        x, xq, xds, nblocks = args
+        _, x, xq, xds, nblocks = args
         v = _Ints(builder)
         b = builder
+        c = lambda n: ir.Constant(x.type, n)        # noqa: E731
         vf32 = ir.VectorType(v.f32, 32)
         with cgutils.for_range(b, nblocks) as loop:
             i = loop.index
-            vals = b.load(v.ptr(b.add(x, b.mul(i, ir.Constant(i.type, 4 * QK))), vf32), align=1)
+            vals = b.load(v.ptr(b.add(x, b.mul(i, c(4 * QK))), vf32), align=1)
             mag = b.call(v.fn("llvm.fabs.v32f32", vf32, [vf32]), [vals])
             amax = b.call(v.fn("llvm.vector.reduce.fmax.v32f32", v.f32, [vf32]), [mag])
             d = b.fdiv(amax, ir.Constant(v.f32, 127.0))
@@ -157,14 +166,18 @@ def quantize_q8(typingctx, x, xq, xds, nblocks):
             rounded = b.call(v.fn("llvm.roundeven.v32f32", vf32, [vf32]), [scaled])
             q32 = b.fptosi(rounded, ir.VectorType(v.i32, 32))
             q = b.trunc(q32, v.v8)
-            b.store(q, v.ptr(b.add(xq, b.mul(i, ir.Constant(i.type, QK))), v.v8), align=1)
             total = b.call(v.fn("llvm.vector.reduce.add.v32i32", v.i32, [q32.type]), [q32])
-            at = b.add(xds, b.mul(i, ir.Constant(i.type, 8)))
+            t = b.srem(i, c(4)) if grouped.literal_value else c(0)        # grouped: 16 and 4 bytes back per block t
+            for h in range(2):        # of the group
+                half = b.shuffle_vector(q, q, ir.Constant(ir.VectorType(v.i32, 16), list(range(16 * h, 16 * h + 16))))
+                at = b.sub(b.add(xq, b.mul(i, c(QK))), b.sub(b.mul(t, c(16)), c(64 * h if grouped.literal_value else 16 * h)))
+                b.store(half, v.ptr(at, half.type), align=1)
+            at = b.sub(b.add(xds, b.mul(i, c(8))), b.mul(t, c(4)))
             b.store(d, v.ptr(at, v.f32), align=4)
-            b.store(b.fmul(d, b.sitofp(total, v.f32)), v.ptr(b.add(at, ir.Constant(i.type, 4)), v.f32), align=4)
+            b.store(b.fmul(d, b.sitofp(total, v.f32)), v.ptr(b.add(at, c(16 if grouped.literal_value else 4)), v.f32), align=4)
         return context.get_dummy_value()
     i = types.intp
-    return types.void(i, i, i, i), codegen
+    return types.void(grouped, i, i, i, i), codegen
 
 
 @intrinsic(prefer_literal=True)
@@ -211,6 +224,87 @@ def dot_q8_blocks32(typingctx, mode, has_min, row, xq, xds, nblocks, size, qh_at
         return v.total(acc, low if has_min.literal_value else b.fmul(low, b.fneg(center)))
     i = types.intp
     return types.float32(mode, has_min, i, i, i, i, i, i, i, types.float32), codegen
+
+
+@intrinsic(prefer_literal=True)
+def dot_q8_row4x32(typingctx, mode, has_min, row, xg, nblocks, size, qh_at, qs_at, center):
+    """dot_q8_blocks32 (same arguments, size to qs_at literals) with the activation row grouped by quantize_q8 at
+    address xg (quants, then (d, s) from xg + 128 * ceil(nblocks / 4)), four blocks a step on 512-bit registers
+    (ROWS4): their 4 * size bytes in two 64-byte loads (Q8_0: four), the quants gathered by byte
+    permutes into [16 of block i in lane i] (nibbles: low ones, then high; Q8_0's + 128, taken back as a center of
+    128), two vpdpbusd sum four int32 per block, one vcvtph2ps converts the four d (and m), which times the
+    activations' d (and s) scale the sums. The last nblocks % 4 blocks load by masked loads (none past the row), the
+    missing blocks' scales zero."""
+    lits = (mode, has_min, size, qh_at, qs_at)
+    if not all(isinstance(t, types.IntegerLiteral) for t in lits):
+        return None
+    kind, minimum, s, qh, qs = (t.literal_value for t in lits)
+    pairs = ((0, 64), (18, 72)) if kind == INT8 else ((0, 4 * s - 64),)        # offsets of two 64-byte loads
+
+    def codegen(context, builder, sig, args):
+        row, xg, nblocks, center = args[2], args[3], args[4], args[8]
+        b, v = builder, _Ints(builder)
+        c = lambda n: ir.Constant(row.type, n)        # noqa: E731
+        vec = ir.VectorType
+        v64, f16, f8 = vec(v.i8, 64), vec(v.f32, 16), vec(v.f32, 8)
+        bytes64 = lambda n: ir.Constant(v64, [n] * 64 if isinstance(n, int) else n)        # noqa: E731
+        acc = cgutils.alloca_once_value(b, ir.Constant(f16, [0.0] * 16))
+        low = cgutils.alloca_once_value(b, ir.Constant(f8, [0.0] * 8))
+        full = b.sdiv(nblocks, c(4))
+        ds_at = b.add(xg, b.mul(b.sdiv(b.add(nblocks, c(3)), c(4)), c(128)))
+        dpbusd = v.fn("llvm.x86.avx512.vpdpbusd.512", vec(v.i32, 16), [vec(v.i32, 16), v64, v64])
+
+        def step(blk, g, rest=None):
+            def load(o):        # the last step's only the rest * size bytes there
+                at = v.ptr(b.add(blk, c(o)), v64)
+                if rest is None:
+                    return b.load(at, align=1)
+                mask = b.icmp_unsigned("<", bytes64(list(range(o, o + 64))), v.splat(b.trunc(b.mul(rest, c(s)), v.i8), v64))
+                masked = v.fn("llvm.masked.load.v64i8.p0", v64, [at.type, v.i32, mask.type, v64])
+                return b.call(masked, [at, ir.Constant(v.i32, 1), mask, ir.Constant(v64, None)])
+            regs = [(load(o0), o0, load(o1), o1) for o0, o1 in pairs]
+
+            def pick(pair, at):        # the bytes at the group's offsets `at` (vpermt2b)
+                r0, o0, r1, o1 = pair
+                index = [p - o0 if p < o0 + 64 else 64 + p - o1 for p in at]
+                return b.shuffle_vector(r0, r1, ir.Constant(vec(v.i32, 64), index + [0] * (64 - len(index))))
+            lanes = [(i, t) for i in range(4) for t in range(16)]
+            if kind == INT8:
+                w = [b.xor(pick(pair, [s * i + qs + 16 * h + t for i, t in lanes]), bytes64(128))
+                     for h, pair in enumerate(regs)]
+            else:
+                packed = pick(regs[0], [s * i + qs + t for i, t in lanes])
+                w = [b.and_(packed, bytes64(15)), b.lshr(packed, bytes64(4))]
+                if kind == NIBBLE_WORD_BIT:        # value t of half h: bit 16 h + t of the block's uint32
+                    for h in range(2):
+                        bits = b.and_(pick(regs[0], [s * i + qh + 2 * h + t // 8 for i, t in lanes]),
+                                      bytes64([1 << (t % 8) for _, t in lanes]))
+                        w[h] = b.select(b.icmp_unsigned("!=", bits, bytes64(0)), b.or_(w[h], bytes64(16)), w[h])
+            x = b.add(xg, b.mul(g, c(128)))
+            sums = ir.Constant(vec(v.i32, 16), [0] * 16)
+            for h in range(2):
+                sums = b.call(dpbusd, [sums, w[h], b.load(v.ptr(b.add(x, c(64 * h)), v64), align=1)])
+            halves = b.bitcast(pick(regs[0], [s * (h % 4) + 2 * (minimum and h > 3) + e for h in range(8) for e in (0, 1)]),
+                               vec(ir.HalfType(), 32))
+            dm = b.fpext(b.shuffle_vector(halves, halves, ir.Constant(vec(v.i32, 8), list(range(8)))), f8)
+            scales = b.fmul(dm, b.load(v.ptr(b.add(ds_at, b.mul(g, c(32))), f8), align=4))   # d dx x4 | m s (d s)
+            if rest is not None:
+                there = b.icmp_signed("<", ir.Constant(vec(row.type, 8), [0, 1, 2, 3] * 2), v.splat(rest, vec(row.type, 8)))
+                scales = b.select(there, scales, ir.Constant(f8, [0.0] * 8))
+            each = b.shuffle_vector(scales, scales, ir.Constant(vec(v.i32, 16), [i // 4 for i in range(16)]))
+            b.store(b.call(v.fn("llvm.fma.v16f32", f16, [f16] * 3), [each, b.sitofp(sums, f16), b.load(acc)]), acc)
+            b.store(b.fadd(b.load(low), scales), low)
+        with cgutils.for_range(b, full) as loop:
+            step(b.add(row, b.mul(loop.index, c(4 * s))), loop.index)
+        rest = b.sub(nblocks, b.mul(full, c(4)))
+        with b.if_then(b.icmp_signed("!=", rest, c(0))):
+            step(b.add(row, b.mul(full, c(4 * s))), full, rest)
+        mins = v.total(b.shuffle_vector(b.load(low), b.load(low), ir.Constant(vec(v.i32, 4), [4, 5, 6, 7])),
+                       ir.Constant(v.f32, 0.0))
+        center = ir.Constant(v.f32, 128.0) if kind == INT8 else center
+        return v.total(b.load(acc), mins if minimum else b.fmul(mins, b.fneg(center)))
+    i = types.intp
+    return types.float32(mode, has_min, i, i, i, size, qh_at, qs_at, types.float32), codegen
 
 
 @intrinsic(prefer_literal=True)
@@ -394,7 +488,7 @@ DOT_Q8 = tuple(_DOTS[t] for t in Q8_TYPES)
 def quantize_row_q8(xq, xds, x):
     """x (float32, contiguous, a multiple of 32 values) into the activation blocks xq (int8) and xds (float32 (d, s)
     pairs, contiguous)."""
-    quantize_q8(x.ctypes.data, xq.ctypes.data, xds.ctypes.data, xq.size // QK)
+    quantize_q8(0, x.ctypes.data, xq.ctypes.data, xds.ctypes.data, xq.size // QK)
 
 
 # -- tile_q8_<type>(a, r0, r1, xq, xds, xt, out): out[j, r - r0] = row r of a . activation column j, r0 <= r < r1 ---
@@ -415,8 +509,13 @@ def _tile(mode, has_min, nc, size, qh_at, qs_at, center, a, r, r0, j, xq, xt, ou
 def _tiles32(mode, has_min, size, qh_at, qs_at, center, a, r0, r1, xq, xds, xt, out):
     """The 32-block types' tile_q8 (dot_q8_blocks32's arguments for the type first): TILE_COLS columns at a time
     times each row of a (the columns' activation blocks stay in L1), then four, then the last columns one dot product
-    at a time (faster than a 1-column tile)."""
+    at a time (faster than a 1-column tile); one column with ROWS4 by dot_q8_row4x32 on the grouped activation in xt."""
     n, nb = xq.shape[0], xq.shape[1] // QK
+    if ROWS4 and n == 1:
+        for r in range(r0, r1):
+            out[0, r - r0] = dot_q8_row4x32(mode, has_min, a[r].ctypes.data, xt.ctypes.data, nb, size, qh_at, qs_at,
+                                            center)
+        return
     full = n - n % TILE_COLS
     four = full + (n - full) // 4 * 4
     for j in range(0, full, TILE_COLS):

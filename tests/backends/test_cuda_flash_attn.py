@@ -10,7 +10,8 @@ import pytest
 
 import ggpy
 from ggpy.backends.cuda import CUDABackend
-from ggpy.backends.cuda.kernels import attention, attention_flash
+from ggpy.backends.cuda.kernels import attention, attention_flash, quant
+from ggpy.test_backend_ops.cases.attention import HANDOFF
 from ggpy.types import F16, F32, Q8_0
 
 HD, HEADS, KV_HEADS = 64, 8, 2
@@ -383,3 +384,33 @@ def test_cuda_flash_attn_heads_of_256_sliding_window_vs_float64(cuda_backend, n,
     ref = _reference(qv.astype(np.float64), *kv, mv.astype(np.float64)[None, None], 1.0 / 16, 0.0, softcap)
     tol = 4e-3 if n >= attention_flash.TC_MIN_N else 2e-5
     np.testing.assert_allclose(out.numpy().reshape(ref.shape), ref, rtol=tol, atol=tol)
+
+
+def _o_projection(backend, case, seed: int):
+    """(r + W . attention output for one token, the program's kernel names) of test-backend-ops' hand-off case."""
+    from ggpy.test_backend_ops.cases import attention as cases
+    from ggpy.test_backend_ops.harness import default_fill
+
+    ctx = ggpy.Context()
+    out = cases._attention_output(ctx, *case).set_output()
+    graph = ggpy.Graph().build_forward_expand(out)
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    rng = np.random.default_rng(seed)
+    for leaf in graph.leafs:
+        values = cases._padded(rng, leaf)
+        leaf.set(default_fill(rng, leaf) if values is None else values)
+    backend.compute(graph)
+    return out.numpy().copy(), [s.name for s in backend.program(graph)]
+
+
+@pytest.mark.parametrize("case", HANDOFF, ids=lambda c: f"D{c[0]}-kv{c[1]}-H{c[2]}/{c[3]}-{c[4].name}-M{c[5]}")
+def test_a_tokens_attention_hands_its_output_to_the_o_projection_as_q8_1(cuda_backend, case):
+    """The clustered decode attention writes its output as the q8_1 blocks the o projection's two-launch mmvq reads
+    (kernels/handoff.py): no quantize_q8_1 launch, the same sums as the unfused backend's (fuse=False: F32 output,
+    then quantize_q8_1); SmolLM2's one-launch product (b quantized by its blocks) keeps its F32 input."""
+    fused, names = _o_projection(CUDABackend("cuda"), case, 5)
+    plain, plain_names = _o_projection(CUDABackend("cuda", fuse=False), case, 5)
+    handed = case[2] * case[0] > quant.MMVQ_SHARED_MAX_K
+    quantizes = ("quantize_q8_1_f32" in names, "quantize_q8_1_f32" in plain_names)
+    assert quantizes == ((False, True) if handed else (False, False)), (names, plain_names)
+    assert np.allclose(fused, plain, rtol=1e-5, atol=1e-5), np.abs(fused - plain).max()

@@ -147,11 +147,14 @@ def test_norm_rope_kv_on_cuda_is_one_launch_of_the_unfused_bits(cuda_backend, ca
 
 
 def test_split_decode_attention_is_one_launch(cuda_backend, monkeypatch):
-    """A token over 3000 F16 cache rows (keys split in chunks): one fa_vec launch that merges the chunks itself, the
-    same values as with the separate fa_combine launch (no counters: COUNTERS = 0)."""
+    """A token over 3000 F16 cache rows (keys split in chunks merged through memory: no clusters, DEC_CLUSTERS
+    empty): one launch that merges the chunks itself, the same values as with the separate fa_combine launch (no
+    counters: COUNTERS = 0)."""
     import numpy as np
 
     from ggpy.backends.cuda.kernels import attention_flash
+
+    monkeypatch.setattr(attention_flash, "DEC_CLUSTERS", ())
 
     def run():
         ctx, rng = ggpy.Context(), np.random.default_rng(7)

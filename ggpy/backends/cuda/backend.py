@@ -40,7 +40,7 @@ from .device import Event, Stream, get_device
 from .driver import check, driver
 from .graphs import capture
 from .staging import Staging, stageable
-from .kernels import generated
+from .kernels import generated, handoff
 from .kernels.common import elementwise_config, pack_args, tensor_ptr
 from .launch import Launch, dim3
 from .modules import Modules
@@ -79,6 +79,7 @@ class CUDABackend(Backend):
         self.name = f"cuda:{self.device.index}"
         # programmatic dependent launch (sm_90 on): a kernel launches while the one before it runs (launch.py)
         self.pdl = bool(pdl) and self.device.cc >= (9, 0)
+        self.q8_handoffs = set()            # attention outputs written as their mat-vec's q8_1 (kernels/handoff.py)
         self.fa_counters = None             # flash attention's arrival counters, zeroed once (kernels/attention_flash.py)
         self.modules = Modules(self.device)     # the compiled kernel files, loaded when a plan first needs them
 
@@ -190,6 +191,7 @@ class CUDABackend(Backend):
         chains = [f for f in fusions.values() if isinstance(f, Chain)]
         self._chains = self.generated_module(chains) if chains else (None, {})
         users, position = consumers(graph), {id(n): i for i, n in enumerate(graph.nodes)}
+        self.q8_handoffs = handoff.find(self, graph, users) if self.fuse else set()
         launches, skipped = [], set()
         for node in graph.nodes:
             if id(node) in skipped:

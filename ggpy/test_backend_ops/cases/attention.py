@@ -9,8 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 from ... import ops
-from ...types import F16, F32, Q8_0
+from ...types import F16, F32, Q4_K, Q8_0
 from ..harness import OpCase
+from ..references import evaluate
+from .matmul import DECODE_Q8_NMSE
 from .util import leaf
 
 CASES = [  # (D, Dv, N, n_kv, H, Hk, S, mask type, scale, max_bias, softcap)
@@ -135,6 +137,21 @@ def _flash(ctx, d, dv, n, n_kv, h, hk, s, mtype, scale, max_bias, softcap, kv_ty
     return ops.flash_attn_ext(leaf(ctx, F32, (d, n, h, s)), k, v, mask, scale, max_bias, softcap)
 
 
+HANDOFF = [  # (D, n_kv, H, Hk, W type, M): a generated token's attention, then the o projection and its residual
+    (64, 576, 32, 8, Q4_K, 2048),       # the 1B's: CUDA's fa_dec in a cluster hands its output over as q8_1 blocks
+    (64, 1500, 32, 8, Q8_0, 2048),      # (kernels/handoff.py), the stream kernel reading them
+    (128, 700, 16, 4, Q4_K, 300),       # fa_vec_k in a cluster (heads of 128)
+    (64, 37, 9, 3, Q8_0, 576),          # SmolLM2's: a one-launch product (b quantized by its blocks): no hand-off
+]
+
+
+def _attention_output(ctx, d, n_kv, h, hk, wt, m):
+    """r + W . reshape(flash_attn_ext(q, K, V, mask)) for one query row: the o projection of a generated token."""
+    o = _flash(ctx, d, d, 1, n_kv, h, hk, 1, F16, d ** -0.5, 0.0, 0.0)
+    y = ops.mul_mat(leaf(ctx, wt, (d * h, m)), ops.reshape_2d(o, d * h, 1))
+    return ops.add(leaf(ctx, F32, (m, 1)), y)
+
+
 def cases():
     out = []
     for kv_type in (F32, F16):
@@ -161,6 +178,10 @@ def cases():
     for t in (F16, Q8_0):
         out.append(OpCase("flash_attn_ext", f"perf,token,kv={t.name},n_kv=4096", lambda ctx, t=t: _flash(
             ctx, 64, 64, 1, 4096, 9, 3, 1, F16, 0.125, 0.0, 0.0, kv_type=t), fill=_padded, tags=("perf",)))
+    for d, n_kv, h, hk, wt, m in HANDOFF:
+        out.append(OpCase("add", f"fused,flash_attn+mul_mat+add,w={wt.name},D={d},n_kv={n_kv},H={h}/{hk},M={m}",
+                          lambda ctx, c=(d, n_kv, h, hk, wt, m): _attention_output(ctx, *c), fill=_padded,
+                          reference=evaluate, max_nmse=DECODE_Q8_NMSE))
     out.append(OpCase("flash_attn_ext", "perf,token,n_kv=4096,H=32/8", lambda ctx: _flash(
         ctx, 64, 64, 1, 4096, 32, 8, 1, F16, 0.125, 0.0, 0.0), fill=_causal, tags=("perf",)))
     return out

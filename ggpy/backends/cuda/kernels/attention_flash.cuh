@@ -28,7 +28,8 @@ struct FaArgs {
     float scale, softcap, m0, m1;
     int nlog2;                  // ALiBi: slope m0^(h+1) for h < nlog2, else m1^(2(h-nlog2)+1) (m0 = m1 = 1: none)
     int* count;                 // fa_vec_k: chunks arrived per (blockIdx.y, blockIdx.z), zero between kernels (or null)
-};
+    int q8;                     // a cluster's output as q8_1 blocks for the mat-vec that reads it (one query row, one
+};                              // sequence; kernels/handoff.py): quants at dst + hq Dv + d, (d, d sum q) pairs after h Dv
 
 #define FA_WARPS 8              // fa_vec_k's warps (attention_flash.py VEC_WARPS)
 #define FA_NB 2                 // fa_vec_k: keys a lane group takes a pass (4 in a cluster: slower on an H200)
@@ -254,7 +255,13 @@ __device__ void fa_finish(const FaArgs& a, const float (*wm)[RB], const float (*
                 S += *fa_cluster_map(&bl[r], c) * e;
                 A += *fa_cluster_map(&wacc[0][r][d], c) * e;
             }
-            *(float*)(a.dst + hq * a.ds[0] + i1 * a.ds[1] + i3 * a.ds[2] + d * 4) = S > 0.f ? A / S : 0.f;
+            const float out = S > 0.f ? A / S : 0.f;
+            if (a.q8) {         // a warp's lanes hold 32 consecutive d of one pair (np Dv is a multiple of 32)
+                const int e = hq * DV + d, lane = threadIdx.x & 31;
+                quantize_32(out, lane, (signed char*)a.dst + e - lane, (float2*)(a.dst + a.h * DV) + e / 32);
+            } else {
+                *(float*)(a.dst + hq * a.ds[0] + i1 * a.ds[1] + i3 * a.ds[2] + d * 4) = out;
+            }
         }
         fa_cluster_sync();                                      // no block leaves while another reads its memory
         return;

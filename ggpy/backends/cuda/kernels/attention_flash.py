@@ -71,7 +71,7 @@ class FaArgs(ctypes.Structure):
                 ("hk", ctypes.c_int), ("sr", ctypes.c_int), ("mh", ctypes.c_int), ("mw", ctypes.c_int),
                 ("mask_f16", ctypes.c_int), ("chunk", ctypes.c_int), ("nchunks", ctypes.c_int),
                 ("scale", ctypes.c_float), ("softcap", ctypes.c_float), ("m0", ctypes.c_float), ("m1", ctypes.c_float),
-                ("nlog2", ctypes.c_int), ("count", ctypes.c_void_p)]
+                ("nlog2", ctypes.c_int), ("count", ctypes.c_void_p), ("q8", ctypes.c_int)]
 
 
 def rows(d: int) -> tuple:
@@ -225,10 +225,28 @@ def _args(node) -> FaArgs:
     return a
 
 
+def _runs(node, impl: str) -> str:
+    """The implementation steps() launches: dec falls back to vec for cache pointers not 16-byte aligned."""
+    return "vec" if impl == "dec" and any(tensor_ptr(t) % 16 for t in node.src[1:3]) else impl
+
+
+def merged_in_cluster(node, impl: str, backend) -> bool:
+    """Whether the chunks merge in one cluster's shared memory (fa_finish's CL > 1: one launch, no partials)."""
+    impl = _runs(node, impl)
+    return impl == "vec" and clustered(node, backend) or impl == "dec" and dec_cluster(node, backend) > 1
+
+
+def writes_q8(node, impl: str, backend) -> bool:
+    """Whether the kernel can write its output as the q8_1 blocks of a mat-vec's activations (kernels/handoff.py):
+    one query row of one sequence, merged in a cluster, Dv a multiple of 32, a contiguous F32 output."""
+    q, v = node.src[0], node.src[2]
+    return (q.ne[1] == 1 and q.ne[3] == 1 and v.ne[0] % 32 == 0 and node.type == F32 and node.is_contiguous()
+            and merged_in_cluster(node, impl, backend))
+
+
 def steps(backend, node, impl: str) -> list:
     q, k, v = node.src[:3]
-    if impl == "dec" and any(tensor_ptr(t) % 16 for t in (k, v)):
-        impl = "vec"
+    impl = _runs(node, impl)
     if any(tensor_ptr(t) % ALIGN[t.type] for t in (k, v)) or tensor_ptr(q) % (8 if impl == "tc" else 4):
         raise UnsupportedOpError(f"cuda: flash_attn_ext '{node.name}': q, K or V not aligned in memory (K and V rows "
                                  f"to {ALIGN[k.type]} and {ALIGN[v.type]} bytes)")
@@ -238,7 +256,8 @@ def steps(backend, node, impl: str) -> list:
     z, a.chunk, a.nchunks = (tc_split(node) if impl == "tc" else dec_split(node, backend) if impl == "dec"
                              else split(node, backend)[1:])
     grid = (z * a.nchunks, k.ne[2], s) if impl == "tc" else (a.nchunks, k.ne[2] * s, z)
-    if impl == "vec" and clustered(node, backend) or impl == "dec" and dec_cluster(node, backend) > 1:
+    if merged_in_cluster(node, impl, backend):
+        a.q8 = int(id(node) in backend.q8_handoffs)
         return [backend.launch_struct(node, kernel_name(node, impl, backend), grid, block, a)]
     if a.nchunks > 1:
         a.part = backend.temp_ptr(node)

@@ -32,6 +32,18 @@ __device__ __forceinline__ void grid_dependency() {
 #endif
 }
 
+// one 32-block of a mat-vec's activations as ggml's q8_1 (quant_mmvq.cuh, the q8 hand-off of attention_flash.cuh): lane j holds element x_j; q_j = round(x_j / d) to qs[j], (d, d * sum q) to *ds
+__device__ __forceinline__ void quantize_32(float x, int lane, signed char* qs, float2* ds) {
+    float amax = fabsf(x);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.f;
+    const int q = amax == 0.f ? 0 : (int)rintf(x / d);
+    int s = q;
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    qs[lane] = (signed char)q;
+    if (lane == 0) *ds = make_float2(d, d * (float)s);
+}
+
 __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(half_t h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 template <typename T> __device__ __forceinline__ T from_f(float x);

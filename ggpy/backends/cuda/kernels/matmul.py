@@ -29,7 +29,7 @@ from ...kernel import Fused
 from ..cublas import MISSING, WORKSPACE, Gemm
 from ..gemm_plan import align_temp, contiguous, gemm_type, operand_layout
 from ..registry import register
-from . import attention, layout, quant, rope
+from . import attention, handoff, layout, quant, rope
 from .common import FLOATS, SUFFIX, Args, apart, extent, pack_args, tensor_ptr
 
 def refusal(node) -> str | None:
@@ -126,7 +126,7 @@ def plan_batches(ta, tb, kb: bool, ldb: int, d, ldd: int):
 
 def steps(backend, node, impl: str) -> list:
     if impl == "mmvq":
-        return quant.mmvq_steps(backend, node)
+        return quant.mmvq_steps(backend, node, q8=handoff.quantized_b(backend, node))
     return quant.mmv_steps(backend, node) if impl == "mmv" else gemm_steps(backend, node)
 
 
@@ -354,10 +354,11 @@ def mul_mat_add_run(backend, f) -> list | None:
     m, r, out = f.head, f.residual, f.add
     if not backend.on_device(m, r, out, *m.src[:2]):
         return None
+    q8 = handoff.quantized_b(backend, m)         # b's q8_1 blocks read while the add's memory is written
     others = [extent(m.src[0])] + _temp_range(backend, m) + ([] if extent(r) == extent(out) else [extent(r)])
-    if not apart(out, others):
+    if not apart(out, others + ([extent(m.src[1])] if q8 else [])):
         return None
-    steps = quant.mmvq_steps(backend, m, dst=m, dst_ptr=tensor_ptr(out), residual=r)
+    steps = quant.mmvq_steps(backend, m, dst=m, dst_ptr=tensor_ptr(out), residual=r, q8=q8)
     if steps is not None:
         steps[-1].name = f.name(kernel_name(m, "mmvq"))
     return steps

@@ -22,18 +22,6 @@ __device__ __forceinline__ void copy_q8_cols(const char* q, const char* ds, int 
     for (int i = threadIdx.x; i < n >> 5; i += blockDim.x) ((int2*)(sq + n))[i] = ((const int2*)ds)[i];
 }
 
-// one 32-block of b as q8_1: lane j holds element x_j; q_j = round(x_j / d) to qs[j], (d, d * sum q) to *ds
-__device__ __forceinline__ void quantize_32(float x, int lane, signed char* qs, float2* ds) {
-    float amax = fabsf(x);
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = amax / 127.f;
-    const int q = amax == 0.f ? 0 : (int)rintf(x / d);
-    int s = q;
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    qs[lane] = (signed char)q;
-    if (lane == 0) *ds = make_float2(d, d * (float)s);
-}
-
 // the temp block: column c = n + N * (i2 + B2 * i3) of b as K int8 at c * K, then C * K / 32 float2 (d, d * sum q)
 __device__ void quantize_q8_1_k(const Args& a) {        // dst: the temp; src0: b F32 (K, N, B2, B3), any strides
     const int lane = threadIdx.x & 31;

@@ -161,24 +161,7 @@ def test_fused_glu_and_residual_add_equal_the_nodes_one_by_one(t, n):
     k, m = 512, 256
     leafs = {"wg": _random_rows(rng, t, k, m), "wu": _random_rows(rng, t, k, m), "wd": _random_rows(rng, t, m, k),
              "x": rng.standard_normal((n, k)).astype(np.float32), "r": rng.standard_normal((n, k)).astype(np.float32)}
-    results = []
-    for fuse in (True, False):
-        backend = ggpy.CPUBackend(n_threads=2, fuse=fuse)
-        ctx = ggpy.Context()
-        ts = {name: ctx.new_tensor(t, ne).set_name(name) for name, ne in (("wg", (k, m)), ("wu", (k, m)), ("wd", (m, k)))}
-        ts.update({name: ctx.new_tensor(ggpy.F32, (k, n)).set_name(name) for name in ("x", "r")})
-        h = ggpy.mul(ggpy.silu(ggpy.mul_mat(ts["wg"], ts["x"])), ggpy.mul_mat(ts["wu"], ts["x"]))
-        out = ggpy.add(ts["r"], ggpy.mul_mat(ts["wd"], h)).set_output()
-        graph = ggpy.Graph().build_forward_expand(out)
-        ggpy.GraphAllocator(backend).alloc_graph(graph)
-        for name, tensor in ts.items():
-            tensor.set(leafs[name] if tensor.type.quantized else leafs[name].reshape(tensor.shape))
-        backend.compute(graph)
-        results.append(out.numpy().copy())
-        names = [step.name for step in backend.program(graph)]
-        assert names == ([f"q8_{t.name}+glu_silu", f"q8_{t.name}+add"] if fuse else
-                         [f"q8_{t.name}", "silu", f"q8_{t.name}", "mul", f"q8_{t.name}", "add"])
-    fused, nodes = results
+    fused, nodes = (_feed_forward(t, leafs, k, m, n, ggpy.CPUBackend(n_threads=2, fuse=fuse)) for fuse in (True, False))
     assert np.sum((fused - nodes) ** 2) / np.sum(nodes ** 2) < 1e-12
 
 
@@ -270,9 +253,10 @@ def test_q8_mat_vec_runs_four_blocks_a_step(t, k):
     assert kernel == f"q8_{t.name}" and _nmse(got, _q8_rounded(x) @ w.T) < 1e-11
 
 
-def _feed_forward(t, leafs, k, m, n):
-    """r + Wd . (silu(Wg . x) * (Wu . x)) by the fused q8 kernels on the first n rows of x and r."""
-    backend = ggpy.CPUBackend(n_threads=2)
+def _feed_forward(t, leafs, k, m, n, backend=None):
+    """r + Wd . (silu(Wg . x) * (Wu . x)) on the first n rows of x and r: by the fused q8 kernels (the default backend,
+    or one with fuse) or node by node (fuse=False)."""
+    backend = backend or ggpy.CPUBackend(n_threads=2)
     ctx = ggpy.Context()
     ts = {name: ctx.new_tensor(t, ne).set_name(name) for name, ne in (("wg", (k, m)), ("wu", (k, m)), ("wd", (m, k)))}
     ts.update({name: ctx.new_tensor(ggpy.F32, (k, n)).set_name(name) for name in ("x", "r")})
@@ -283,7 +267,9 @@ def _feed_forward(t, leafs, k, m, n):
     for name, tensor in ts.items():
         tensor.set(leafs[name] if tensor.type.quantized else leafs[name][:n].reshape(tensor.shape))
     backend.compute(graph)
-    assert [step.name for step in backend.program(graph)] == [f"q8_{t.name}+glu_silu", f"q8_{t.name}+add"]
+    assert [step.name for step in backend.program(graph)] == (
+        [f"q8_{t.name}+glu_silu", f"q8_{t.name}+add"] if backend.fuse else
+        [f"q8_{t.name}", "silu", f"q8_{t.name}", "mul", f"q8_{t.name}", "add"])
     return out.numpy().reshape(n, k).copy()
 
 

@@ -175,3 +175,18 @@ def _nodes(out) -> list:
         nodes.append(t)
         todo.extend(t.src)
     return nodes
+
+
+def test_precompile_fills_the_cache_that_a_later_run_reads(tmp_path, monkeypatch, capsys):
+    """python -m ggpy.backends.cuda.precompile: the named sources compiled into --cache, found there the second time;
+    a malformed architecture or an unknown source refused with what was given."""
+    compiler = _compiler()
+    from ggpy.backends.cuda.precompile import main
+    monkeypatch.setenv("GGPY_CUDA_CACHE", str(tmp_path / "elsewhere"))     # restored after the test (main sets it)
+    args = ["--arch", "compute_80", "--only", "pool", "--cache", str(tmp_path)]
+    assert main(args) == 0 and "compute_80: 1 compiled, 0 already cached" in capsys.readouterr().out
+    assert [p.name.split("-")[:2] for p in tmp_path.iterdir()] == [["pool", "compute_80"]]
+    assert main(args) == 0 and "compute_80: 0 compiled, 1 already cached" in capsys.readouterr().out
+    assert compiler.cache_dir() == tmp_path
+    assert main(["--arch", "hopper", "--only", "pool"]) == 2 and "['hopper']: expected sm_XY" in capsys.readouterr().err
+    assert main(["--only", "nope"]) == 2 and "no kernels/*.cu named ['nope']" in capsys.readouterr().err

@@ -32,10 +32,9 @@ def precompile(archs: list, only: list | None = None, jobs: int | None = None) -
     chosen = [sources[name] for name in (only or sources)]
     done = {}
     for arch in archs:
-        before = compiler.STATS["compiles"]
+        before = dict(compiler.STATS)
         compiler.compile_many(chosen, arch, jobs)
-        compiled = compiler.STATS["compiles"] - before
-        done[arch] = (compiled, len(chosen) - compiled)
+        done[arch] = tuple(compiler.STATS[k] - before[k] for k in ("compiles", "hits"))
     return done
 
 
@@ -47,6 +46,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", nargs="+", metavar="STEM", help="only these kernels/*.cu (file stems, e.g. quant_q4_k)")
     p.add_argument("--nvrtc", action="store_true", help="print this machine's NVRTC version (part of the key), then stop")
     opts = p.parse_args(argv)
+    if opts.jobs is not None and opts.jobs < 1:
+        p.error(f"--jobs {opts.jobs}: expected at least 1 compile at once")
     version = ".".join(map(str, compiler.nvrtc_version()))
     if opts.nvrtc:
         print(f"NVRTC {version}")

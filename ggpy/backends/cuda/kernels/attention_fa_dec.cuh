@@ -48,6 +48,7 @@ template <int D, int CL> __device__ void fa_dec_k(const FaArgs& a) {
     constexpr float LOG2E = 1.4426950408889634f;
     __shared__ float wm[W][RB], wl[W][RB];
     __shared__ __align__(16) float wacc[W][RB][D];
+    fa_cluster_start<W, RB, D, CL>();
     const float NEG = __int_as_float(0xff800000);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int group = a.h / a.hk, kh = blockIdx.y % a.hk, i3 = blockIdx.y / a.hk;

@@ -130,9 +130,31 @@ __device__ __forceinline__ void fa_cluster_sync() {         // every block of th
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 #endif
 }
-template <typename T> __device__ __forceinline__ const T* fa_cluster_map(const T* p, int rank) {
+__device__ __forceinline__ void fa_cluster_arrive(bool release) {   // the block's arrival, its writes visible (release)
 #if __CUDA_ARCH__ >= 900
-    const T* q;
+    if (release) asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    else asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void fa_cluster_wait() {         // every block of the cluster arrived, their writes visible
+#if __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+// whether fa_finish's blocks push their (max, sum, accumulator) into rank 0's shared memory (one barrier, the others
+// leave at once), where they fit beside the warps' (W warps, RB pairs, DV; static shared 48 KB at most), else each
+// block reads the others' (two barriers)
+template <int W, int RB, int DV, int CL> __host__ __device__ constexpr bool fa_push() {
+    return CL > 1 && 4 * RB * ((CL - 1 + W) * (DV + 2) + 2) <= 48 * 1024 - 512;
+}
+// a kernel's start: with fa_push, its arrival at the first cluster barrier (no block writes into rank 0's memory
+// before every block has started; by fa_finish the others have long arrived)
+template <int W, int RB, int DV, int CL> __device__ __forceinline__ void fa_cluster_start() {
+    if constexpr (fa_push<W, RB, DV, CL>()) fa_cluster_arrive(false);
+}
+template <typename T> __device__ __forceinline__ T* fa_cluster_map(T* p, int rank) {
+#if __CUDA_ARCH__ >= 900
+    T* q;
     asm("mapa.u64 %0, %1, %2;" : "=l"(q) : "l"(p), "r"(rank));     // the same shared variable of block `rank`
     return q;
 #else
@@ -211,15 +233,21 @@ __device__ __forceinline__ void fa_prefetch_wait(const char* kb, i64 ks, int kr,
 }
 
 // a block's end: its W warps' (max in natural-log units, sum, accumulator) of the pairs r < np in wm, wl, wacc merged,
-// then written to dst (one chunk), merged across the cluster (CL > 1), or written as the chunk's partial and merged by
-// the chunks' last block to arrive (a.count). g: the KV head.
+// then written to dst (one chunk), merged across the cluster (CL > 1: fa_push's way, else every block a part through
+// the others' memory), or written as the chunk's partial and merged by the chunks' last block to arrive (a.count).
+// g: the KV head. The cluster's merge takes the chunks in rank order either way (the same bits).
 template <int W, int RB, int DV, int CL>
 __device__ void fa_finish(const FaArgs& a, const float (*wm)[RB], const float (*wl)[RB], float (*wacc)[RB][DV], int np,
                           int p0, int g, int i3) {
     const float NEG = __int_as_float(0xff800000);
-    const int group = a.h / a.hk;
+    constexpr bool PUSH = fa_push<W, RB, DV, CL>();
+    constexpr int IN = PUSH ? CL - 1 : 1;
+    const int group = a.h / a.hk, rank = CL > 1 ? fa_cluster_rank() : 0;
     __syncthreads();
     __shared__ float bm[RB], bl[RB];                            // CL > 1: the block's max and sum (wacc[0]: its acc)
+    __shared__ float im[IN][RB], il[IN][RB];                    // PUSH, rank 0: those of ranks 1.. (ia: their acc)
+    __shared__ __align__(16) float ia[IN][RB][PUSH ? DV : 1];
+    if (PUSH) fa_cluster_wait();                                // every block started: rank 0's memory is there
     for (int t = threadIdx.x; t < np * DV; t += blockDim.x) {       // the warps merged
         const int r = t / DV, d = t % DV, p = p0 + r, hq = g * group + p % group, i1 = p / group;
         float M = NEG, S = 0.f, A = 0.f;
@@ -231,7 +259,10 @@ __device__ void fa_finish(const FaArgs& a, const float (*wm)[RB], const float (*
             S += wl[w][r] * c;
             A += wacc[w][r][d] * c;
         }
-        if (CL > 1) {                                           // a thread reads and writes its own (r, d) only
+        if (PUSH && rank > 0) {                                 // into rank 0's inbox
+            if (d == 0) { *fa_cluster_map(&im[rank - 1][r], 0) = M; *fa_cluster_map(&il[rank - 1][r], 0) = S; }
+            *fa_cluster_map(&ia[rank - 1][r][PUSH ? d : 0], 0) = A;
+        } else if (CL > 1) {                                    // a thread reads and writes its own (r, d) only
             if (d == 0) { bm[r] = M; bl[r] = S; }
             wacc[0][r][d] = A;
         } else if (a.nchunks == 1) {
@@ -242,18 +273,30 @@ __device__ void fa_finish(const FaArgs& a, const float (*wm)[RB], const float (*
             pr[2 + d] = A;
         }
     }
-    if (CL > 1) {
-        fa_cluster_sync();                                      // every block's (max, sum, acc) in its shared memory
-        for (int t = fa_cluster_rank() * blockDim.x + threadIdx.x; t < np * DV; t += CL * blockDim.x) {
+    if constexpr (CL > 1) {
+        // chunk c's max, sum and acc element (r, d): rank 0's inbox, or block c's own memory
+        auto m_of = [&](int c, int r) { return PUSH ? (c ? im[c - 1][r] : bm[r]) : *fa_cluster_map(&bm[r], c); };
+        auto l_of = [&](int c, int r) { return PUSH ? (c ? il[c - 1][r] : bl[r]) : *fa_cluster_map(&bl[r], c); };
+        auto a_of = [&](int c, int r, int d) {
+            return PUSH ? (c ? ia[c - 1][r][PUSH ? d : 0] : wacc[0][r][d]) : *fa_cluster_map(&wacc[0][r][d], c);
+        };
+        if (PUSH) {
+            fa_cluster_arrive(true);                            // this block's part in rank 0's memory (or its own)
+            if (rank > 0) return;
+            fa_cluster_wait();
+        } else {
+            fa_cluster_sync();                                  // every block's (max, sum, acc) in its shared memory
+        }
+        for (int t = (PUSH ? 0 : rank) * blockDim.x + threadIdx.x; t < np * DV; t += (PUSH ? 1 : CL) * blockDim.x) {
             const int r = t / DV, d = t % DV, p = p0 + r, hq = g * group + p % group, i1 = p / group;
             float mc[CL], M = NEG, S = 0.f, A = 0.f;
             #pragma unroll
-            for (int c = 0; c < CL; ++c) M = fmaxf(M, mc[c] = *fa_cluster_map(&bm[r], c));
+            for (int c = 0; c < CL; ++c) M = fmaxf(M, mc[c] = m_of(c, r));
             #pragma unroll
             for (int c = 0; c < CL; ++c) {
                 const float e = mc[c] == NEG ? 0.f : __expf(mc[c] - M);
-                S += *fa_cluster_map(&bl[r], c) * e;
-                A += *fa_cluster_map(&wacc[0][r][d], c) * e;
+                S += l_of(c, r) * e;
+                A += a_of(c, r, d) * e;
             }
             const float out = S > 0.f ? A / S : 0.f;
             if (a.q8) {         // a warp's lanes hold 32 consecutive d of one pair (np Dv is a multiple of 32)
@@ -263,7 +306,7 @@ __device__ void fa_finish(const FaArgs& a, const float (*wm)[RB], const float (*
                 *(float*)(a.dst + hq * a.ds[0] + i1 * a.ds[1] + i3 * a.ds[2] + d * 4) = out;
             }
         }
-        fa_cluster_sync();                                      // no block leaves while another reads its memory
+        if (!PUSH) fa_cluster_sync();                           // no block leaves while another reads its memory
         return;
     }
     if (a.nchunks == 1 || !a.count) return;
@@ -326,6 +369,7 @@ template <int D, int DV, int RB, int CL, typename TK, typename TV> __device__ vo
     constexpr int W = FA_WARPS, G = W * KPI;                // warps, keys a block takes one per lane group
     __shared__ float wm[W][RB], wl[W][RB];
     __shared__ __align__(16) float wacc[W][RB][DV];
+    fa_cluster_start<W, RB, DV, CL>();
     const float NEG = __int_as_float(0xff800000);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, sub = lane % L, slot = lane / L;
     const int group = a.h / a.hk, g = blockIdx.y % a.hk, i3 = blockIdx.y / a.hk;

@@ -7,7 +7,7 @@ The model reads `depth` seeded random tokens, generates a few greedy tokens (pla
 graph), then profiles one more token: rows are kernels by total time, with their count and mean. With --trace
 (CUDA, needs torch): 16 tokens run as generation runs them (one CUDA graph each) under torch.profiler, whose CUPTI
 trace gives each kernel's time on the device inside the graph; the token's time less the kernels' sum is the gaps
-between them (launch latency).
+between them (launch latency), negative under PDL, where a kernel starts (and is timed) while the one before it runs.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def main(argv=None):
     from ggpy.backends import make_backend
     backend = make_backend(opts.backend, opts.threads, **({"pdl": False} if opts.no_pdl else {}))
     model = GraphModel(open_llama(opts.model), backend, n_ctx=opts.depth + 64)
-    ids = [int(t) for t in np.random.default_rng(0).integers(0, model.hp.n_vocab, opts.depth)]
+    ids = [int(t) for t in np.random.default_rng(0).integers(0, model.hp.n_vocab, max(opts.depth, 1))]  # depth 0: one
     greedy = Sampler(temp=0)
     token = model.next_token(ids, greedy)
     for _ in range(8):

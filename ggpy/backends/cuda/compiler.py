@@ -96,8 +96,8 @@ class _Progress:
 
     def show(self):
         if self.left:
-            line = (f"ggpy: compiling CUDA kernels for {self.arch} (once; cached in {cache_dir()}): "
-                    f"{len(self.left)} of {self.total} left: {' '.join(self.left)}")
+            line = (f"ggpy: compiling CUDA kernels for {self.arch} (once; cached in {cache_dir()}): {len(self.left)} of "
+                    f"{self.total} left: {' '.join(self.left[:3])}{f' (+{len(self.left) - 3} more)' * (len(self.left) > 3)}")
         else:
             line = f"ggpy: compiled {self.total} CUDA kernel sources for {self.arch} in {time.perf_counter() - self.start:.1f} s"
         sys.stderr.write(("\r\033[K" + line + ("\n" if not self.left else "")) if self.tty else line + "\n")

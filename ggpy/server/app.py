@@ -132,7 +132,7 @@ class Server:
     async def complete(self, request: Request, chat: bool):
         job = parse(await json_body(request), chat)
         handle, pipe = self.submit(job)
-        reply = Reply(chat, self.model_name)
+        reply = Reply(chat, self.model_name, job.include_usage)
         if job.stream:
             return EventStream(self.stream(job, pipe, reply), handle)
         text = []
@@ -221,6 +221,14 @@ def create_app(engine: Engine, api_key: str | None = None, model_name: str | Non
     @app.get("/v1/models")
     async def models():
         return server.models()
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str):
+        entry = server.models()["data"][0]
+        if model_id != entry["id"]:
+            raise APIError(404, f"the model '{model_id}' does not exist; this server serves '{entry['id']}'",
+                           "not_found_error", "model")
+        return entry
 
     @app.post("/v1/completions")
     async def completions(request: Request):

@@ -1,6 +1,8 @@
 """The OpenAI request and response formats: a JSON body checked into a `Job` (what to generate, Params), and the
 objects a completion or a stream's chunks answer with. A body that cannot be served raises APIError (status, type),
-which app.py answers as OpenAI does: {"error": {"message", "type", "code"}}."""
+which app.py answers as OpenAI does: {"error": {"message", "type", "param", "code"}} (code: the HTTP status, as
+llama-server's). Fields OpenAI defines that change the answer but are not served (logprobs, echo, best_of, suffix)
+are refused when set, never ignored; the penalties are checked and take no effect."""
 from __future__ import annotations
 
 import time
@@ -15,16 +17,16 @@ DEFAULTS = {"temperature": 0.8, "top_p": 0.95, "top_k": 40}     # llama-server's
 class APIError(Exception):
     """An answer other than 200: `status`, OpenAI's error `type` and the message."""
 
-    def __init__(self, status: int, message: str, type: str = "invalid_request_error"):
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None):
         super().__init__(message)
-        self.status, self.type = status, type
+        self.status, self.type, self.param = status, type, param
 
     def body(self) -> dict:
-        return {"error": {"message": str(self), "type": self.type, "code": self.status}}
+        return {"error": {"message": str(self), "type": self.type, "param": self.param, "code": self.status}}
 
 
-def bad(message: str) -> APIError:
-    return APIError(400, message)
+def bad(message: str, param: str | None = None) -> APIError:
+    return APIError(400, message, param=param)
 
 
 @dataclass
@@ -46,10 +48,21 @@ def _number(body: dict, key: str, kind, default, lo=None, hi=None):
         return default
     ok = isinstance(value, int) if kind is int else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok:
-        raise bad(f"'{key}' must be {'an integer' if kind is int else 'a number'}, got {value!r}")
+        raise bad(f"'{key}' must be {'an integer' if kind is int else 'a number'}, got {value!r}", key)
     if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise bad(f"'{key}' must lie in [{lo}, {'inf' if hi is None else hi}], got {value!r}")
+        raise bad(f"'{key}' must lie in [{lo}, {'inf' if hi is None else hi}], got {value!r}", key)
     return kind(value)
+
+
+def _unserved(body: dict, chat: bool):
+    """400 for a field that asks for what is not served: logprobs (chat: logprobs true or top_logprobs above 0;
+    completions: any logprobs), echo, best_of above 1, a suffix."""
+    asked = {"logprobs": body.get("logprobs") is True if chat else body.get("logprobs") is not None,
+             "top_logprobs": bool(body.get("top_logprobs")), "echo": body.get("echo") is True,
+             "best_of": body.get("best_of") not in (None, 1), "suffix": bool(body.get("suffix"))}
+    key = next((k for k, v in asked.items() if v), None)
+    if key is not None:
+        raise bad(f"'{key}' is not served by this server (got {body[key]!r})", key)
 
 
 def _stop(body: dict) -> list:
@@ -58,21 +71,21 @@ def _stop(body: dict) -> list:
         return []
     stop = [stop] if isinstance(stop, str) else stop
     if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-        raise bad("'stop' must be a string or a list of strings")
+        raise bad("'stop' must be a string or a list of strings", "stop")
     return [s for s in stop if s]
 
 
 def _flag(body: dict, key: str) -> bool:
     value = body.get(key, False)
     if not isinstance(value, bool) and value is not None:
-        raise bad(f"'{key}' must be true or false, got {value!r}")
+        raise bad(f"'{key}' must be true or false, got {value!r}", key)
     return bool(value)
 
 
 def _messages(messages) -> list:
     """Chat messages as {"role": str, "content": str}; content given as parts keeps the text parts, joined."""
     if not isinstance(messages, list) or not messages:
-        raise bad("'messages' must be a non-empty list of {\"role\", \"content\"} objects")
+        raise bad("'messages' must be a non-empty list of {\"role\", \"content\"} objects", "messages")
     out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
@@ -100,8 +113,8 @@ def _prompt(prompt):
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         return prompt
     if prompt is None:
-        raise bad("'prompt' is required")
-    raise bad("'prompt' must be a string or a non-empty list of token ids (one prompt per request)")
+        raise bad("'prompt' is required", "prompt")
+    raise bad("'prompt' must be a string or a non-empty list of token ids (one prompt per request)", "prompt")
 
 
 def parse(body, chat: bool) -> Job:
@@ -109,20 +122,25 @@ def parse(body, chat: bool) -> Job:
     if not isinstance(body, dict):
         raise bad("the request body must be a JSON object")
     if chat and "messages" not in body:
-        raise bad("'messages' is required")
+        raise bad("'messages' is required", "messages")
     if _number(body, "n", int, 1) != 1:
-        raise bad("'n' must be 1 (one choice per request)")
+        raise bad("'n' must be 1 (one choice per request)", "n")
+    _unserved(body, chat)
+    for key in ("presence_penalty", "frequency_penalty"):
+        _number(body, key, float, 0.0, -2, 2)
+    seed = _number(body, "seed", int, None)
     key = "max_completion_tokens" if chat and body.get("max_tokens") is None else "max_tokens"
     max_tokens = _number(body, key, int, None if chat else 16, lo=0)
-    params = Params(max_tokens=max_tokens, temperature=_number(body, "temperature", float, DEFAULTS["temperature"], 0),
+    params = Params(max_tokens=max_tokens, temperature=_number(body, "temperature", float, DEFAULTS["temperature"], 0, 2),
                     top_p=_number(body, "top_p", float, DEFAULTS["top_p"], 0, 1),
-                    top_k=_number(body, "top_k", int, DEFAULTS["top_k"], 0), seed=_number(body, "seed", int, None, 0),
+                    top_k=_number(body, "top_k", int, DEFAULTS["top_k"], 0),
+                    seed=None if seed is None else seed % 2**64,        # any integer, as OpenAI's
                     stop=_stop(body), ignore_eos=_flag(body, "ignore_eos"))
     if params.top_p == 0:
-        raise bad("'top_p' must be above 0")
+        raise bad("'top_p' must be above 0", "top_p")
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
-        raise bad("'stream_options' must be an object")
+        raise bad("'stream_options' must be an object", "stream_options")
     return Job(chat, None if chat else _prompt(body.get("prompt")), _messages(body["messages"]) if chat else None,
                params, _flag(body, "stream"), bool(options.get("include_usage")))
 
@@ -130,8 +148,8 @@ def parse(body, chat: bool) -> Job:
 class Reply:
     """The response objects of one request: the whole completion, or a stream's chunks (same id and time)."""
 
-    def __init__(self, chat: bool, model: str):
-        self.chat, self.model, self.created = chat, model, int(time.time())
+    def __init__(self, chat: bool, model: str, include_usage: bool = False):
+        self.chat, self.model, self.created, self.include_usage = chat, model, int(time.time()), include_usage
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.object = "chat.completion" if chat else "text_completion"
 
@@ -158,7 +176,8 @@ class Reply:
             choice["delta"] = delta
         else:
             choice["text"] = text or ""
-        return self._wrap(self.object + ".chunk" if self.chat else self.object, choice)
+        out = self._wrap(self.object + ".chunk" if self.chat else self.object, choice)
+        return {**out, "usage": None} if self.include_usage else out     # a usage chunk comes last
 
     def usage_chunk(self, usage: dict) -> dict:
         """stream_options.include_usage: a last chunk with no choices and the usage."""

@@ -91,6 +91,7 @@ def test_stream_deltas_concatenate_to_the_whole_text(client):
         assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
         assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
         assert chunks[-1].usage.completion_tokens == 20 == whole.usage.completion_tokens
+        assert all("usage" in c.model_fields_set and c.usage is None for c in chunks[:-1]), "usage: null before the last"
 
 
 def test_concurrent_requests_equal_sequential_ones(client):

@@ -55,7 +55,16 @@ BAD_BODIES = [
     ("/v1/completions", {"prompt": "the", "temperature": "hot"}, "'temperature' must be a number"),
     ("/v1/completions", {"prompt": "the", "temperature": -1}, "'temperature' must lie in"),
     ("/v1/completions", {"prompt": "the", "top_p": 1.5}, "'top_p' must lie in"),
-    ("/v1/completions", {"prompt": "the", "seed": -3}, "'seed' must lie in"),
+    ("/v1/completions", {"prompt": "the", "seed": "x"}, "'seed' must be an integer"),
+    ("/v1/completions", {"prompt": "the", "temperature": 2.5}, "'temperature' must lie in [0, 2]"),
+    ("/v1/completions", {"prompt": "the", "presence_penalty": 3}, "'presence_penalty' must lie in [-2, 2]"),
+    ("/v1/completions", {"prompt": "the", "frequency_penalty": -2.5}, "'frequency_penalty' must lie in [-2, 2]"),
+    ("/v1/completions", {"prompt": "the", "logprobs": 2}, "'logprobs' is not served"),
+    ("/v1/completions", {"prompt": "the", "echo": True}, "'echo' is not served"),
+    ("/v1/completions", {"prompt": "the", "best_of": 3}, "'best_of' is not served"),
+    ("/v1/completions", {"prompt": "the", "suffix": "end"}, "'suffix' is not served"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, "'logprobs' is not"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, "'top_logprobs'"),
     ("/v1/completions", {"prompt": "the", "stop": 5}, "'stop' must be"),
     ("/v1/completions", {"prompt": "the", "stream": "yes"}, "'stream' must be true or false"),
     ("/v1/completions", {"prompt": "the", "n": 2}, "'n' must be 1"),
@@ -77,6 +86,27 @@ BAD_BODIES = [
 def test_bad_request_is_a_400_with_an_openai_error(server, path, body, message):
     err = check_error(server.request("POST", path, body, AUTH), 400)
     assert message in err["message"] and err["type"] == "invalid_request_error"
+    field = message.split("'")[1] if message.startswith("'") else None     # the field at fault, where one is
+    assert "param" in err and (field is None or err["param"] == field), err
+
+
+def test_defaults_and_any_seed_are_served(server):
+    """What clients send by default (logprobs false, n 1, zero penalties, echo false) and a negative seed (OpenAI
+    takes any integer) are answered; the same seed twice gives the same text."""
+    body = {"prompt": "the day", "max_tokens": 4, "temperature": 1.0, "seed": -7, "logprobs": None, "echo": False,
+            "n": 1, "presence_penalty": 0, "frequency_penalty": 0.5, "best_of": 1}
+    answers = [server.request("POST", "/v1/completions", body, AUTH) for _ in range(2)]
+    assert all(a[0] == 200 for a in answers), answers
+    assert answers[0][2]["choices"][0]["text"] == answers[1][2]["choices"][0]["text"]
+
+
+def test_model_by_id(server):
+    status, _, entry = server.request("GET", "/v1/models", None, AUTH)
+    name = entry["data"][0]["id"]
+    status, _, model = server.request("GET", f"/v1/models/{name}", None, AUTH)
+    assert status == 200 and model["id"] == name and model["object"] == "model", model
+    err = check_error(server.request("GET", "/v1/models/not-" + name, None, AUTH), 404)
+    assert err["param"] == "model" and name in err["message"]
 
 
 def test_unknown_path_and_method(server):

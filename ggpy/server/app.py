@@ -134,7 +134,7 @@ class Server:
         handle, pipe = self.submit(job)
         reply = Reply(chat, self.model_name, job.include_usage)
         if job.stream:
-            return EventStream(self.stream(job, pipe, reply), handle)
+            return EventStream(self.stream(pipe, reply), handle)
         text = []
         try:
             while True:
@@ -154,7 +154,7 @@ class Server:
         return JSONResponse(reply.whole("".join(text), event.finish_reason, event.usage))
 
     @staticmethod
-    async def stream(job: Job, pipe: Pipe, reply: Reply):
+    async def stream(pipe: Pipe, reply: Reply):
         """The SSE chunks of a streamed request."""
         if reply.chat:
             yield sse(reply.chunk(first=True))
@@ -165,7 +165,7 @@ class Server:
             yield sse(APIError(500, f"generation failed: {event.message}", "server_error").body())
         else:
             yield sse(reply.chunk(finish_reason=event.finish_reason))
-            if job.include_usage:
+            if reply.include_usage:
                 yield sse(reply.usage_chunk(event.usage))
         yield "data: [DONE]\n\n"
 

@@ -423,9 +423,9 @@ template <typename Q, bool GLU> __device__ __forceinline__ void mmvq_stream_entr
     else mmvq_stream_k<Q, GLU, 2>(a);
 }
 
-// 128 registers a thread at most: two blocks of mmvq_s (quant.py's MMVQ_SHARED_WARPS 8) an SM, four of mmvq (MMV_WARPS)
+// 128 registers a thread at most: one block of mmvq_s (quant.py's MMVQ_SHARED_WARPS 16) an SM, four of mmvq (MMV_WARPS)
 // and of the glu stream, eight of the stream (64 registers: quant.py's MMVQ_STREAM_BLOCKS)
-#define MMVQ_BOUNDS(SHARED) __launch_bounds__((SHARED) ? 256 : 128, (SHARED) ? 2 : 4)
+#define MMVQ_BOUNDS(SHARED) __launch_bounds__((SHARED) ? 512 : 128, (SHARED) ? 1 : 4)
 #define MMVQ_DECLARE(T) extern "C" { \
     __global__ void MMVQ_BOUNDS(false) mmvq_##T(const Args a); \
     __global__ void MMVQ_BOUNDS(false) mmvq_glu_##T(const Args a); \

@@ -14,9 +14,9 @@ backend has it, the greedy token chosen on the GPU). At each context depth d a r
 seeded random tokens untimed, then times a 512-token prompt chunk (pp512 @ d); then forgets, reads d tokens again and
 times generating --gen tokens (tg @ d) — llama-bench's -d semantics. The first round (planning, CUDA graph captures,
 on a fresh machine the NVRTC compile) is not counted; the table gives medians of --rounds. Also reported: the host
-time per generated token (everything but waiting for the GPU), the kernels per token (the captured CUDA graph's
-nodes), the weights' bandwidth during generation (weight bytes read per token x tokens/s), memory (weights, KV
-cache, compute buffers). llama.cpp: `llama-bench -ngl 99 -fa 1 -p 512 -n GEN -r ROUNDS -d DEPTHS` (flash attention,
+time per generated token (everything but waiting for the GPU: mean, median, worst), the kernels per token (the
+captured CUDA graph's nodes), the weights' bandwidth during generation (weight bytes read per token x tokens/s),
+memory (weights, KV cache, compute buffers). llama.cpp: `llama-bench -ngl 99 -fa 1 -p 512 -n GEN -r ROUNDS -d DEPTHS` (flash attention,
 its F16 KV cache) when --llama-cpp names its build's bin folder.
 """
 from __future__ import annotations
@@ -140,17 +140,21 @@ def bench_ggpy(path: Path, opts) -> list:
     return rows
 
 
-def _host_us(model, depth: int, opts) -> float:
-    """Host microseconds per generated token over one more generation (Stats.token_host_s)."""
-    from ggpy.models.llama.generate import generate
+def _host_us(model, depth: int, opts) -> tuple:
+    """Host microseconds per generated token over one more generation (Stats.token_host_s, token by token as
+    generate() submits them): (mean, median, max)."""
     from ggpy.models.llama.sampling import Sampler
-    model.stats.tokens = model.stats.token_host_s = 0
+    sampler = Sampler(temp=0)
     model.reset()
     fill = [int(t) for t in np.random.default_rng(1).integers(0, model.hp.n_vocab, depth + 1)]
     if depth:
         model.eval(fill[:depth], all_logits=False)
-    generate(model, fill[depth:], opts.gen, Sampler(temp=0))
-    return model.stats.token_host_s / max(model.stats.tokens, 1) * 1e6
+    token, per = model.next_token(fill[depth:], sampler), []
+    for _ in range(opts.gen):
+        before = model.stats.token_host_s
+        token = model.next_token([token], sampler)
+        per.append((model.stats.token_host_s - before) * 1e6)
+    return statistics.mean(per), statistics.median(per), max(per)
 
 
 def bench_llama_cpp(path: Path, opts) -> dict:
@@ -220,13 +224,13 @@ def main(argv=None) -> int:
                          f"{ratio} |")
             print(table[-1], flush=True)
             m = r["memory"]
-            extra.append(f"| {path.name} | {d} | {r['host_us']:.0f} | {r['kernels']} | {r['bandwidth'] / 1e9:.0f} | "
+            extra.append(f"| {path.name} | {d} | {' / '.join(f'{v:.0f}' for v in r['host_us'])} | {r['kernels']} | {r['bandwidth'] / 1e9:.0f} | "
                          f"{r['first_token_s'] * 1e3:.0f} | {r['load_s']:.1f} | {m['weights'] / 2**20:.0f} / "
                          f"{m['kv_cache'] / 2**20:.0f} / {m['compute'] / 2**20:.0f} | {r['fa']} |")
     print(f"\n| model | depth | ggpy pp{PP} tok/s | ggpy tg{opts.gen} tok/s | llama.cpp pp | llama.cpp tg | "
           "pp ratio | tg ratio |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(table))
-    print("\n| model | depth | host us / token | kernels / token | weights GB/s | first token ms | load s | "
+    print("\n| model | depth | host us / token (mean / median / max) | kernels / token | weights GB/s | first token ms | load s | "
           "weights / KV / compute MiB | flash attn |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(extra))
     print("\n| model | context | ggpy weights / KV / compute MiB | llama.cpp model / KV / compute buffers MiB |\n"

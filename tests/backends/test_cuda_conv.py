@@ -24,10 +24,10 @@ def test_cwhn_result_keeps_its_layout(cuda_backend):
 
 
 # (W, H, C, N), stride, padding: the fast 3x3 CWHN depthwise kernel (conv_dw3_cwhn), 1 or 4 channels a thread,
-# row lengths not a multiple of its 4 outputs, padding 0-2, batches
+# rows and columns not a multiple of its 2 x 8 outputs (several column strips too), padding 0-2, batches
 DW3 = [((17, 13, 5, 2), 1, 1), ((17, 13, 5, 2), 2, 1), ((23, 9, 12, 1), 1, 1), ((23, 9, 12, 1), 2, 1),
        ((31, 6, 36, 2), 1, 0), ((30, 11, 8, 1), 2, 2), ((1, 1, 7, 2), 1, 1), ((64, 3, 160, 1), 1, 1),
-       ((5, 4, 4, 1), 2, 0)]
+       ((5, 4, 4, 1), 2, 0), ((9, 37, 8, 2), 2, 1), ((7, 26, 12, 1), 1, 1), ((3, 17, 4, 2), 1, 2)]
 
 
 @pytest.mark.parametrize("ta", [ggpy.F32, ggpy.F16], ids=lambda t: t.name)

@@ -116,11 +116,25 @@ template <typename TA, typename TB, typename TD, int VEC, int S> __device__ void
     const int c0 = cg * VEC, ow0 = tw * TW;
     const int ib0 = (int)a.nb1[0], ib1 = (int)a.nb1[1];
     float w[K * K][VEC];
-    #pragma unroll
-    for (int k = 0; k < K * K; ++k)
+    const char* wp = a.src0 + (i64)c0 * a.nb0[3];
+    if (VEC == 4 && a.nb0[0] == sizeof(TA) && a.nb0[1] == K * sizeof(TA) && a.nb0[3] == K * K * sizeof(TA)
+            && ((unsigned long long)a.src0 & (4 * sizeof(TA) - 1)) == 0) {
+        // contiguous taps: this thread's 4 channels' 36 taps in 9 vector loads (a warp's loads contiguous bytes;
+        // one scalar load a tap and channel strode 18-36 bytes between lanes, its L1 traffic the kernel's bound)
         #pragma unroll
-        for (int v = 0; v < VEC; ++v)
-            w[k][v] = to_f(*(const TA*)(a.src0 + (k % K) * a.nb0[0] + (k / K) * a.nb0[1] + (i64)(c0 + v) * a.nb0[3]));
+        for (int i = 0; i < K * K; ++i) {
+            const float4 q = load4<TA>(wp + i * 4 * (int)sizeof(TA));
+            const float e[4] = {q.x, q.y, q.z, q.w};
+            #pragma unroll
+            for (int u = 0; u < 4; ++u) w[(4 * i + u) % (K * K)][(4 * i + u) / (K * K)] = e[u];
+        }
+    } else {
+        #pragma unroll
+        for (int k = 0; k < K * K; ++k)
+            #pragma unroll
+            for (int v = 0; v < VEC; ++v)
+                w[k][v] = to_f(*(const TA*)(wp + (k % K) * a.nb0[0] + (k / K) * a.nb0[1] + (i64)v * a.nb0[3]));
+    }
     float acc[TW][VEC];
     #pragma unroll
     for (int o = 0; o < TW; ++o)

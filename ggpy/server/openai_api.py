@@ -82,6 +82,9 @@ def _flag(body: dict, key: str) -> bool:
     return bool(value)
 
 
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")     # OpenAI's message roles
+
+
 def _messages(messages) -> list:
     """Chat messages as {"role": str, "content": str}; content given as parts keeps the text parts, joined."""
     if not isinstance(messages, list) or not messages:
@@ -90,6 +93,8 @@ def _messages(messages) -> list:
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise bad(f"messages[{i}] must be an object with a string 'role'")
+        if m["role"] not in ROLES:
+            raise bad(f"messages[{i}].role must be one of {', '.join(ROLES)}; got {m['role']!r}", "messages")
         content = m.get("content")
         if isinstance(content, list):
             if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
@@ -138,11 +143,13 @@ def parse(body, chat: bool) -> Job:
                     stop=_stop(body), ignore_eos=_flag(body, "ignore_eos"))
     if params.top_p == 0:
         raise bad("'top_p' must be above 0", "top_p")
-    options = body.get("stream_options") or {}
-    if not isinstance(options, dict):
+    options, stream = body.get("stream_options"), _flag(body, "stream")
+    if options is not None and not isinstance(options, dict):
         raise bad("'stream_options' must be an object", "stream_options")
+    if options is not None and not stream:
+        raise bad("'stream_options' is only allowed when 'stream' is true", "stream_options")
     return Job(chat, None if chat else _prompt(body.get("prompt")), _messages(body["messages"]) if chat else None,
-               params, _flag(body, "stream"), bool(options.get("include_usage")))
+               params, stream, bool((options or {}).get("include_usage")))
 
 
 class Reply:

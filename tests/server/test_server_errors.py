@@ -75,6 +75,8 @@ BAD_BODIES = [
     ("/v1/chat/completions", {"messages": []}, "'messages' must be a non-empty list"),
     ("/v1/chat/completions", {"messages": [{"content": "hi"}]}, "string 'role'"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": 3}]}, "content must be a string"),
+    ("/v1/chat/completions", {"messages": [{"role": "narrator", "content": "hi"}]}, "role must be one of"),
+    ("/v1/completions", {"prompt": "the", "stream_options": {"include_usage": True}}, "'stream_options' is only"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": -2}, "'max_tokens'"),
     ("/tokenize", {"text": "the"}, "needs {\"content\": string}"),
     ("/detokenize", {"tokens": [1, -1]}, "needs {\"tokens\""),

@@ -11,8 +11,9 @@ model.bfloat16(); torch.compile mode="reduce-overhead" (CUDA graphs, like ggpy; 
 seconds in all (rows it did not reach are missing, and said so). Each time is the median (and min) of N timed
 calls after warm-ups, every call ending with a synchronize; errors are ||a-b||/||b|| against PyTorch's F32
 embedding; TFLOP/s are the encoder's multiply-adds x 2 per second (H100 dense peaks: TF32 ~495, F16/BF16 ~989).
-Also printed: ggpy's GPU time per kernel (a profiled evaluation), its planned device memory and weights, and
-PyTorch's peak allocated memory. Needs torch with CUDA, mobile_sam, gguf, cuda-python and nvmath-python.
+Also printed: ggpy's GPU time per kernel (a profiled evaluation) with its bytes and FLOP/s against the GPU's peaks
+(kernel_costs.py), its planned device memory and weights, and PyTorch's peak allocated memory. Needs torch with
+CUDA, mobile_sam, gguf, cuda-python and nvmath-python.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import torch
+from kernel_costs import cost_table, kernel_costs, peaks_of
 
 from ggpy.models.mobilesam.timm_stub import install_timm_stub
 
@@ -170,7 +172,8 @@ def main():
                     + (f"CUDA graph {cg.nodes} nodes" if cg is not None else "CUDA graph capture FAILED"))
             rows.append(("ggpy CUDA", f"{label} ({dtype})", batch, times, rel_err(out[:1], ref), note))
             totals = sorted((sum(st.values()), st, bk) for st, bk in (e.profile() for _ in range(3)))
-            profiles[f"{label} batch {batch}"] = totals[1]
+            profiles[f"{label} batch {batch}"] = totals[1] + (kernel_costs(e.backend, e.graph, e.runner.profile()),
+                                                              dtype, batch)
             memory[f"{label} batch {batch}"] = (e.planned_bytes, e.intermediate_bytes, e.model.nbytes)
             flops = flops_per_image(e.hp)
             e = None
@@ -240,12 +243,12 @@ def report(rows, runs, flops, compile_note, eager_peak, memory, profiles):
     for label, (planned, no_reuse, weights) in memory.items():
         print(f"ggpy {label}: planned device memory {planned / 2**20:.1f} MiB (no reuse: {no_reuse / 2**20:.1f} MiB)"
               f" + weights {weights / 2**20:.1f} MiB")
-    for label, (total, by_stage, by_kernel) in profiles.items():
+    peaks = peaks_of(torch.cuda.get_device_name())
+    for label, (total, by_stage, _, costs, dtype, batch) in profiles.items():
         print(f"\nggpy {label}: GPU time {total * 1e3:.2f} ms (profiled, median of 3); per stage: "
               + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in by_stage.items()))
-        top = sorted(by_kernel.items(), key=lambda kv: -kv[1])
-        print("  per kernel (ms): " + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in top[:12])
-              + (f", {len(top) - 12} more {sum(v for _, v in top[12:]) * 1e3:.3f}" if len(top) > 12 else ""))
+        print("per kernel, ms an image (one more profiled evaluation; bytes and FLOP from the shapes):\n"
+              + cost_table(costs, peaks, dtype, per=batch, top=12))
     med = {(rt.split()[0], prec.split()[0].rstrip(","), b): float(np.median(t)) * 1e3 for rt, prec, b, t, _, _ in rows
            if "autotune" not in rt}
     cells = []

@@ -1,0 +1,48 @@
+"""benchmarks/kernel_costs.py: the bytes and operations of a profiled step, fused or not, counted by hand."""
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import ggpy
+from ggpy.backends.base import Timing
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from kernel_costs import cost_table, kernel_costs, peaks_of  # noqa: E402
+
+K, M, N = 64, 32, 100
+
+
+def _planned(fuse: bool):
+    ctx = ggpy.Context()
+    w = ctx.new_tensor(ggpy.F16, (K, M)).set_input()
+    x = ctx.new_tensor(ggpy.F32, (K, N)).set_input()
+    b = ctx.new_tensor(ggpy.F32, (M,)).set_input()
+    out = ggpy.gelu_erf(ggpy.add(ggpy.mul_mat(w, x), b))
+    graph = ggpy.Graph().build_forward_expand(out)
+    backend = ggpy.CPUBackend(n_threads=1, fuse=fuse)
+    ggpy.GraphAllocator(backend).alloc_graph(graph)
+    rng = np.random.default_rng(0)
+    for t in (w, x, b):
+        t.set(rng.standard_normal(tuple(reversed(t.ne))).astype(np.float32))
+    return backend, graph
+
+
+def test_a_fused_epilogue_reads_its_operands_once_and_writes_the_last_node():
+    backend, graph = _planned(fuse=True)
+    timings = backend.profile(graph)
+    assert len(timings) == 1                    # sgemm + bias + GELU: one kernel
+    costs = kernel_costs(backend, graph, timings)
+    (c,) = costs.values()
+    assert c.bytes == K * M * 2 + K * N * 4 + M * 4 + M * N * 4      # W (F16), x, b read; the GELU's result written
+    assert c.flops == 2 * K * M * N + 2 * M * N and c.steps == 1 and c.seconds > 0
+
+
+def test_unfused_steps_write_what_the_next_reads():
+    backend, graph = _planned(fuse=False)
+    costs = kernel_costs(backend, graph, [Timing(n, n.op, 1e-3) for n in graph.nodes])
+    assert costs["mul_mat"].bytes == K * M * 2 + K * N * 4 + M * N * 4
+    assert costs["add"].bytes == M * N * 4 * 2 + M * 4 and costs["gelu_erf"].bytes == M * N * 4 * 2
+    assert costs["mul_mat"].flops == 2 * K * M * N and costs["gelu_erf"].flops == M * N
+    table = cost_table(costs, peaks_of("NVIDIA H200"), "f32", per=2)
+    assert "| mul_mat | 1 | 0.500 |" in table and peaks_of("a CPU") is None

@@ -66,9 +66,11 @@ def _base(t):
     return t
 
 
-def step_cost(node, fusion, users) -> tuple[int, int]:
-    """(bytes, flops) of the step headed by `node` (fusion: the pattern it heads, or None), users: consumers(graph)."""
-    computed = fusion.computed if fusion is not None else [node]
+def step_cost(node, fusion, users, timed=frozenset()) -> tuple[int, int]:
+    """(bytes, flops) of the step headed by `node` (fusion: the pattern it heads, or None), users: consumers(graph);
+    the pattern's nodes in `timed` (ids of nodes that ran as steps of their own: the backend declined that part of
+    it) are left to their own steps."""
+    computed = [n for n in (fusion.computed if fusion is not None else [node]) if n is node or id(n) not in timed]
     inside = {id(n) for n in computed} | {id(v) for v in (fusion.skipped if fusion is not None else ())}
     read, written = {}, 0
     for n in computed:
@@ -81,10 +83,15 @@ def step_cost(node, fusion, users) -> tuple[int, int]:
 
 
 def kernel_costs(backend, graph, timings) -> dict:
-    """{kernel name: Cost} of a profiled evaluation (timings: Backend.profile's rows for `graph`)."""
+    """{kernel name: Cost} of a profiled evaluation (timings: Backend.profile's rows for `graph`). A node's step is
+    costed at its first row (a fused kernel of several launches: the others add time); rows of no node add time."""
     fusions, users, out = backend.fusions(graph), consumers(graph), {}
+    timed, seen = {id(t.node) for t in timings if t.node is not None}, set()
     for t in timings:
-        nbytes, flops = step_cost(t.node, fusions.get(id(t.node)), users)
+        nbytes = flops = 0
+        if t.node is not None and id(t.node) not in seen:
+            seen.add(id(t.node))
+            nbytes, flops = step_cost(t.node, fusions.get(id(t.node)), users, timed)
         c = out.setdefault(t.name, Cost())
         c.seconds, c.bytes, c.flops, c.steps = c.seconds + t.seconds, c.bytes + nbytes, c.flops + flops, c.steps + 1
     return out

@@ -46,3 +46,13 @@ def test_unfused_steps_write_what_the_next_reads():
     assert costs["mul_mat"].flops == 2 * K * M * N and costs["gelu_erf"].flops == M * N
     table = cost_table(costs, peaks_of("NVIDIA H200"), "f32", per=2)
     assert "| mul_mat | 1 | 0.500 |" in table and peaks_of("a CPU") is None
+
+
+def test_a_pattern_the_backend_ran_node_by_node_is_costed_by_its_nodes():
+    """Where a found pattern's nodes ran as steps of their own (a backend declining it at run time), each counts once."""
+    backend, graph = _planned(fuse=True)
+    assert backend.fusions(graph)
+    rows = [Timing(n, n.op, 1e-3) for n in graph.nodes] + [Timing(graph.nodes[0], "mul_mat", 1e-3), Timing(None, "x", 1)]
+    costs = kernel_costs(backend, graph, rows)
+    assert costs["mul_mat"].bytes == K * M * 2 + K * N * 4 + M * N * 4 and costs["mul_mat"].steps == 2
+    assert costs["add"].bytes == M * N * 4 * 2 + M * 4 and costs["x"].bytes == 0 and costs["x"].seconds == 1

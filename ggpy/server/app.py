@@ -9,6 +9,7 @@ or not) cancels its request, which frees its slot within a step."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import json
 import threading
@@ -71,16 +72,25 @@ async def json_body(request: Request):
 
 
 class Pipe:
-    """on_event for the engine: its events into an asyncio queue of the server's loop (thread-safe)."""
+    """on_event for the engine: its events, as (index, event), into an asyncio queue of the server's loop
+    (thread-safe); the pipes of one request's choices share one queue, each with its choice's index."""
 
-    def __init__(self):
-        self.loop, self.queue = asyncio.get_running_loop(), asyncio.Queue()
+    def __init__(self, queue: asyncio.Queue, index: int = 0):
+        self.loop, self.queue, self.index = asyncio.get_running_loop(), queue, index
 
     def __call__(self, event):
         try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, (self.index, event))
         except RuntimeError:        # the loop has closed: the server is stopping
             pass
+
+
+class Handles(list):
+    """The engine handles of one request's choices."""
+
+    def cancel(self):
+        for h in self:
+            h.cancel()          # a no-op once finished
 
 
 def sse(obj) -> str:
@@ -119,54 +129,69 @@ class Server:
         return tok.encode(text, add_special=not (bos and text.startswith(bos)))   # no second BOS
 
     def submit(self, job: Job):
-        """(handle, pipe) of the job queued in the engine; APIError 400 (its prompt) or 503 (the queue is full)."""
-        tokens = self.tokens(job)
-        pipe = Pipe()
+        """(handles, queue) of the job's n choices queued in the engine (the i-th seeded seed + i when seeded), their
+        events as (i, event) in one queue; APIError 400 (its prompt) or 503 (the queue is full: none queued)."""
+        tokens, queue, handles = self.tokens(job), asyncio.Queue(), Handles()
+        seed = job.params.seed
         try:
-            return self.engine.submit(tokens, job.params, pipe), pipe
+            for i in range(job.n):
+                params = job.params if seed is None else dataclasses.replace(job.params, seed=(seed + i) % 2**64)
+                handles.append(self.engine.submit(tokens, params, Pipe(queue, i)))
         except QueueFull as e:
+            handles.cancel()
             raise APIError(503, f"the server is busy: {e}", "unavailable_error") from None
         except ValueError as e:
+            handles.cancel()
             raise bad(str(e)) from None
+        return handles, queue
 
     async def complete(self, request: Request, chat: bool):
         job = parse(await json_body(request), chat)
-        handle, pipe = self.submit(job)
+        handles, queue = self.submit(job)
         reply = Reply(chat, self.model_name, job.include_usage)
         if job.stream:
-            return EventStream(self.stream(pipe, reply), handle)
-        text = []
+            return EventStream(self.stream(queue, job.n, reply), handles)
+        texts, ends = [[] for _ in range(job.n)], [None] * job.n
         try:
-            while True:
+            while None in ends:
                 try:
-                    event = await asyncio.wait_for(pipe.queue.get(), POLL_S)
+                    i, event = await asyncio.wait_for(queue.get(), POLL_S)
                 except asyncio.TimeoutError:
                     if await request.is_disconnected():
                         return PlainTextResponse("", status_code=499)   # nobody reads it
                     continue
-                text.append(event.text)
+                texts[i].append(event.text)
                 if event.finish_reason is not None:
-                    break
+                    ends[i] = event
         finally:
-            handle.cancel()         # a no-op once finished
-        if event.finish_reason == "error":
-            raise APIError(500, f"generation failed: {event.message}", "server_error")
-        return JSONResponse(reply.whole("".join(text), event.finish_reason, event.usage))
+            handles.cancel()
+        failed = next((e for e in ends if e.finish_reason == "error"), None)
+        if failed is not None:
+            raise APIError(500, f"generation failed: {failed.message}", "server_error")
+        return JSONResponse(reply.whole([("".join(t), e.finish_reason) for t, e in zip(texts, ends)],
+                                        [e.usage for e in ends]))
 
     @staticmethod
-    async def stream(pipe: Pipe, reply: Reply):
-        """The SSE chunks of a streamed request."""
+    async def stream(queue: asyncio.Queue, n: int, reply: Reply):
+        """The SSE chunks of a streamed request of n choices (their chunks interleaved as they come)."""
         if reply.chat:
-            yield sse(reply.chunk(first=True))
-        while (event := await pipe.queue.get()).finish_reason is None:
-            if event.text:
-                yield sse(reply.chunk(event.text))
-        if event.finish_reason == "error":
-            yield sse(APIError(500, f"generation failed: {event.message}", "server_error").body())
+            for i in range(n):
+                yield sse(reply.chunk(first=True, index=i))
+        ends = [None] * n
+        while None in ends:
+            i, event = await queue.get()
+            if event.finish_reason is None:
+                if event.text:
+                    yield sse(reply.chunk(event.text, index=i))
+                continue
+            ends[i] = event
+            if event.finish_reason == "error":
+                yield sse(APIError(500, f"generation failed: {event.message}", "server_error").body())
+                break
+            yield sse(reply.chunk(finish_reason=event.finish_reason, index=i))
         else:
-            yield sse(reply.chunk(finish_reason=event.finish_reason))
             if reply.include_usage:
-                yield sse(reply.usage_chunk(event.usage))
+                yield sse(reply.usage_chunk(reply.total([e.usage for e in ends])))
         yield "data: [DONE]\n\n"
 
     def tokenize(self, body) -> dict:

@@ -39,6 +39,7 @@ class Job:
     params: Params
     stream: bool
     include_usage: bool
+    n: int = 1                          # choices: n requests of the same prompt (seed + i for the i-th, if seeded)
 
 
 def _number(body: dict, key: str, kind, default, lo=None, hi=None):
@@ -82,6 +83,7 @@ def _flag(body: dict, key: str) -> bool:
     return bool(value)
 
 
+MAX_CHOICES = 128                   # n at most (OpenAI's limit)
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")     # OpenAI's message roles
 
 
@@ -110,7 +112,7 @@ def _messages(messages) -> list:
 
 
 def _prompt(prompt):
-    """A completion's prompt: a string, token ids, or a list of one of those (one choice per request is served)."""
+    """A completion's prompt: a string, token ids, or a list of one of those (one prompt per request)."""
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
     if isinstance(prompt, str):
@@ -128,8 +130,7 @@ def parse(body, chat: bool) -> Job:
         raise bad("the request body must be a JSON object")
     if chat and "messages" not in body:
         raise bad("'messages' is required", "messages")
-    if _number(body, "n", int, 1) != 1:
-        raise bad("'n' must be 1 (one choice per request)", "n")
+    n = _number(body, "n", int, 1, 1, MAX_CHOICES)
     _unserved(body, chat)
     for key in ("presence_penalty", "frequency_penalty"):
         _number(body, key, float, 0.0, -2, 2)
@@ -149,7 +150,7 @@ def parse(body, chat: bool) -> Job:
     if options is not None and not stream:
         raise bad("'stream_options' is only allowed when 'stream' is true", "stream_options")
     return Job(chat, None if chat else _prompt(body.get("prompt")), _messages(body["messages"]) if chat else None,
-               params, stream, bool((options or {}).get("include_usage")))
+               params, stream, bool((options or {}).get("include_usage")), n)
 
 
 class Reply:
@@ -170,14 +171,26 @@ class Reply:
     def usage(u: dict) -> dict:
         return {**u, "total_tokens": u["prompt_tokens"] + u["completion_tokens"]}
 
-    def whole(self, text: str, finish_reason: str, usage: dict) -> dict:
-        choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason}
-        choice.update({"message": {"role": "assistant", "content": text}} if self.chat else {"text": text})
-        return self._wrap(self.object, choice, self.usage(usage))
+    @staticmethod
+    def total(usages: list) -> dict:
+        """The usage of a request's choices: the prompt once, every choice's completion tokens."""
+        return {"prompt_tokens": usages[0]["prompt_tokens"],
+                "completion_tokens": sum(u["completion_tokens"] for u in usages)}
 
-    def chunk(self, text: str | None = None, finish_reason: str | None = None, first: bool = False) -> dict:
-        """A stream's chunk: a text delta, or the last one (finish_reason); a chat stream's first names the role."""
-        choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason}
+    def whole(self, choices: list, usages: list) -> dict:
+        """The completion of choices [(text, finish_reason)] (index i the i-th), their usages summed."""
+        out = []
+        for i, (text, finish_reason) in enumerate(choices):
+            choice = {"index": i, "logprobs": None, "finish_reason": finish_reason}
+            choice.update({"message": {"role": "assistant", "content": text}} if self.chat else {"text": text})
+            out.append(choice)
+        return {**self._wrap(self.object, out[0], self.usage(self.total(usages))), "choices": out}
+
+    def chunk(self, text: str | None = None, finish_reason: str | None = None, first: bool = False,
+              index: int = 0) -> dict:
+        """A stream's chunk of choice `index`: a text delta, or its last one (finish_reason); a chat stream's first
+        names the role."""
+        choice = {"index": index, "logprobs": None, "finish_reason": finish_reason}
         if self.chat:
             delta = {"role": "assistant", "content": ""} if first else {} if text is None else {"content": text}
             choice["delta"] = delta

@@ -134,6 +134,30 @@ def test_seeded_sampling_is_reproducible(client):
     assert a == b and others != {a}, f"seed {SEED}"
 
 
+def test_n_choices_are_the_seeded_requests_one_by_one(client):
+    """n = 3 seeded choices: choice i is the request seeded seed + i alone, whole and streamed (chunks interleaved,
+    each choice finished once); the usage counts the prompt once and every choice's tokens."""
+    kw = {"model": "tiny", "prompt": "the day was", "max_tokens": 10, "temperature": 1.0,
+          "extra_body": {"ignore_eos": True, "top_k": 0}}
+    alone = [client.completions.create(seed=SEED + i, **kw).choices[0].text for i in range(3)]
+    r = client.completions.create(seed=SEED, n=3, **kw)
+    assert [c.index for c in r.choices] == [0, 1, 2] and [c.text for c in r.choices] == alone, f"seed {SEED}"
+    assert r.usage.completion_tokens == 30 and r.usage.prompt_tokens == client.completions.create(
+        seed=SEED, **kw).usage.prompt_tokens
+    chunks = list(client.completions.create(seed=SEED, n=3, stream=True, stream_options={"include_usage": True}, **kw))
+    texts = ["".join(c.choices[0].text for c in chunks if c.choices and c.choices[0].index == i) for i in range(3)]
+    ends = [c.choices[0].index for c in chunks if c.choices and c.choices[0].finish_reason is not None]
+    assert texts == alone and sorted(ends) == [0, 1, 2] and chunks[-1].usage.completion_tokens == 30
+    chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "the day"}], n=2,
+                                          max_tokens=6, **greedy())
+    assert [c.index for c in chat.choices] == [0, 1] and chat.choices[0].message.content == chat.choices[1].message.content
+    chunks = list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "the day"}], n=2,
+                                                 max_tokens=6, stream=True, **greedy()))
+    assert sorted(c.choices[0].index for c in chunks if c.choices[0].delta.role == "assistant") == [0, 1]
+    assert ["".join(c.choices[0].delta.content or "" for c in chunks if c.choices[0].index == i)
+            for i in range(2)] == [chat.choices[0].message.content] * 2
+
+
 def test_stop_strings_end_the_text(client):
     prompt = prompt_ids(np.random.default_rng(SEED + 3))
     text = client.completions.create(model="tiny", prompt=prompt, max_tokens=24, **greedy()).choices[0].text

@@ -67,7 +67,8 @@ BAD_BODIES = [
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, "'top_logprobs'"),
     ("/v1/completions", {"prompt": "the", "stop": 5}, "'stop' must be"),
     ("/v1/completions", {"prompt": "the", "stream": "yes"}, "'stream' must be true or false"),
-    ("/v1/completions", {"prompt": "the", "n": 2}, "'n' must be 1"),
+    ("/v1/completions", {"prompt": "the", "n": 0}, "'n' must lie in [1, 128]"),
+    ("/v1/completions", {"prompt": "the", "n": 129}, "'n' must lie in [1, 128]"),
     ("/v1/completions", {"prompt": [7] * (N_SLOT + 1)}, f"more than a slot's context of {N_SLOT}"),
     ("/v1/completions", {"prompt": "the day " * N_SLOT}, f"more than a slot's context of {N_SLOT}"),
     ("/v1/completions", {"prompt": [1, 320]}, "token ids must lie in"),
@@ -157,3 +158,19 @@ def test_full_queue_is_503_and_clients_that_go_away_free_their_slots(server):
     assert eng.stats()["tokens_generated"] - before < N_SLOT, eng.stats()
     status, _, body = server.request("POST", "/v1/completions", {**long, "max_tokens": 3}, AUTH)   # served again
     assert status == 200 and body["usage"]["completion_tokens"] == 3
+
+
+def test_more_choices_than_the_engine_holds_is_503_and_queues_none(server):
+    """n = 5 where two slots and two places wait: 503, the choices queued before the refusal cancelled (the engine
+    idle again at once); n = 2 is then answered."""
+    eng = server.engine
+    body = {"prompt": "the day was", "max_tokens": 100_000, "temperature": 0, "ignore_eos": True, "n": 5}
+    err = check_error(server.request("POST", "/v1/completions", body, AUTH), 503)
+    assert "busy" in err["message"]
+    deadline = time.monotonic() + 30
+    while eng.stats()["slots_busy"] or eng.stats()["queue_length"]:
+        assert time.monotonic() < deadline, eng.stats()
+        time.sleep(0.01)
+    status, _, answer = server.request("POST", "/v1/completions", {**body, "n": 2, "max_tokens": 3}, AUTH)
+    assert status == 200 and [c["index"] for c in answer["choices"]] == [0, 1]
+    assert answer["usage"]["completion_tokens"] == 6

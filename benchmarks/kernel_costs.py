@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ggpy.graph.fusion import consumers
+from ggpy.graph.fusion import consumers, operand
 from ggpy.optable import is_view
 
 # NVIDIA's data sheets (SXM parts): HBM bytes/s, dense FLOP/s by the precision of the products
@@ -39,7 +39,7 @@ def peaks_of(device_name: str) -> tuple | None:
 
 def tensor_bytes(t) -> int:
     """The bytes of t's elements (a quantized type's blocks), whatever its strides."""
-    return t.nelements // t.type.block * t.type.size
+    return t.type.row_bytes(t.ne[0]) * t.nrows
 
 
 def node_flops(node) -> int:
@@ -59,13 +59,6 @@ def node_flops(node) -> int:
     return node.nelements
 
 
-def _base(t):
-    """The non-view tensor whose memory t shows (t itself when it is not a view)."""
-    while is_view(t) and t.src and t.src[0] is not None:
-        t = t.src[0]
-    return t
-
-
 def step_cost(node, fusion, users, timed=frozenset()) -> tuple[int, int]:
     """(bytes, flops) of the step headed by `node` (fusion: the pattern it heads, or None), users: consumers(graph);
     the pattern's nodes in `timed` (ids of nodes that ran as steps of their own: the backend declined that part of
@@ -75,7 +68,7 @@ def step_cost(node, fusion, users, timed=frozenset()) -> tuple[int, int]:
     read, written = {}, 0
     for n in computed:
         for s in n.src:
-            if s is not None and id(s) not in inside and id(_base(s)) not in inside:
+            if s is not None and id(s) not in inside and id(operand(s)) not in inside:
                 read[id(s)] = tensor_bytes(s)
         if n is computed[-1] or n.is_output or any(id(u) not in inside for u in users.get(id(n), [])):
             written += tensor_bytes(n)

@@ -370,11 +370,11 @@ class _Scan:
         """Whether v is computed before `head` runs (a fused kernel runs at its head's turn). A view is ready with
         what it shows: its operand's (not its base's: a cpy / set_rows result writes a leaf's memory); a node a fused
         kernel writes at an earlier head's turn (the fusion's `early`) is ready from then on."""
-        v = _operand(v)
+        v = operand(v)
         return self.position.get(id(self.early.get(id(v), v)), -1) < self.position[id(head)]
 
 
-def _operand(v):
+def operand(v):
     """What a view shows: its operand's value (through views), else v."""
     while is_view(v) and v.src and v.src[0] is not None:
         v = v.src[0]
@@ -666,7 +666,7 @@ def _rope_kv(q, spec, scan: _Scan, given: tuple = ()) -> RopeKV | None:
     sources ready at q's turn, and the first later set_rows of a v ready then at the same indices; each cache a leaf
     read by its set_rows alone (its rows are written before that node's turn). k and v may instead be among `given`
     (what the kernel of a pattern around this one computes before: norm_rope_kv's products)."""
-    ready = lambda t: any(_operand(t) is g for g in given) or scan.ready(t, q)  # noqa: E731
+    ready = lambda t: any(operand(t) is g for g in given) or scan.ready(t, q)  # noqa: E731
     after = scan.nodes[scan.position[id(q)] + 1:]
     k = next((n for n in after if n.op == "rope" and [id(s) for s in n.src[1:]] == [id(s) for s in q.src[1:]]), None)
     ks = _rope_set_rows(k, spec, scan) if k is not None and k.type == q.type and k.op_params == q.op_params else None
@@ -676,7 +676,7 @@ def _rope_kv(q, spec, scan: _Scan, given: tuple = ()) -> RopeKV | None:
     if vs is None or not ready(vs.src[0]) or any(s.src[2].op is not None or scan.users.get(id(s.src[2])) != [s]
                                                  for s in (ks.set_rows, vs)):
         return None
-    return RopeKV(q, ks, vs, tuple(t for t in map(_operand, (k.src[0], vs.src[0])) if scan.early.get(id(t), t) is not t))
+    return RopeKV(q, ks, vs, tuple(t for t in map(operand, (k.src[0], vs.src[0])) if scan.early.get(id(t), t) is not t))
 
 
 @dataclass

@@ -191,7 +191,7 @@ class Server:
             yield sse(reply.chunk(finish_reason=event.finish_reason, index=i))
         else:
             if reply.include_usage:
-                yield sse(reply.usage_chunk(reply.total([e.usage for e in ends])))
+                yield sse(reply.usage_chunk([e.usage for e in ends]))
         yield "data: [DONE]\n\n"
 
     def tokenize(self, body) -> dict:

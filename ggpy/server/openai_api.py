@@ -160,22 +160,19 @@ class Reply:
         self.chat, self.model, self.created, self.include_usage = chat, model, int(time.time()), include_usage
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.object = "chat.completion" if chat else "text_completion"
+        self.chunk_object = "chat.completion.chunk" if chat else "text_completion"     # a stream's chunks'
 
-    def _wrap(self, obj: str, choice: dict, usage: dict | None = None) -> dict:
-        out = {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": [choice]}
+    def _wrap(self, obj: str, choices: list, usage: dict | None = None) -> dict:
+        out = {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": choices}
         if usage is not None:
             out["usage"] = usage
         return out
 
     @staticmethod
-    def usage(u: dict) -> dict:
-        return {**u, "total_tokens": u["prompt_tokens"] + u["completion_tokens"]}
-
-    @staticmethod
-    def total(usages: list) -> dict:
-        """The usage of a request's choices: the prompt once, every choice's completion tokens."""
-        return {"prompt_tokens": usages[0]["prompt_tokens"],
-                "completion_tokens": sum(u["completion_tokens"] for u in usages)}
+    def usage(usages: list) -> dict:
+        """The usage of a request's choices (the engine's usage of each): the prompt once, every choice's tokens."""
+        prompt, completion = usages[0]["prompt_tokens"], sum(u["completion_tokens"] for u in usages)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     def whole(self, choices: list, usages: list) -> dict:
         """The completion of choices [(text, finish_reason)] (index i the i-th), their usages summed."""
@@ -184,7 +181,7 @@ class Reply:
             choice = {"index": i, "logprobs": None, "finish_reason": finish_reason}
             choice.update({"message": {"role": "assistant", "content": text}} if self.chat else {"text": text})
             out.append(choice)
-        return {**self._wrap(self.object, out[0], self.usage(self.total(usages))), "choices": out}
+        return self._wrap(self.object, out, self.usage(usages))
 
     def chunk(self, text: str | None = None, finish_reason: str | None = None, first: bool = False,
               index: int = 0) -> dict:
@@ -196,10 +193,9 @@ class Reply:
             choice["delta"] = delta
         else:
             choice["text"] = text or ""
-        out = self._wrap(self.object + ".chunk" if self.chat else self.object, choice)
+        out = self._wrap(self.chunk_object, [choice])
         return {**out, "usage": None} if self.include_usage else out     # a usage chunk comes last
 
-    def usage_chunk(self, usage: dict) -> dict:
-        """stream_options.include_usage: a last chunk with no choices and the usage."""
-        return {**self._wrap(self.object + ".chunk" if self.chat else self.object, {}, self.usage(usage)),
-                "choices": []}
+    def usage_chunk(self, usages: list) -> dict:
+        """stream_options.include_usage: a last chunk with no choices and the usage of the choices (`usages`)."""
+        return self._wrap(self.chunk_object, [], self.usage(usages))

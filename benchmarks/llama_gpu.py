@@ -141,8 +141,8 @@ def bench_ggpy(path: Path, opts) -> list:
 
 
 def _host_us(model, depth: int, opts) -> tuple:
-    """Host microseconds per generated token over one more generation (Stats.token_host_s, token by token as
-    generate() submits them): (mean, median, max)."""
+    """Host microseconds per generated token over one more generation (Stats.token_host_s, token by token; each
+    next_token is generate()'s submit and result without its on_token between): (mean, median, max)."""
     from ggpy.models.llama.sampling import Sampler
     sampler = Sampler(temp=0)
     model.reset()

@@ -77,13 +77,16 @@ def step_cost(node, fusion, users, timed=frozenset()) -> tuple[int, int]:
 
 def kernel_costs(backend, graph, timings) -> dict:
     """{kernel name: Cost} of a profiled evaluation (timings: Backend.profile's rows for `graph`). A node's step is
-    costed at its first row (a fused kernel of several launches: the others add time); rows of no node add time."""
+    costed at its longest row (a step of several launches, im2col and GEMM: the GEMM); its other rows and rows of
+    no node add time."""
     fusions, users, out = backend.fusions(graph), consumers(graph), {}
-    timed, seen = {id(t.node) for t in timings if t.node is not None}, set()
-    for t in timings:
+    timed, longest = {id(t.node) for t in timings if t.node is not None}, {}
+    for i, t in enumerate(timings):
+        if t.node is not None and (id(t.node) not in longest or t.seconds > timings[longest[id(t.node)]].seconds):
+            longest[id(t.node)] = i
+    for i, t in enumerate(timings):
         nbytes = flops = 0
-        if t.node is not None and id(t.node) not in seen:
-            seen.add(id(t.node))
+        if t.node is not None and longest[id(t.node)] == i:
             nbytes, flops = step_cost(t.node, fusions.get(id(t.node)), users, timed)
         c = out.setdefault(t.name, Cost())
         c.seconds, c.bytes, c.flops, c.steps = c.seconds + t.seconds, c.bytes + nbytes, c.flops + flops, c.steps + 1

@@ -2,7 +2,7 @@
 // (twin of the ctypes struct), win_attn_k (CUDA cores, F32 math, SPLIT lanes per query) and win_attn_tc_k (tensor
 // cores, F16 / BF16 q, k, v); instantiated per head dim by attention_hd*.cu.
 #pragma once
-#include "common.cuh"
+#include "mma.cuh"
 
 struct AttnArgs {
     const char* q; const char* k; const char* v; const char* mask; char* dst;
@@ -117,23 +117,6 @@ template <int HD, int SPLIT, typename M, typename T, typename D> __device__ void
 // queries of one (window, head), TC_WARPS warps per block; keys in chunks of 64 staged in shared memory (K as
 // rows, V transposed); scores and the online softmax stay in registers, where the accumulators of two 8-key
 // blocks are the A operand of P.V (FlashAttention-2's layout); P is rounded to T for that product.
-__device__ __forceinline__ unsigned short bits(half_t h) { return h; }
-__device__ __forceinline__ unsigned short bits(bf16_t b) { return b.x; }
-template <typename T> __device__ __forceinline__ unsigned pack2(float lo, float hi) {
-    return (unsigned)bits(from_f<T>(lo)) | ((unsigned)bits(from_f<T>(hi)) << 16);
-}
-template <typename T> __device__ __forceinline__ void mma16816(float* d, const unsigned* a, const unsigned* b);
-template <> __device__ __forceinline__ void mma16816<half_t>(float* d, const unsigned* a, const unsigned* b) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-template <> __device__ __forceinline__ void mma16816<bf16_t>(float* d, const unsigned* a, const unsigned* b) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 #define TC_WARPS 4
 template <int HD, typename M, typename T, typename D> __device__ void win_attn_tc_k(const AttnArgs& a) {
     constexpr int KC = 64, KP = HD + 8, VP = KC + 8;         // row paddings (halves) against bank conflicts

@@ -70,7 +70,7 @@ template <int D, int CL> __device__ void fa_dec_k(const FaArgs& a) {
         for (int i = 0; i < D / 4; ++i) x[i] = g < np ? qr[i] * qscale : 0.f;
         #pragma unroll
         for (int s = 0; s < NS; ++s) {
-            qa[s][0] = fa_h2(x[4 * s], x[4 * s + 1]); qa[s][2] = fa_h2(x[4 * s + 2], x[4 * s + 3]);
+            qa[s][0] = h2_f16(x[4 * s], x[4 * s + 1]); qa[s][2] = h2_f16(x[4 * s + 2], x[4 * s + 3]);
             qa[s][1] = qa[s][3] = 0u;   // rows 8..15: none
         }
     }
@@ -111,7 +111,7 @@ template <int D, int CL> __device__ void fa_dec_k(const FaArgs& a) {
             x = fa_exp2(x - off);
             l += x;
         }
-        const unsigned pa[4] = {fa_h2(s[0][0], s[0][1]), 0u, fa_h2(s[1][0], s[1][1]), 0u};
+        const unsigned pa[4] = {h2_f16(s[0][0], s[0][1]), 0u, h2_f16(s[1][0], s[1][1]), 0u};
         #pragma unroll
         for (int i = 0; i < NT; ++i) {  // B: V rows 2t, 2t + 1 (then + 8) at feature D/8 g + i, packed
             const unsigned sel = i & 1 ? 0x7632u : 0x5410u;

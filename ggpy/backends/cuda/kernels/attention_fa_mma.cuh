@@ -15,39 +15,18 @@
 #define FA_MMA_WARPS 4
 #define FA_MMA_KC 64            // keys per tile (32 for heads of 256: K, V and mask tiles in 48 KB of shared)
 
-__device__ __forceinline__ unsigned fa_smem(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void fa_cp16(void* dst, const void* src, int n) {     // n of 16 bytes copied, rest zeroed
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(fa_smem(dst)), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void fa_cp8(void* dst, const void* src, int n) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" :: "r"(fa_smem(dst)), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void fa_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
-__device__ __forceinline__ void fa_ldsm4(unsigned* r, const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(fa_smem(p)));
-}
-__device__ __forceinline__ void fa_ldsm4t(unsigned* r, const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(fa_smem(p)));
-}
-__device__ __forceinline__ unsigned fa_h2(float lo, float hi) {
-    unsigned r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r;
-}
-
 // rows j0 .. j0 + KC - 1 of K or V (rows from kc on zeroed) into sh (row stride P halves); v16: 16-byte aligned rows
 template <int D, int KC, int P, typename T> struct FaTile {
     static __device__ __forceinline__ void load(half_t* sh, const char* base, i64 stride, int j0, int kc, bool v16) {
         if (v16) {
             for (int c = threadIdx.x; c < KC * D / 8; c += FA_MMA_WARPS * 32) {
                 const int j = c / (D / 8), d = c % (D / 8) * 8;
-                fa_cp16(sh + j * P + d, base + (j < kc ? (i64)(j0 + j) * stride + d * 2 : 0), j < kc ? 16 : 0);
+                cp_async16(sh + j * P + d, base + (j < kc ? (i64)(j0 + j) * stride + d * 2 : 0), j < kc ? 16 : 0);
             }
         } else {
             for (int c = threadIdx.x; c < KC * D / 4; c += FA_MMA_WARPS * 32) {
                 const int j = c / (D / 4), d = c % (D / 4) * 4;
-                fa_cp8(sh + j * P + d, base + (j < kc ? (i64)(j0 + j) * stride + d * 2 : 0), j < kc ? 8 : 0);
+                cp_async8(sh + j * P + d, base + (j < kc ? (i64)(j0 + j) * stride + d * 2 : 0), j < kc ? 8 : 0);
             }
         }
     }
@@ -61,8 +40,8 @@ template <int D, int KC, int P> struct FaTile<D, KC, P, q8_0_t> {
                 const char* b = base + (i64)(j0 + j) * stride + (d >> 5) * 34;
                 const float s = to_f(*(const half_t*)b);
                 const signed char* x = (const signed char*)b + 2 + (d & 31);
-                u = make_uint4(fa_h2(s * x[0], s * x[1]), fa_h2(s * x[2], s * x[3]), fa_h2(s * x[4], s * x[5]),
-                               fa_h2(s * x[6], s * x[7]));
+                u = make_uint4(h2_f16(s * x[0], s * x[1]), h2_f16(s * x[2], s * x[3]), h2_f16(s * x[4], s * x[5]),
+                               h2_f16(s * x[6], s * x[7]));
             }
             *(uint4*)(sh + j * P + d) = u;
         }
@@ -98,7 +77,7 @@ template <int KC> __device__ __forceinline__ bool fa_mask_tile(const FaArgs& a, 
     bool any = false;
     #pragma unroll
     for (int t = 0; t < T; ++t) {
-        const uint2 u = make_uint2(fa_h2(x[t].x, x[t].y), fa_h2(x[t].z, x[t].w));
+        const uint2 u = make_uint2(h2_f16(x[t].x, x[t].y), h2_f16(x[t].z, x[t].w));
         *(uint2*)&Ms[threadIdx.x / (KC / 4) + t * (FA_MMA_WARPS * 32) / (KC / 4)][j - j0] = u;
         any |= u.x != 0xfc00fc00u || u.y != 0xfc00fc00u;
     }
@@ -186,7 +165,7 @@ template <int D, typename TK, typename TV, int KC = FA_MMA_KC> __device__ void f
             const int i = r & 1, col = ks * 16 + t4 * 2 + (r >> 1) * 8;
             float2 x = make_float2(0.f, 0.f);
             if (row[i] >= 0) x = *(const float2*)(a.q + row[i] * a.qs[0] + head[i] * a.qs[1] + i3 * a.qs[2] + col * 4);
-            qa[ks][r] = fa_h2(x.x * qscale, x.y * qscale);
+            qa[ks][r] = h2_f16(x.x * qscale, x.y * qscale);
         }
     float o[D / 8][4], m[2] = {NEG, NEG}, l[2] = {0.f, 0.f};
     #pragma unroll
@@ -196,13 +175,13 @@ template <int D, typename TK, typename TV, int KC = FA_MMA_KC> __device__ void f
         if (a.mask) fa_mma_live<KC>(a, pb0, kh, i3, c0, c1);
     }
     FaTile<D, KC, P, TK>::load(Ks, kb, a.ks[0], c0, c1 - c0, v16);
-    fa_commit();
+    cp_commit();
     FaTile<D, KC, P, TV>::load(Vs, vb, a.vs[0], c0, c1 - c0, v16);
-    fa_commit();
+    cp_commit();
     for (int j0 = c0; j0 < c1; j0 += KC) {
         const bool any = fa_mask_tile<KC>(a, Ms, pb0, kh, i3, j0, c1, mvec);
         fa_mask_prefetch(a, pb0, kh, i3, j0 + KC, c1);
-        fa_wait1();                                           // K's tile (V's may still be loading)
+        cp_wait1();                                           // K's tile (V's may still be loading)
         const bool live = __syncthreads_or(any) && p0 < npair;    // else nothing of the tile for this warp
         float s[KC / 8][4];
         if (live) {
@@ -212,7 +191,7 @@ template <int D, typename TK, typename TV, int KC = FA_MMA_KC> __device__ void f
                 #pragma unroll
                 for (int ks = 0; ks < D / 16; ks += 2) {
                     unsigned b[4];
-                    fa_ldsm4(b, Ks + (nb * 8 + (lane & 7)) * P + ks * 16 + (lane >> 3) * 8);
+                    ldsm4(b, Ks + (nb * 8 + (lane & 7)) * P + ks * 16 + (lane >> 3) * 8);
                     mma16816<half_t>(s[nb], qa[ks], b);
                     mma16816<half_t>(s[nb], qa[ks + 1], b + 2);
                 }
@@ -220,7 +199,7 @@ template <int D, typename TK, typename TV, int KC = FA_MMA_KC> __device__ void f
         }
         __syncthreads();                                      // K's tile read by every warp: load the next one
         if (j0 + KC < c1) FaTile<D, KC, P, TK>::load(Ks, kb, a.ks[0], j0 + KC, c1 - j0 - KC, v16);
-        fa_commit();
+        cp_commit();
         unsigned pa[KC / 16][4];                              // P as A fragments
         if (live) {
             float cmax[2] = {NEG, NEG};
@@ -257,13 +236,13 @@ template <int D, typename TK, typename TV, int KC = FA_MMA_KC> __device__ void f
                 }
             #pragma unroll
             for (int kk = 0; kk < KC / 16; ++kk) {
-                pa[kk][0] = fa_h2(s[2 * kk][0], s[2 * kk][1]);
-                pa[kk][1] = fa_h2(s[2 * kk][2], s[2 * kk][3]);
-                pa[kk][2] = fa_h2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                pa[kk][3] = fa_h2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+                pa[kk][0] = h2_f16(s[2 * kk][0], s[2 * kk][1]);
+                pa[kk][1] = h2_f16(s[2 * kk][2], s[2 * kk][3]);
+                pa[kk][2] = h2_f16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                pa[kk][3] = h2_f16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
             }
         }
-        fa_wait1();                                           // V's tile (the next K's may still be loading)
+        cp_wait1();                                           // V's tile (the next K's may still be loading)
         __syncthreads();
         if (live) {
             #pragma unroll
@@ -271,14 +250,14 @@ template <int D, typename TK, typename TV, int KC = FA_MMA_KC> __device__ void f
                 #pragma unroll
                 for (int nd = 0; nd < D / 8; nd += 2) {
                     unsigned b[4];
-                    fa_ldsm4t(b, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + (nd + (lane >> 4)) * 8);
+                    ldsm4t(b, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + (nd + (lane >> 4)) * 8);
                     mma16816<half_t>(o[nd], pa[kk], b);
                     mma16816<half_t>(o[nd + 1], pa[kk], b + 2);
                 }
         }
         __syncthreads();                                      // V's tile and the mask read: load the next ones
         if (j0 + KC < c1) FaTile<D, KC, P, TV>::load(Vs, vb, a.vs[0], j0 + KC, c1 - j0 - KC, v16);
-        fa_commit();
+        cp_commit();
     }
     asm volatile("cp.async.wait_all;" ::: "memory");        // no copy outlives the block (an empty chunk's)
     #pragma unroll

@@ -75,7 +75,7 @@ def _table() -> dict:
         add("reduce", name)
     for name in ("argmax", "top_k", "argsort"):
         add("topk", name)
-    add("norm", "norm", inplace=True, fuses=("mlp", "norm_affine"), bias="row")
+    add("norm", "norm", inplace=True, fuses=("norm_affine",), bias="row")
     add("norm", "rms_norm", inplace=True, fuses=("add_rms_norm", "norm_rope_kv", "norm_mat_vec", "rms_norm_mul"))
     add("norm", "group_norm", inplace=True)
     add("softmax", "soft_max", ("soft_max", "soft_max_ext"), inplace=True)

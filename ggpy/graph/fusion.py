@@ -41,11 +41,6 @@ pattern's first node (its head, computed at whose turn the fused kernel runs) bu
 - rope_kv: a q rope, the k rope of the same positions and parameters that a rope_set_rows writes into a cache, and the
   set_rows of v at the same indices into another: all three at the q rope's turn (k and v ready then, e.g. written
   early by norm_mat_vec), each cache read by its set_rows alone.
-- mlp: a transformer's feed-forward, x + fc2(act(fc1(LayerNorm(x)))): a norm_affine (norm -> mul -> add) read only
-  as src1 of a mul_mat, its epilogue (through a cast of the F32 product, with Fused.cast) with an activation, read
-  only as src1 of a second mul_mat whose epilogue ends with a residual add: everything at the norm's turn, the
-  normalised rows and the hidden activations kept on chip, the result (planned then: `early`) in the residual add's
-  memory.
 - norm_rope_kv: a norm_mat_vec of q, k, v whose products only a rope_kv reads (q's and k's by its ropes, v's by its
   v set_rows, through same-order views), its positions, factors and indices ready at the norm's turn: all at the
   norm's turn, the products not materialised (a generated token's attention input in one kernel).
@@ -719,56 +714,10 @@ def _norm_rope_kv(norm, spec, scan: _Scan) -> NormRopeKV | None:
     return NormRopeKV(norm, mv, kv)
 
 
-@dataclass
-class Mlp(_Pattern):
-    """norm_affine `ln` -> `up` (mul_mat(W1, ln) + b1 -> act) -> `down` (mul_mat(W2, up) + b2 + residual), computed at
-    the norm's turn (`head`): only the residual add's memory written (planned then: `early`)."""
-    head: Tensor
-    ln: Epilogue
-    up: Epilogue
-    down: Epilogue
-    pattern = "mlp"
-    nodes = property(lambda self: [self.head])
-    computed = property(lambda self: [*self.ln.computed, *self.up.computed, *self.down.computed])
-    last = property(lambda self: self.down.last)
-    early = property(lambda self: [self.down.last])
-    skipped = property(lambda self: [*self.ln.skipped, self.up.head, *self.up.skipped, self.down.head,
-                                     *self.down.skipped])
-    x = property(lambda self: self.head.src[0])
-    w1 = property(lambda self: self.up.head.src[0])
-    w2 = property(lambda self: self.down.head.src[0])
-
-    def name(self, head_kernel: str) -> str:
-        return f"{head_kernel}+mlp_{self.up.act}"
-
-
-def _mlp(norm, spec, scan: _Scan) -> Mlp | None:
-    """norm_affine, then two products each reading the one before as src1 (through their epilogues: an activation
-    after the first, a residual add after the second); every operand ready at the norm's turn."""
-    ln = _norm_affine(norm, spec, scan)
-    if ln is None or ln.act_node is not None or ln.cast_node is not None:
-        return None
-    stages = []
-    for src, want_act in ((ln.add_node, True), (None, False)):
-        src = src if src is not None else stages[-1].act_node
-        m = only_user(src, scan.users)
-        if m is None or m.op != "mul_mat" or m.src[1] is not src or m.src[0] is src or id(m) in scan.taken:
-            return None
-        e = _epilogue(m, spec, scan)
-        if e is None or (e.act_node is not None) != want_act or (e.residual_node is not None) == want_act:
-            return None
-        stages.append(e)
-    up, down = stages
-    operands = [ln.scale, ln.bias, up.head.src[0], up.bias, down.head.src[0], down.bias, down.residual]
-    if not all(scan.ready(t, norm) for t in operands):
-        return None
-    return Mlp(norm, ln, up, down)
-
-
 PATTERNS = {"epilogue": _epilogue, "norm_affine": _norm_affine, "attention": _attention, "chain": _chain,
             "add_rms_norm": _add_rms_norm, "rms_norm_mul": _rms_norm_mul, "glu": _glu, "mul_mat_add": _mul_mat_add,
             "rope_set_rows": _rope_set_rows, "norm_mat_vec": _norm_mat_vec,
-            "rope_kv": _rope_kv, "norm_rope_kv": _norm_rope_kv, "mlp": _mlp}
+            "rope_kv": _rope_kv, "norm_rope_kv": _norm_rope_kv}
 """pattern name -> finder(anchor, the backend's Fused, _Scan): the pattern anchored at `anchor`, or None."""
 
 

@@ -424,35 +424,6 @@ def test_window_attention_fused(blas_backend, n, heads, hd, nw, mtype):
     np.testing.assert_allclose(y.numpy().reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("t", [ggpy.F16, ggpy.BF16])
-@pytest.mark.parametrize("c,hidden,waves", [(128, 512, 2.3), (320, 1280, 2.1), (160, 640, 1.5)])
-def test_mlp_fused(blas_backend, t, c, hidden, waves):
-    """LayerNorm -> fc1 + bias -> GELU -> fc2 + bias -> + x in F16 / BF16 is one mlp_tc launch where it has at least
-    two blocks of 64 rows an SM (fewer rows: the unfused kernels), the result as the CPU's unfused nodes compute it
-    (float64 from the same F16 / BF16 leafs; rows not a multiple of 64)."""
-    from ggpy.backends.cuda.kernels import mlp as mlp_kernel
-    from ggpy.test_backend_ops.cases.norm import mlp
-
-    rows = int(waves * mlp_kernel.ROWS * blas_backend.device.sms) | 1
-    results = []
-    for backend in (blas_backend, ggpy.backends.make_backend("cpu")):
-        ctx = ggpy.Context()
-        y = mlp(ctx, t, c, hidden, rows)
-        graph = ggpy.Graph()
-        graph.build_forward_expand(y)
-        ggpy.GraphAllocator(backend).alloc_graph(graph)
-        rng = np.random.default_rng(12)
-        for leaf in graph.leafs:
-            leaf.set(rng.uniform(-1, 1, leaf.shape).astype(np.float32))
-        backend.compute(graph)
-        results.append(y.numpy().astype(np.float64))
-        if backend is blas_backend:
-            names = [st.name for st in backend.program(graph)]
-            assert (names == [mlp_kernel.kernel_name(c, t)]) == (waves >= mlp_kernel.MIN_WAVES), names
-    err = np.abs(results[0] - results[1]).max() / np.abs(results[1]).max()
-    assert err < (2e-3 if t == ggpy.F16 else 2e-2), err
-
-
 @pytest.mark.parametrize("nq,nk,heads,hk,b,bk,shared_q", [(7, 300, 8, 8, 8, 1, False), (7, 300, 8, 2, 8, 8, False),
                                                             (300, 7, 4, 4, 3, 3, True), (5, 64, 2, 1, 2, 2, False),
                                                             (1, 300, 9, 3, 1, 1, False)])

@@ -129,13 +129,11 @@ class CUDABackend(Backend):
         grid, block = config if config is not None else elementwise_config(dst)
         return self.launch_struct(node, name, grid, block, args)
 
-    def launch_struct(self, node, name: str, grid, block, args, module: Source | None = None,
-                      shared: int = 0) -> Launch:
+    def launch_struct(self, node, name: str, grid, block, args, module: Source | None = None) -> Launch:
         """A Launch of kernel `name` (of the Source `module`, default the .cu file that defines it) taking one argument
-        struct `args` (a ctypes Structure) by value, with `shared` bytes of dynamic shared memory; its function is
-        bound when its module is loaded (modules.py)."""
+        struct `args` (a ctypes Structure) by value; its function is bound when its module is loaded (modules.py)."""
         launch = Launch(node, name, None, dim3(grid), dim3(block), args, (ctypes.c_void_p * 1)(ctypes.addressof(args)),
-                        shared=shared, pdl=self.pdl)
+                        pdl=self.pdl)
         self.modules.bind(launch, module)
         return launch
 

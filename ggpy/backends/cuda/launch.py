@@ -28,7 +28,7 @@ class Launch:
     args: object
     params: object
     resolve: object = None
-    shared: int = 0         # bytes of dynamic shared memory (over 48 KiB: the function opts in when bound)
+    shared: int = 0         # bytes of dynamic shared memory (at most 48 KiB: no opt-in attribute is set)
     pdl: bool = False       # launched with programmatic stream serialization (kernels start with grid_dependency())
     config: tuple | None = None     # (stream, its CUlaunchConfig) of a pdl launch, made at the first launch
 

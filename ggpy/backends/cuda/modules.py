@@ -20,10 +20,6 @@ PORTABLE_CLUSTER = 8
 them when loaded."""
 
 
-SHARED_DEFAULT = 48 << 10
-"""Dynamic shared memory a kernel may take without opting in."""
-
-
 class Module:
     """A loaded cubin (in the current context) whose kernels `function(name)` returns."""
 
@@ -31,21 +27,15 @@ class Module:
         image = np.frombuffer(cubin, dtype=np.uint8)
         self.handle = check(driver.cuModuleLoadData(image.ctypes.data), "cuModuleLoadData")
         self._functions = {}
-        self._shared = {}           # {name: dynamic shared bytes allowed beyond SHARED_DEFAULT}
 
-    def function(self, name: str, shared: int = 0):
-        """The kernel `name`, allowed `shared` bytes of dynamic shared memory (over SHARED_DEFAULT: opted in)."""
-        attr = driver.CUfunction_attribute
+    def function(self, name: str):
         fn = self._functions.get(name)
         if fn is None:
             fn = check(driver.cuModuleGetFunction(self.handle, name.encode()), f"cuModuleGetFunction({name})")
+            attr = driver.CUfunction_attribute
             if check(driver.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, fn), name) > PORTABLE_CLUSTER:
                 check(driver.cuFuncSetAttribute(fn, attr.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1), name)
             self._functions[name] = fn
-        if shared > self._shared.get(name, SHARED_DEFAULT):
-            check(driver.cuFuncSetAttribute(fn, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
-                  f"{name}: {shared} bytes of dynamic shared memory")
-            self._shared[name] = shared
         return fn
 
 
@@ -66,21 +56,20 @@ class Modules:
             for src, cubin in zip(missing, cubins):
                 self.loaded[src] = Module(cubin)
 
-    def function(self, name: str, source: Source | None = None, shared: int = 0):
-        """Kernel `name` of `source` (default: the .cu file that defines it), compiling that first if needed, allowed
-        `shared` bytes of dynamic shared memory."""
+    def function(self, name: str, source: Source | None = None):
+        """Kernel `name` of `source` (default: the .cu file that defines it), compiling that first if needed."""
         source = source or source_of(name)
         self.load([source])
-        return self.loaded[source].function(name, shared)
+        return self.loaded[source].function(name)
 
     def bind(self, launch, source: Source | None = None):
         """Give `launch` its kernel function: now, or at the end of the current batch."""
         name = launch.name                  # the kernel's (callers may rename the step afterwards)
         source = source or source_of(name)
         if self._pending is None or source in self.loaded:
-            launch.function = self.function(name, source, launch.shared)
+            launch.function = self.function(name, source)
         else:
-            launch.resolve = lambda: self.function(name, source, launch.shared)
+            launch.resolve = lambda: self.function(name, source)
             self._pending.append((launch, source))
 
     @contextmanager

@@ -49,7 +49,7 @@ def cases():
             layout(ctx, F32, (4, 3, 6, 2)), 2, eps), fill=uniform(-0.2, 0.3)))
     out.append(OpCase("norm", "f32,perf,ne=(160,65536)", lambda ctx: ops.norm(layout(ctx, F32, (160, 65536))),
                       tags=("perf",)))
-    out += layer_norm_cases() + rms_norm_mul_cases() + mlp_cases()
+    out += layer_norm_cases() + rms_norm_mul_cases()
     return out
 
 
@@ -93,29 +93,4 @@ def rms_norm_mul_cases():
                 ctx, t, ne, False), reference=evaluate, kernel="rms_norm\\+mul"))
         out.append(OpCase("mul", f"fused,add+rms_norm+mul,ne={ne}", lambda ctx, ne=ne: _rms_norm_mul(ctx, F32, ne, True),
                           reference=evaluate, kernel="add\\+rms_norm\\+mul"))
-    return out
-
-
-def mlp(ctx, t, c, hidden, rows, act="gelu_erf"):
-    """x + fc2(act(fc1(LayerNorm(x)))) over x ne = (c, rows) of type t, the products F32 cast to t (a half-precision
-    transformer's feed-forward: the mlp pattern, one kernel on CUDA)."""
-    x = leaf(ctx, t, (c, rows))
-    h = ops.add(ops.mul(ops.norm(x, 1e-5), leaf(ctx, t, (c,))), leaf(ctx, t, (c,)))
-    h = getattr(ops, act)(ops.add(ops.cast(ops.mul_mat(leaf(ctx, t, (c, hidden)), h), t), leaf(ctx, t, (hidden,))))
-    return ops.add(x, ops.add(ops.cast(ops.mul_mat(leaf(ctx, t, (hidden, c)), h), t), leaf(ctx, t, (c,))))
-
-
-MLP_SHAPES = ((64, 256, 70), (96, 192, 5), (128, 512, 200), (160, 640, 64), (320, 1280, 130))
-"""(C, hidden, rows): TinyViT's widths (hidden 4C), a hidden of 3 chunks, row counts off and on the kernel's 64."""
-
-
-def mlp_cases():
-    out = []
-    for t in (F16, BF16):
-        for c, hidden, rows in MLP_SHAPES:
-            out.append(OpCase("add", f"fused,mlp,{t.name},C={c},H={hidden},rows={rows}", lambda ctx, t=t, c=c,
-                              h=hidden, r=rows: mlp(ctx, t, c, h, r), reference=evaluate,
-                              max_nmse={F16: 1e-5, BF16: 2e-4}[t]))
-        out.append(OpCase("add", f"fused,mlp,{t.name},C=128,H=256,rows=65,relu", lambda ctx, t=t: mlp(
-            ctx, t, 128, 256, 65, "relu"), reference=evaluate, max_nmse={F16: 1e-5, BF16: 2e-4}[t]))
     return out

@@ -101,13 +101,6 @@ def apart(t, ranges) -> bool:
     return all(hi <= a or b <= lo for a, b in ranges)
 
 
-def clear_or_over(out, tensors) -> bool:
-    """Whether out's memory is clear of each tensor's or exactly over it in the same layout."""
-    lo, hi = extent(out)
-    return all(b <= lo or hi <= a or ((a, b) == (lo, hi) and t.nb == out.nb and t.type == out.type)
-               for t in tensors for a, b in [extent(t)])
-
-
 def rows(node) -> int:
     """The rows (dims 1-3) of the node's first source: the blocks of a row-wise kernel."""
     s = node.src[0]

@@ -3,7 +3,7 @@
 with any strides. A norm followed by mul(weight) and add(bias) runs fused as norm_affine (the norm_affine pattern of
 ggpy/graph/fusion.py), an add followed by the rms_norm of its sum [and the mul by the norm's weight] as add_rms_norm
 [_mul] (its add_rms_norm pattern), an rms_norm and that mul as rms_norm_mul (its rms_norm_mul pattern); its products
-as norm_mat_vec and norm_rope_kv (kernels/matmul.py); a LayerNorm and the feed-forward after it as mlp (kernels/mlp.py)."""
+as norm_mat_vec and norm_rope_kv (kernels/matmul.py)."""
 from __future__ import annotations
 
 import ctypes
@@ -11,8 +11,8 @@ import ctypes
 from ....types import F32
 from ...kernel import Fused
 from ..registry import register
-from . import matmul, mlp
-from .common import FLOATS, SUFFIX, Args, apart, clear_or_over, extent, pack_args, row_launch, rows, tensor_ptr, vector_rows
+from . import matmul
+from .common import FLOATS, SUFFIX, Args, apart, extent, pack_args, row_launch, rows, tensor_ptr, vector_rows
 from .epilogue import act_id
 
 NORM_WARP_MAX = 32 * 16             # LayerNorm rows up to this long: one warp per row (norm_affine_warp)
@@ -101,6 +101,13 @@ def add_rms_norm_accepts(f) -> bool:
                                      and f.weight.is_contiguous()))
 
 
+def _clear_or_over(out, tensors) -> bool:
+    """Whether out's memory is clear of each tensor's or exactly over it in the same layout."""
+    lo, hi = extent(out)
+    return all(b <= lo or hi <= a or ((a, b) == (lo, hi) and t.nb == out.nb and t.type == out.type)
+               for t in tensors for a, b in [extent(t)])
+
+
 def _weighted(backend, node, name, out, srcs, norm, w):
     """A launch (a step of `node`) of a WeightArgs kernel on the norm's rows: Args for `out`, srcs and the norm's eps,
     and the weight's address."""
@@ -116,7 +123,7 @@ def add_rms_norm_run(backend, f) -> list | None:
     s, n, out = f.head, f.norm, f.last
     a, b = s.src[:2]
     w = [] if f.mul is None else [f.weight]
-    if not backend.on_device(s, out, a, b, *w) or not (clear_or_over(out, (a, b, s)) and clear_or_over(s, (a, b))):
+    if not backend.on_device(s, out, a, b, *w) or not (_clear_or_over(out, (a, b, s)) and _clear_or_over(s, (a, b))):
         return None
     srcs = [(tensor_ptr(a), a), (tensor_ptr(b), b), (tensor_ptr(s), s)]
     if f.mul is None:
@@ -137,15 +144,14 @@ def rms_norm_mul_run(backend, f) -> list | None:
     """rms_norm_mul (one block per row) writing the mul's memory, where everything is on this GPU and the result lies
     clear of the weight and clear of, or exactly over, the norm's source."""
     x, out = f.norm.src[0], f.mul
-    if not backend.on_device(x, out, f.weight) or not (clear_or_over(out, (x,)) and apart(out, [extent(f.weight)])):
+    if not backend.on_device(x, out, f.weight) or not (_clear_or_over(out, (x,)) and apart(out, [extent(f.weight)])):
         return None
     return [_weighted(backend, f.norm, f"rms_norm_mul_{SUFFIX[x.type]}", out, [(tensor_ptr(x), x)], f.norm, f.weight)]
 
 
 register(ops=("norm", "rms_norm", "group_norm"), refusal=refusal, name=kernel_name,
          params=params, launch_config=launch_config,
-         fuses={"mlp": Fused(mlp.run, accepts=mlp.accepts, act=True, cast=True, residual=True),
-                "norm_affine": Fused(norm_affine_run, accepts=norm_affine_accepts, act=True),
+         fuses={"norm_affine": Fused(norm_affine_run, accepts=norm_affine_accepts, act=True),
                 "add_rms_norm": Fused(add_rms_norm_run, accepts=add_rms_norm_accepts, scale=True),
                 "norm_rope_kv": Fused(matmul.norm_rope_kv_run, accepts=matmul.norm_rope_kv_accepts),
                 "norm_mat_vec": Fused(matmul.norm_mat_vec_run, accepts=matmul.norm_mat_vec_accepts),

@@ -176,7 +176,7 @@ template <typename TA, typename TB, typename TD, int VEC, int S> __device__ void
         if (ow0 + o >= OW) break;
         float out[VEC];
         #pragma unroll
-        for (int v = 0; v < VEC; ++v) out[v] = epilogue_act<TD>(a.iop, acc[o][v] + b[v]);
+        for (int v = 0; v < VEC; ++v) out[v] = epilogue_act(a.iop, acc[o][v] + b[v]);
         DwVec<VEC>::template store<TD>(d + (ow0 + o) * (int)a.nb[0], out);
     }
 }
@@ -305,7 +305,7 @@ template <typename TA, typename TB, typename TD> __device__ void conv_2d_direct(
                 }
             }
             const float b = a.src2 ? to_f(((const TD*)a.src2)[co]) : 0.f;
-            *(TD*)(d + co * a.nb[2]) = from_f<TD>(epilogue_act<TD>(a.iop, acc + b));
+            *(TD*)(d + co * a.nb[2]) = from_f<TD>(epilogue_act(a.iop, acc + b));
         }
     }
 }

@@ -39,13 +39,12 @@ template <typename Op, typename T, typename I> __device__ void unary_i(const Arg
         I c[4];
         unravel(i, a.ne, c);
         float x = to_f(*(const T*)(a.src0 + byte_offset(c, a.nb0)));
-        *(T*)(a.dst + byte_offset(c, a.nb)) = from_f<T>(OpFor<Op, T>::op::f(x, a.p0, a.p1));
+        *(T*)(a.dst + byte_offset(c, a.nb)) = from_f<T>(Op::f(x, a.p0, a.p1));
     }
 }
 template <typename Op, typename T> __device__ void unary(const Args& a) { DISPATCH_I(a, unary_i, Op, T); }
 
-template <typename Op0, typename T> __device__ void unary_c(const Args& a) {
-    using Op = typename OpFor<Op0, T>::op;
+template <typename Op, typename T> __device__ void unary_c(const Args& a) {
     const unsigned n = (unsigned)a.n;
     const T* x0 = (const T*)a.src0; T* d = (T*)a.dst;
     if (sizeof(T) == 2 && a.iop == 8) {

@@ -85,7 +85,7 @@ def source(chain) -> tuple[str, str]:
         elif n.op in UNARY:
             p = [f"a.p[{k + i}]" for i in range(len(PARAMS.get(n.op, ())))] + ["0.f", "0.f"]
             k += len(PARAMS.get(n.op, ()))
-            lines.append(f"x = OpFor<op_{n.op}, {C_TYPES[n.type]}>::op::f(x, {p[0]}, {p[1]});")
+            lines.append(f"x = op_{n.op}::f(x, {p[0]}, {p[1]});")
         if n.type.size < 4:
             lines.append(f"x = to_f(from_f<{C_TYPES[n.type]}>(x));")      # the node's own rounding
     strided = not all(_flat(t, last) or _row(t, last) for t in srcs)

@@ -51,10 +51,10 @@ template <typename T> __device__ void norm_affine_row(const Args& a) {      // p
     #pragma unroll
     for (int j = 0; j < 8; ++j) {
         const int i = threadIdx.x + j * blockDim.x;
-        if (i < n) *(T*)(y + i * a.nb[0]) = from_f<T>(epilogue_act<T>(a.iop, (v[j] - mean) * inv * to_f(w[i]) + to_f(b[i])));
+        if (i < n) *(T*)(y + i * a.nb[0]) = from_f<T>(epilogue_act(a.iop, (v[j] - mean) * inv * to_f(w[i]) + to_f(b[i])));
     }
     for (int i = threadIdx.x + 8 * blockDim.x; i < n; i += blockDim.x)
-        *(T*)(y + i * a.nb[0]) = from_f<T>(epilogue_act<T>(a.iop, (X(i) - mean) * inv * to_f(w[i]) + to_f(b[i])));
+        *(T*)(y + i * a.nb[0]) = from_f<T>(epilogue_act(a.iop, (X(i) - mean) * inv * to_f(w[i]) + to_f(b[i])));
 }
 
 // norm_affine_row for rows of at most 32 * NORM_WARP_V elements: one warp per row, the row in registers, warp
@@ -87,7 +87,7 @@ template <typename T> __device__ void norm_affine_warp(const Args& a) {      // 
     #pragma unroll
     for (int j = 0; j < NORM_WARP_V; ++j) {
         const int i = lane + 32 * j;
-        if (i < n) *(T*)(y + i * ys) = from_f<T>(epilogue_act<T>(a.iop, (v[j] - mean) * inv * to_f(w[i]) + to_f(b[i])));
+        if (i < n) *(T*)(y + i * ys) = from_f<T>(epilogue_act(a.iop, (v[j] - mean) * inv * to_f(w[i]) + to_f(b[i])));
     }
 }
 
@@ -125,10 +125,10 @@ template <typename T> __device__ void norm_affine_vec(const Args& a) {      // p
         const int i = lane + 32 * j;
         if (i < n4) {
             const float4 w = load4<T>(a.src1 + i * 4 * (int)sizeof(T)), b = load4<T>(a.src2 + i * 4 * (int)sizeof(T));
-            store4<T>(y + i * 4 * (int)sizeof(T), make_float4(epilogue_act<T>(a.iop, (v[j].x - mean) * inv * w.x + b.x),
-                                                              epilogue_act<T>(a.iop, (v[j].y - mean) * inv * w.y + b.y),
-                                                              epilogue_act<T>(a.iop, (v[j].z - mean) * inv * w.z + b.z),
-                                                              epilogue_act<T>(a.iop, (v[j].w - mean) * inv * w.w + b.w)));
+            store4<T>(y + i * 4 * (int)sizeof(T), make_float4(epilogue_act(a.iop, (v[j].x - mean) * inv * w.x + b.x),
+                                                              epilogue_act(a.iop, (v[j].y - mean) * inv * w.y + b.y),
+                                                              epilogue_act(a.iop, (v[j].z - mean) * inv * w.z + b.z),
+                                                              epilogue_act(a.iop, (v[j].w - mean) * inv * w.w + b.w)));
         }
     }
 }

@@ -56,3 +56,14 @@ def test_a_pattern_the_backend_ran_node_by_node_is_costed_by_its_nodes():
     costs = kernel_costs(backend, graph, rows)
     assert costs["mul_mat"].bytes == K * M * 2 + K * N * 4 + M * N * 4 and costs["mul_mat"].steps == 2
     assert costs["add"].bytes == M * N * 4 * 2 + M * 4 and costs["x"].bytes == 0 and costs["x"].seconds == 1
+
+
+def test_a_step_of_several_launches_is_costed_at_its_longest():
+    """A node run as several launches (im2col, then the GEMM) has its bytes and FLOP on its longest launch's row; the
+    others add time only."""
+    backend, graph = _planned(fuse=False)
+    mm = graph.nodes[0]
+    rows = [Timing(mm, "im2col", 1e-4), Timing(mm, "gemm", 5e-4)] + [Timing(n, n.op, 1e-3) for n in graph.nodes[1:]]
+    costs = kernel_costs(backend, graph, rows)
+    assert costs["gemm"].flops == 2 * K * M * N and costs["gemm"].bytes == K * M * 2 + K * N * 4 + M * N * 4
+    assert costs["im2col"].flops == costs["im2col"].bytes == 0 and costs["im2col"].seconds == 1e-4

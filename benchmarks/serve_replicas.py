@@ -50,19 +50,38 @@ def healthy(url: str) -> bool:
         return False
 
 
+STATUS = ("import ray; from ray import serve; from ggpy.server.replicas import NAME; "
+          "ray.init(address='auto', log_to_driver=False, logging_level='error'); "
+          "app = serve.status().applications.get(NAME); print(app.status if app else None)")
+
+
+def app_running() -> bool:
+    """Whether the server's Serve application runs every replica it asks, as a driver that joins the server's local
+    cluster says (a process of its own each time: Serve keeps a cluster's controller for the process's life)."""
+    try:
+        r = subprocess.run([sys.executable, "-c", STATUS], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return False
+    return r.returncode == 0 and r.stdout.strip().endswith("RUNNING")
+
+
 def start(args, replicas: int) -> subprocess.Popen:
-    """ggpy-server with `replicas` replicas, once all of them run and the proxy answers /health."""
+    """ggpy-server with `replicas` replicas, once Serve says its application runs them all and the proxy answers
+    /health."""
     cmd = [sys.executable, "-c", SERVER, "-m", args.model, "-b", args.backend, "--ray", "--replicas", str(replicas),
            "--ray-gpus", str(args.ray_gpus), "--port", str(args.port), *args.server_args]
     proc = subprocess.Popen(cmd, start_new_session=True)
     deadline = time.monotonic() + READY_S
-    while not (len(replica_pids()) >= replicas and healthy(args.url)):
-        if proc.poll() is not None:
-            raise SystemExit(f"error: {' '.join(cmd)} exited with {proc.returncode}")
-        if time.monotonic() > deadline:
-            stop(proc)
-            raise SystemExit(f"error: {replicas} replicas not up in {READY_S} s")
-        time.sleep(1)
+    try:
+        while not (len(replica_pids()) >= replicas and app_running() and healthy(args.url)):
+            if proc.poll() is not None:
+                raise SystemExit(f"error: {' '.join(cmd)} exited with {proc.returncode}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"error: {replicas} replicas not up in {READY_S} s")
+            time.sleep(1)
+    except BaseException:
+        stop(proc)
+        raise
     return proc
 
 
@@ -77,8 +96,11 @@ def stop(proc: subprocess.Popen):
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    while replica_pids():
+    deadline = time.monotonic() + 60
+    while replica_pids() and time.monotonic() < deadline:
         time.sleep(0.5)
+    for pid in replica_pids():          # a replica Ray left behind (its own process group)
+        os.kill(pid, signal.SIGKILL)
 
 
 def kill_test(args, target) -> dict:
@@ -105,6 +127,8 @@ def kill_test(args, target) -> dict:
 
 
 def main(argv=None):
+    if replica_pids():
+        raise SystemExit("error: Serve replicas already run on this machine (ray::ServeReplica processes): stop them first")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-m", "--model", required=True)
     p.add_argument("-b", "--backend", choices=("cpu", "cuda"), default="cuda")

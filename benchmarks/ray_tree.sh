@@ -33,6 +33,8 @@ done
 cd "$tmp/tree"
 rm -rf ray/rllib ray/tune ray/train ray/air/examples ray/dashboard/client/build ray/tests ray/*/tests ray/*/*/tests \
     ray/data/examples ray/serve/tests ray/jars ray/llm bin ./*.dist-info/RECORD
+mkdir -p ray/dashboard/client/build/static     # the dashboard server wants the folders; its web client went
+echo "<p>Ray's web client was left out of this tree (benchmarks/ray_tree.sh).</p>" > ray/dashboard/client/build/index.html
 find . -name "__pycache__" -prune -exec rm -rf {} +
 tar cJf "$out/ray-tree-$tag.tar.xz" .
 ls -la "$out/ray-tree-$tag.tar.xz"

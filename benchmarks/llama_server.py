@@ -119,15 +119,20 @@ def run(target: Target, n_clients: int, n_requests: int, args, salt: int = 0) ->
             "rss_mib": rss_mib(args.pid), "failures": failures[:3]}
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--url", default="http://127.0.0.1:8080")
-    p.add_argument("--clients", default="1,4,16,64", help="client counts, comma-separated")
+def load_arguments(p: argparse.ArgumentParser):
+    """The load's arguments (run() reads them), shared with serve_replicas.py."""
     p.add_argument("--requests", type=int, default=4, help="requests per client (M)")
     p.add_argument("--prompt", type=int, default=128, help="prompt tokens")
     p.add_argument("--gen", type=int, default=64, help="max_tokens of each request")
     p.add_argument("--timeout", type=float, default=300, help="seconds per request")
     p.add_argument("--vocab", type=int, default=32000, help="prompt token ids are drawn from [100, VOCAB)")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--url", default="http://127.0.0.1:8080")
+    p.add_argument("--clients", default="1,4,16,64", help="client counts, comma-separated")
+    load_arguments(p)
     p.add_argument("--text", action="store_true", help="send ' the' * PROMPT as text instead of token ids")
     p.add_argument("--api-key")
     p.add_argument("--pid", type=int, help="the server's process id: its RSS after each run")

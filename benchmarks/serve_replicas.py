@@ -24,7 +24,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from llama_server import Target, run
+from llama_server import Target, load_arguments, run
 
 READY_S = 600           # a replica count's server may take this long to load and plan every replica
 SERVER = "from ggpy.server.cli import main; main()"
@@ -136,11 +136,7 @@ def main(argv=None):
     p.add_argument("--ray-gpus", type=float, default=1.0, help="each replica's GPUs (0.5: two on one GPU)")
     p.add_argument("--port", type=int, default=8090)
     p.add_argument("--clients", default="32,64", help="client counts, comma-separated")
-    p.add_argument("--requests", type=int, default=4, help="requests per client")
-    p.add_argument("--prompt", type=int, default=128, help="prompt tokens")
-    p.add_argument("--gen", type=int, default=64, help="max_tokens of each request")
-    p.add_argument("--timeout", type=float, default=300, help="seconds per request")
-    p.add_argument("--vocab", type=int, default=32000, help="prompt token ids are drawn from [100, VOCAB)")
+    load_arguments(p)
     p.add_argument("--kill", action="store_true", help="with the largest replica count: kill one replica mid-run")
     p.add_argument("--kill-clients", type=int, default=16)
     p.add_argument("--kill-requests", type=int, default=16, help="requests per client of the run a replica dies in")

@@ -3,9 +3,7 @@
 # environment, the CUDA tests, the GPU benchmarks, and a one-line summary.
 # Usage: bash benchmarks/gpu_check.sh [pytest args...]
 # Env: MOBILESAM_BENCH_ARGS (benchmarks/mobilesam_gpu.py's arguments), LLAMA_BENCH_ARGS (benchmarks/llama_gpu.py's), GGPY_SKIP_MOBILESAM=1 (CUDA tests only),
-# GGPY_LOG_DIR (a folder that receives the whole test and benchmark logs, not only their tails),
-# GGPY_LLAMA_CPP=1 (build llama.cpp's CUDA llama-bench from wheels/llama.cpp-src.tar.xz in the background while the tests
-# run, ~280 s, then issue 28's side-by-side table: benchmarks/llama_gpu.py with LLAMA_TABLE_ARGS)
+# GGPY_LOG_DIR (a folder that receives the whole test and benchmark logs, not only their tails)
 cd "$(dirname "$0")/.." || exit 1
 PY=${PYTHON:-python3}
 export GGPY_CUDA_CACHE=${GGPY_CUDA_CACHE:-/tmp/ggpy-cuda-cache}
@@ -13,15 +11,9 @@ if compgen -G "wheels/*.whl" >/dev/null; then
     $PY -m pip install -q --no-index --no-deps --target /tmp/ggpy-wheels wheels/*.whl 2>&1 | grep -v "^WARNING" | tail -n 3
     export PYTHONPATH=/tmp/ggpy-wheels${PYTHONPATH:+:$PYTHONPATH}
 fi
-# packages too big for a wheel under the carry limit travel as pruned trees (wheels/*.tar.xz, e.g. Ray without rllib,
-# tune, serve and the dashboard's web client), unpacked beside the wheels
+# packages too big for a wheel under the carry limit travel as pruned trees (wheels/*.tar.xz, e.g. Ray Serve as
+# benchmarks/ray_tree.sh packs it), unpacked beside the wheels
 for tree in wheels/*.tar.xz; do [ -e "$tree" ] && tar -xJf "$tree" -C /tmp/ggpy-wheels; done
-LCPP=/tmp/ggpy-llama.cpp
-if [ -n "${GGPY_LLAMA_CPP:-}" ] && [ -e wheels/llama.cpp-src.tar.xz ]; then
-    script=wheels/llama_cpp.sh; [ -e "$script" ] || script=../shared/tools/llama_cpp.sh
-    bash "$script" build wheels/llama.cpp-src.tar.xz "$LCPP" cuda > /tmp/ggpy-llama-cpp-build.log 2>&1 &
-    lcpp_build=$!
-fi
 $PY -c "from nvmath.bindings import cublasLt; import nvmath; print('nvmath', nvmath.__version__, 'cublasLt', cublasLt.get_version())" 2>&1 | tail -n 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 $PY -c "import cuda.bindings, numpy, numba; print('cuda-bindings', cuda.bindings.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__)"
@@ -40,14 +32,6 @@ echo "SUMMARY: tests: $(tail -n 1 /tmp/ggpy-tests.log | tr -d '=') (exit $status
 # text generation (SmolLM2-shaped random Q4_1 model): prompt and generation tokens/s on the GPU
 PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} $PY benchmarks/llama_gpu.py ${LLAMA_BENCH_ARGS:---models smollm2-q4_1 --depths 0 --rounds 2} 2>&1 | tee /tmp/ggpy-llama-bench.log | tail -n 4
 echo "SUMMARY llama: $(grep '^| smollm2-q4_1.gguf | 0 |' /tmp/ggpy-llama-bench.log | head -n 1)"
-if [ -n "${lcpp_build:-}" ]; then       # the build started at the top: its binaries land in $LCPP/llama.cpp/build/bin
-    if wait "$lcpp_build"; then
-        PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} $PY benchmarks/llama_gpu.py --llama-cpp "$LCPP/llama.cpp/build/bin" \
-            ${LLAMA_TABLE_ARGS:---models llama1b-q4_k_m,llama1b-q8_0,smollm2-q4_1 --rounds 2} 2>&1 | tee /tmp/ggpy-llama-table.log | tail -n 25
-    else
-        echo "llama.cpp build failed:"; tail -n 20 /tmp/ggpy-llama-cpp-build.log
-    fi
-fi
 # MobileSAM on the GPU (needs torch; mobile_sam and gguf come as wheels in wheels/): correctness vs PyTorch,
 # CUDA graphs, then the side-by-side benchmark (ggpy CUDA vs PyTorch eager and torch.compile)
 if [ -z "${GGPY_SKIP_MOBILESAM:-}" ]; then
@@ -61,5 +45,5 @@ if [ -z "${GGPY_SKIP_MOBILESAM:-}" ]; then
     echo "SUMMARY mobilesam decoder: tests $(tail -n 1 /tmp/ggpy-mobilesam-decoder-tests.log | tr -d '=') | $(grep '^summary' /tmp/ggpy-mobilesam-decoder-bench.log)"
 fi
 if [ -n "${GGPY_LOG_DIR:-}" ]; then
-    mkdir -p "$GGPY_LOG_DIR" && cp /tmp/ggpy-op-tests.log /tmp/ggpy-tests.log /tmp/ggpy-llama-*.log /tmp/ggpy-mobilesam-*.log "$GGPY_LOG_DIR"/ 2>/dev/null
+    mkdir -p "$GGPY_LOG_DIR" && cp /tmp/ggpy-op-tests.log /tmp/ggpy-tests.log /tmp/ggpy-llama-bench.log /tmp/ggpy-mobilesam-*.log "$GGPY_LOG_DIR"/ 2>/dev/null
 fi

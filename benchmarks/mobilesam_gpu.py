@@ -1,6 +1,7 @@
 """MobileSAM image encoder on the GPU: ggpy's CUDA backend vs PyTorch eager and torch.compile, in one run.
 
     python benchmarks/mobilesam_gpu.py [--runs N] [--no-compile] [--compile-timeout S] [--compile-modes M,...]
+                                       [--quick DTYPES]
 
 1024x1024, one seeded random checkpoint (BatchNorms, LayerNorms and attention biases randomised) in the
 official architecture: PyTorch runs the official `mobile_sam` model, ggpy its GGUF conversion. Rows, at batch 1
@@ -105,6 +106,8 @@ def main():
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--compile-timeout", type=float, default=420.0)
     p.add_argument("--compile-modes", default="reduce-overhead")
+    p.add_argument("--quick", metavar="DTYPES", help="only ggpy in these --dtype values (e.g. f16,bf16) against "
+                   "PyTorch's F32 reference: no other PyTorch rows, autotune or torch.compile (for iterating on kernels)")
     p.add_argument("--compile-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--checkpoint", help=argparse.SUPPRESS)
     p.add_argument("--input", help=argparse.SUPPRESS)
@@ -138,7 +141,7 @@ def main():
     with torch.inference_mode():
         ref = torch_model(ckpt)(x).float().cpu().numpy()
         eager_peak = torch.cuda.max_memory_allocated()
-        for label in ("F32", "TF32", "half", "bf16"):
+        for label in ("F32",) if args.quick else ("F32", "TF32", "half", "bf16"):
             dtype, tf32 = PRECISIONS[label]
             set_tf32(tf32)
             enc = torch_model(ckpt).to(dtype)
@@ -156,7 +159,8 @@ def main():
 
     # -- ggpy CUDA ----------------------------------------------------------------------------------
     profiles, memory = {}, {}
-    for label, dtype in (("F32", "f32"), ("TF32", "tf32"), ("half", "f16"), ("bf16", "bf16")):
+    ggpy_runs = (("F32", "f32"), ("TF32", "tf32"), ("half", "f16"), ("bf16", "bf16"))
+    for label, dtype in [r for r in ggpy_runs if not args.quick or r[1] in args.quick.split(",")]:
         for batch in BATCHES:
             t0 = time.perf_counter()
             e = ImageEncoder(gguf, backend=CUDABackend("cuda", allow_tf32=dtype == "tf32"), dtype=dtype, batch=batch)
@@ -179,6 +183,8 @@ def main():
             e = None
     print("ggpy done", flush=True)
 
+    if args.quick:
+        return report(rows, args.runs, flops, "skipped (--quick)", eager_peak, memory, profiles)
     # -- ggpy CUDA with autotune: the first build measures, a second (the process's winners dropped) reads the disk
     from ggpy.backends.cuda import autotune
     os.environ["GGPY_AUTOTUNE_CACHE"] = str(tmp / "autotune")

@@ -424,6 +424,55 @@ def test_window_attention_fused(blas_backend, n, heads, hd, nw, mtype):
     np.testing.assert_allclose(y.numpy().reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("n,heads,hd,nw,mtype,t,out", [(49, 4, 32, 3, ggpy.F32, ggpy.F16, ggpy.F32),
+                                                      (196, 5, 32, 2, ggpy.F32, ggpy.F16, ggpy.F16),
+                                                      (50, 3, 16, 2, ggpy.F16, ggpy.BF16, ggpy.BF16),
+                                                      (70, 2, 64, 1, ggpy.F32, ggpy.BF16, ggpy.F32),
+                                                      (33, 2, 32, 2, None, ggpy.F16, ggpy.F16),
+                                                      (150, 1, 16, 1, ggpy.F16, ggpy.F16, ggpy.F32)])
+def test_window_attention_tensor_cores(blas_backend, n, heads, hd, nw, mtype, t, out):
+    """The windowed attention of F16 / BF16 q, k, v (the activations of a half-precision MobileSAM) runs on tensor cores
+    (win_attn_tc: 16-query tiles, 64-key chunks, queries and keys past a multiple of 16 or 64) into an F32 cont or a
+    cast to the inputs' type, as the float64 reference of the rounded inputs within the rounding of P and the result."""
+    import ml_dtypes
+    c = heads * hd
+    f = t.size
+    ctx = ggpy.Context()
+    qkv = ctx.new_tensor(t, (3 * c, n, nw)).set_input()
+    mask = ctx.new_tensor(mtype, (n, n, heads)).set_input() if mtype else None
+
+    def part(i):
+        return ggpy.view_4d(qkv, hd, heads, n, nw, 3 * hd * f, qkv.nb[1], qkv.nb[2], i * hd * f)
+    q, k = ggpy.permute(part(0), 0, 2, 1, 3), ggpy.permute(part(1), 0, 2, 1, 3)
+    v_t = ggpy.permute(part(2), 1, 2, 0, 3)
+    p = ggpy.soft_max_ext(ggpy.mul_mat(k, q), mask, hd ** -0.5) if mtype else ggpy.soft_max(ggpy.mul_mat(k, q))
+    heads_back = ggpy.permute(ggpy.mul_mat(v_t, p), 0, 2, 1, 3)
+    y = ggpy.cont(heads_back) if out == ggpy.F32 else ggpy.cast(heads_back, out)
+    graph = ggpy.Graph()
+    graph.build_forward_expand(y)
+    ggpy.GraphAllocator(blas_backend).alloc_graph(graph)
+    rng = np.random.default_rng(13)
+    np_t = np.float16 if t == ggpy.F16 else ml_dtypes.bfloat16
+    qkv_v = (rng.standard_normal(qkv.shape) * 2).astype(np_t)
+    qkv.set(qkv_v)
+    if mtype:
+        mask_v = rng.uniform(-2, 2, mask.shape)
+        mask_v[..., : n // 3, n // 2:] = -np.inf                 # keys hidden from some queries
+        mask.set(mask_v.astype(np.float32 if mtype == ggpy.F32 else np.float16))
+    blas_backend.compute(graph)
+    names = [st.name for st in blas_backend.program(graph)]
+    assert names == [f"win_attn_tc_hd{hd}_{(mtype or ggpy.F32).name.lower()}_{t.name.lower()}_{out.name.lower()}"]
+    x = qkv_v.astype(np.float64).reshape(nw, n, heads, 3, hd)
+    s = np.einsum("wihd,wjhd->whij", x[..., 0, :], x[..., 1, :])
+    if mtype:
+        s = s * hd ** -0.5 + mask.numpy().astype(np.float64)[None]
+    e = np.exp(s - s.max(-1, keepdims=True))
+    ref = np.einsum("whij,wjhd->wihd", e / e.sum(-1, keepdims=True), x[..., 2, :])
+    got = y.numpy().astype(np.float64).reshape(ref.shape)
+    tol = 2e-2 if ggpy.BF16 in (t, out) else 4e-3         # P rounded to T (and the result to `out`)
+    assert np.abs(got - ref).max() <= tol * np.abs(ref).max(), np.abs(got - ref).max()
+
+
 @pytest.mark.parametrize("nq,nk,heads,hk,b,bk,shared_q", [(7, 300, 8, 8, 8, 1, False), (7, 300, 8, 2, 8, 8, False),
                                                             (300, 7, 4, 4, 3, 3, True), (5, 64, 2, 1, 2, 2, False),
                                                             (1, 300, 9, 3, 1, 1, False)])

@@ -113,111 +113,123 @@ template <int HD, int SPLIT, typename M, typename T, typename D> __device__ void
         if ((d / 4) % SPLIT == part)
             store4<D>(out + d * sizeof(D), make_float4(acc[d] * inv, acc[d + 1] * inv, acc[d + 2] * inv, acc[d + 3] * inv));
 }
-// Tensor-core window attention for F16 / BF16 q, k, v (mma.sync m16n8k16, F32 accumulation). One warp per 16
-// queries of one (window, head), TC_WARPS warps per block; keys in chunks of 64 staged in shared memory (K as
-// rows, V transposed); scores and the online softmax stay in registers, where the accumulators of two 8-key
-// blocks are the A operand of P.V (FlashAttention-2's layout); P is rounded to T for that product.
+// Tensor-core window attention for F16 / BF16 q, k, v (mma.sync m16n8k16, F32 accumulation). A block of TC_WARPS
+// warps takes 16 queries a warp of one (window, head). Per chunk of 64 keys, the K and V rows (and, with the first,
+// the block's Q rows) go to shared memory by 16-byte cp.async, the chunk's mask rows as F32 (-inf past the last key); ldmatrix feeds the products (V transposed on the way). Scores and the online
+// softmax (exp2) stay in registers, where the accumulators of two 8-key blocks are the A operand of P.V
+// (FlashAttention-2's layout); P is rounded to T for that product.
 #define TC_WARPS 4
+template <typename D> __device__ __forceinline__ void store2(char* p, float lo, float hi) { *(unsigned*)p = pack2<D>(lo, hi); }
+template <> __device__ __forceinline__ void store2<float>(char* p, float lo, float hi) { *(float2*)p = make_float2(lo, hi); }
 template <int HD, typename M, typename T, typename D> __device__ void win_attn_tc_k(const AttnArgs& a) {
-    constexpr int KC = 64, KP = HD + 8, VP = KC + 8;         // row paddings (halves) against bank conflicts
-    __shared__ __align__(16) unsigned short Ks[KC][KP];
-    __shared__ __align__(16) unsigned short Vt[HD][VP];
+    constexpr int KC = 64, P = HD + 8, ROWS = TC_WARPS * 16, MP = KC + 4, THREADS = TC_WARPS * 32;
+    constexpr float LOG2E = 1.4426950408889634f;
+    __shared__ __align__(16) unsigned short Qs[ROWS * P];     // rows padded by 8 halves: ldmatrix without conflicts
+    __shared__ __align__(16) unsigned short Ks[KC * P];
+    __shared__ __align__(16) unsigned short Vs[KC * P];
+    __shared__ __align__(16) float Ms[ROWS * MP];
     const float NEG = __int_as_float(0xff800000);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    const int h = blockIdx.y, w = blockIdx.z, N = a.n, NK = a.nk;
-    const int q0 = (blockIdx.x * TC_WARPS + warp) * 16;
+    const int h = blockIdx.y, w = blockIdx.z, N = a.n, NK = a.nk, r0 = blockIdx.x * ROWS, q0 = r0 + warp * 16;
     const char* qb = a.q + h * a.qs[1] + w * a.qs[2];
     const char* kb = a.k + (h / a.hr) * a.ks[1] + (w / a.wr) * a.ks[2];
     const char* vb = a.v + (h / a.hr) * a.vs[1] + (w / a.wr) * a.vs[2];
-    unsigned qa[HD / 16][4];                                  // A fragments of Q (16 x HD, row-major)
-    #pragma unroll
-    for (int ks = 0; ks < HD / 16; ++ks)
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const int row = q0 + g + (r & 1) * 8, col = ks * 16 + t4 * 2 + (r >> 1) * 8;
-            qa[ks][r] = row < N ? *(const unsigned*)(qb + row * a.qs[0] + col * 2) : 0u;
-        }
-    const char* mrow[2];
-    #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const int row = q0 + g + i * 8;
-        mrow[i] = a.mask && row < N ? a.mask + row * a.ms[0] + (h % a.mh) * a.ms[1] + (w % a.mw) * a.ms[2] : 0;
+    const char* mb = a.mask ? a.mask + (h % a.mh) * a.ms[1] + (w % a.mw) * a.ms[2] : 0;
+    for (int c = threadIdx.x; c < ROWS * HD / 8; c += THREADS) {
+        const int r = c / (HD / 8), d = c % (HD / 8) * 8;
+        const bool in = r0 + r < N;
+        cp_async16(Qs + r * P + d, qb + (in ? (i64)(r0 + r) * a.qs[0] + d * 2 : 0), in ? 16 : 0);
     }
+    const float qscale = a.scale * LOG2E;
+    unsigned qa[HD / 16][4];                                  // A fragments of Q (16 x HD, row-major)
     float o[HD / 8][4], m[2] = {NEG, NEG}, l[2] = {0.f, 0.f};
     #pragma unroll
     for (int nd = 0; nd < HD / 8; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
     for (int j0 = 0; j0 < NK; j0 += KC) {
         const int kc = min(KC, NK - j0);
-        __syncthreads();                                      // the previous chunk is read by everyone
-        for (int i = threadIdx.x; i < KC * HD / 2; i += blockDim.x) {
-            const int j = i / (HD / 2), d = (i % (HD / 2)) * 2;
-            unsigned kv = 0u, vv = 0u;
-            if (j < kc) {
-                kv = *(const unsigned*)(kb + (i64)(j0 + j) * a.ks[0] + d * 2);
-                vv = *(const unsigned*)(vb + (i64)(j0 + j) * a.vs[0] + d * 2);
-            }
-            *(unsigned*)&Ks[j][d] = kv;
-            Vt[d][j] = (unsigned short)(vv & 0xffffu);
-            Vt[d + 1][j] = (unsigned short)(vv >> 16);
+        if (j0) __syncthreads();                              // the previous chunk is read by everyone
+        for (int c = threadIdx.x; c < KC * HD / 8; c += THREADS) {
+            const int j = c / (HD / 8), d = c % (HD / 8) * 8;
+            const bool in = j < kc;
+            cp_async16(Ks + j * P + d, kb + (in ? (i64)(j0 + j) * a.ks[0] + d * 2 : 0), in ? 16 : 0);
+            cp_async16(Vs + j * P + d, vb + (in ? (i64)(j0 + j) * a.vs[0] + d * 2 : 0), in ? 16 : 0);
         }
+        cp_commit();
+        // the chunk's mask rows: F32 by 4-byte cp.async (scaled when read), F16 converted on the way
+        const int j = threadIdx.x % KC;
+        const char* mp = mb ? mb + (i64)(r0 + threadIdx.x / KC) * a.ms[0] + (i64)(j0 + j) * sizeof(M) : 0;
+        #pragma unroll 8
+        for (int r = threadIdx.x / KC; r < ROWS; r += THREADS / KC, mp += THREADS / KC * a.ms[0]) {
+            float* dst = Ms + r * MP + j;
+            if (j >= kc) *dst = NEG;
+            else if (!mb || r0 + r >= N) *dst = 0.f;
+            else if constexpr (sizeof(M) == 4) asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(smem_u32(dst)), "l"(mp) : "memory");
+            else *dst = to_f(*(const M*)mp);
+        }
+        asm volatile("cp.async.wait_all;" ::: "memory");
         __syncthreads();
         if (q0 >= N) continue;                                // no query of this warp (barriers still met)
+        if (j0 == 0)
+            #pragma unroll
+            for (int ks = 0; ks < HD / 16; ++ks) ldsm4(qa[ks], Qs + (warp * 16 + (lane & 15)) * P + ks * 16 + (lane >> 4) * 8);
         float s[KC / 8][4];
         #pragma unroll
-        for (int nb = 0; nb < KC / 8; ++nb) {
-            s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
+        for (int nb = 0; nb < KC / 8; ++nb) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
+        #pragma unroll
+        for (int nb = 0; nb < KC / 8; nb += 2) {
+            if (nb * 8 >= kc) break;
             #pragma unroll
             for (int ks = 0; ks < HD / 16; ++ks) {
-                const unsigned b[2] = {*(const unsigned*)&Ks[nb * 8 + g][ks * 16 + t4 * 2],
-                                       *(const unsigned*)&Ks[nb * 8 + g][ks * 16 + t4 * 2 + 8]};
+                unsigned b[4];
+                ldsm4(b, Ks + (nb * 8 + (lane & 7) + (lane >> 4) * 8) * P + ks * 16 + ((lane >> 3) & 1) * 8);
                 mma16816<T>(s[nb], qa[ks], b);
+                mma16816<T>(s[nb + 1], qa[ks], b + 2);
             }
         }
         float cmax[2] = {NEG, NEG};
         #pragma unroll
         for (int nb = 0; nb < KC / 8; ++nb)
             #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int j = j0 + nb * 8 + t4 * 2 + (r & 1), i = r >> 1;
-                float v = NEG;
-                if (j < NK) {
-                    v = s[nb][r] * a.scale;
-                    if (mrow[i]) v += to_f(*(const M*)(mrow[i] + (i64)j * sizeof(M)));
-                }
-                s[nb][r] = v;
-                cmax[i] = fmaxf(cmax[i], v);
+            for (int i = 0; i < 2; ++i) {
+                const float2 mk = *(const float2*)&Ms[(warp * 16 + g + i * 8) * MP + nb * 8 + t4 * 2];
+                s[nb][2 * i] = fmaf(mk.x, LOG2E, s[nb][2 * i] * qscale);
+                s[nb][2 * i + 1] = fmaf(mk.y, LOG2E, s[nb][2 * i + 1] * qscale);
+                cmax[i] = fmaxf(cmax[i], fmaxf(s[nb][2 * i], s[nb][2 * i + 1]));
             }
+        float mz[2];                                          // the running max, 0 while every score is -inf
         #pragma unroll
         for (int i = 0; i < 2; ++i) {
             cmax[i] = fmaxf(cmax[i], __shfl_xor_sync(0xffffffffu, cmax[i], 1));
             cmax[i] = fmaxf(cmax[i], __shfl_xor_sync(0xffffffffu, cmax[i], 2));
             if (cmax[i] > m[i]) {                             // a new running max: rescale what was summed so far
-                const float c = m[i] == NEG ? 0.f : expf(m[i] - cmax[i]);
+                const float c = m[i] == NEG ? 0.f : exp2f(m[i] - cmax[i]);
                 l[i] *= c;
                 #pragma unroll
                 for (int nd = 0; nd < HD / 8; ++nd) { o[nd][2 * i] *= c; o[nd][2 * i + 1] *= c; }
                 m[i] = cmax[i];
             }
+            mz[i] = m[i] == NEG ? 0.f : m[i];
         }
         #pragma unroll
         for (int nb = 0; nb < KC / 8; ++nb)
             #pragma unroll
             for (int r = 0; r < 4; ++r) {
-                const int i = r >> 1;
-                const float p = s[nb][r] == NEG ? 0.f : expf(s[nb][r] - m[i]);
-                l[i] += p;
+                const float p = exp2f(s[nb][r] - mz[r >> 1]);
+                l[r >> 1] += p;
                 s[nb][r] = p;
             }
         #pragma unroll
         for (int kk = 0; kk < KC / 16; ++kk) {
+            if (kk * 16 >= kc) break;
             const unsigned pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
                                     pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                                     pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
             #pragma unroll
-            for (int nd = 0; nd < HD / 8; ++nd) {
-                const unsigned b[2] = {*(const unsigned*)&Vt[nd * 8 + g][kk * 16 + t4 * 2],
-                                       *(const unsigned*)&Vt[nd * 8 + g][kk * 16 + t4 * 2 + 8]};
+            for (int nd = 0; nd < HD / 8; nd += 2) {
+                unsigned b[4];
+                ldsm4t(b, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + nd * 8 + (lane >> 4) * 8);
                 mma16816<T>(o[nd], pa, b);
+                mma16816<T>(o[nd + 1], pa, b + 2);
             }
         }
     }
@@ -228,12 +240,12 @@ template <int HD, typename M, typename T, typename D> __device__ void win_attn_t
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
     }
     #pragma unroll
-    for (int nd = 0; nd < HD / 8; ++nd)
+    for (int i = 0; i < 2; ++i) {
+        const int row = q0 + g + i * 8;
+        if (row >= N) continue;
+        char* out = a.dst + row * a.ds[0] + h * a.ds[1] + w * a.ds[2] + t4 * 2 * sizeof(D);
         #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const int i = r >> 1, row = q0 + g + i * 8;
-            if (row < N)
-                *(D*)(a.dst + row * a.ds[0] + h * a.ds[1] + w * a.ds[2] + (nd * 8 + t4 * 2 + (r & 1)) * sizeof(D)) =
-                    from_f<D>(o[nd][r] / l[i]);
-        }
+        for (int nd = 0; nd < HD / 8; ++nd)
+            store2<D>(out + nd * 8 * sizeof(D), o[nd][2 * i] / l[i], o[nd][2 * i + 1] / l[i]);
+    }
 }

@@ -46,8 +46,8 @@ def ggpy_us(backend, c, heads, window, nw, qkv_v, ab_v) -> tuple:
 def torch_us(c, heads, window, nw, qkv_v, ab_v, runs: int = 50) -> tuple:
     """(µs per call of scaled_dot_product_attention + the heads' transpose, the result)."""
     hd, n = c // heads, window * window
-    qkv = torch.from_numpy(qkv_v).cuda().view(nw, n, 3, heads, hd)
-    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))            # (nW, heads, N, hd) views
+    qkv = torch.from_numpy(qkv_v).cuda().view(nw, n, heads, 3, hd)          # TinyViT's per-head q, k, v
+    q, k, v = (qkv[:, :, :, i].transpose(1, 2) for i in range(3))         # (nW, heads, N, hd) views
     ab = torch.from_numpy(ab_v).cuda().half()                              # (heads, N, N)
 
     def fn():

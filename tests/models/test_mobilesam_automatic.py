@@ -265,6 +265,7 @@ def test_rle_vs_official():
         masks[0, 0, 0] = True                                  # a mask starting with a set pixel
         got, ref = mask_rle.masks_to_rle(masks), amg.mask_to_rle_pytorch(torch.as_tensor(masks))
         assert got == ref
+        assert mask_rle.columns_to_rle(np.ascontiguousarray(masks.transpose(0, 2, 1), np.float32)) == ref
         for rle, m in zip(got, masks):
             np.testing.assert_array_equal(mask_rle.rle_to_mask(rle), m)
             assert mask_rle.rle_area(rle) == amg.area_from_rle(rle) == m.sum()
@@ -359,7 +360,7 @@ def test_mask_stats_graph_vs_official(sam, predictor, image):
     with np.errstate(invalid="ignore"):
         stability = got["intersections"] / got["unions"]                     # 0 / 0 for the empty mask, as SAM's
     np.testing.assert_allclose(stability, ref_stability, rtol=0, atol=1e-3)
-    binary = got["binary"] > 0
+    binary = got["binary"].transpose(0, 2, 1) > 0                       # the masks come back column by column
     assert set(np.unique(got["binary"])) == {0.0, 1.0} and (binary != masks.numpy()).mean() < 1e-4
     np.testing.assert_array_equal(got["area"], binary.sum(axis=(1, 2)))
     np.testing.assert_array_equal(got["boxes"], amg.batched_mask_to_box(torch.as_tensor(binary)).numpy())

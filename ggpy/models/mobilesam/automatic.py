@@ -237,13 +237,13 @@ class AutomaticMaskGenerator:
         if not len(idx):
             return {}
         x0, y0, x1, y1 = crop_box
-        masks = s["binary"][idx] > 0
+        columns = s["binary"][idx]                                   # (n, crop W, crop H) 0 / 1, column by column
         if (x0, y0, x1, y1) != (0, 0, w, h):
-            placed = np.zeros((len(idx), h, w), bool)
-            placed[:, y0:y1, x0:x1] = masks
-            masks = placed
+            placed = np.zeros((len(idx), w, h), columns.dtype)
+            placed[:, x0:x1, y0:y1] = columns
+            columns = placed
         return {"iou_preds": iou[idx], "points": points[idx], "stability_score": stability[idx],
-                "boxes": s["boxes"][idx], "rles": mask_rle.masks_to_rle(masks)}
+                "boxes": s["boxes"][idx], "rles": mask_rle.columns_to_rle(columns)}
 
     # -- small regions -------------------------------------------------------------------------------------------
     def _small_regions(self, data: dict, nms_thresh: float) -> dict:

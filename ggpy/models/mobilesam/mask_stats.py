@@ -5,7 +5,7 @@ store (grid_decoder: they never leave the backend in between), the graph upscale
 postprocess_masks), thresholds them, counts the pixels above threshold +- offset (the stability score's
 intersection and union), the area, and finds each mask's box from its rows and columns that hold a set pixel
 (argmax over index ramps, as SAM's batched_mask_to_box takes maxima over coordinates). Nothing loops over pixels
-in Python; only P binary masks, the counts and the box edges come back.
+in Python; only P binary masks (column by column: the RLEs' order), the counts and the box edges come back.
 """
 from __future__ import annotations
 
@@ -49,16 +49,16 @@ class MaskStatsGraph:
         self.ramps = {n: [ctx.new_tensor(ggpy.F32, (n, 1)).set_name(f"ramp_{k}_{n}").set_input() for k in ("up", "dn")]
                       for n in {h, w}}
         logits = postprocess_masks(low_res, input_size, image_size, hp.image_size)             # (W, H, P)
-        flat = ggpy.reshape_2d(logits, w * h, p)
+        columns = ggpy.reshape_2d(ggpy.cont(ggpy.permute(logits, 1, 0, 2, 3)), h * w, p)      # (H W, P)
 
         def above(t):
-            return ggpy.step(ggpy.scale(flat, 1.0, -t))
-        self.binary = above(mask_threshold)                                                   # (W H, P) 0/1
+            return ggpy.step(ggpy.scale(columns, 1.0, -t))
+        self.binary = above(mask_threshold)                                    # (H W, P) 0/1, column by column
         self.intersections = ggpy.sum_rows(above(mask_threshold + stability_offset))
         self.unions = ggpy.sum_rows(above(mask_threshold - stability_offset))
         self.area = ggpy.sum_rows(self.binary)
-        row_any = ggpy.step(ggpy.reshape_2d(ggpy.sum_rows(ggpy.reshape_2d(self.binary, w, h * p)), h, p))
-        col_any = column_max(ggpy.reshape_4d(self.binary, w, h, p, 1))
+        col_any = ggpy.step(ggpy.reshape_2d(ggpy.sum_rows(ggpy.reshape_2d(self.binary, h, w * p)), w, p))
+        row_any = column_max(ggpy.reshape_4d(self.binary, h, w, p, 1))
         self.y0, self.y1 = _edges(row_any, *self.ramps[h])
         self.x0, self.x1 = _edges(col_any, *self.ramps[w])
         self.outputs = (self.intersections, self.unions, self.area, self.x0, self.y0, self.x1, self.y1, self.binary)
@@ -72,8 +72,8 @@ class MaskStatsGraph:
 
     def run(self, rows: np.ndarray) -> dict:
         """rows: the n <= capacity rows of the store to take -> {"intersections", "unions", "area": int64 (n,),
-        "boxes": int64 (n, 4) XYXY (zeros for an empty mask), "binary": float32 (n, H, W) 0/1, a view of the graph's
-        output until the next run}."""
+        "boxes": int64 (n, 4) XYXY (zeros for an empty mask), "binary": float32 (n, W, H) 0/1, each mask column by
+        column (the order of its RLE), a view of the graph's output until the next run}."""
         n = len(rows)
         padded = np.zeros(self.capacity, np.int32)
         padded[:n] = rows
@@ -82,5 +82,5 @@ class MaskStatsGraph:
         boxes = np.stack([run.get(t).reshape(-1)[:n].astype(np.int64) for t in self.outputs[3:7]], axis=1)
         boxes[counts[2] == 0] = 0
         h, w = self.image_size
-        binary = run.get(self.binary).reshape(self.capacity, h, w)[:n]
+        binary = run.get(self.binary).reshape(self.capacity, w, h)[:n]
         return {"intersections": counts[0], "unions": counts[1], "area": counts[2], "boxes": boxes, "binary": binary}

@@ -22,6 +22,8 @@ def columns_to_rle(columns: np.ndarray) -> list:
     n, w, h = columns.shape
     size = w * h
     flat = columns.reshape(n, size)
+    if flat.dtype == np.float16:
+        flat = flat.view(np.uint16)                 # 0 and 1 by their bits: numpy compares halves slowly
     at = np.flatnonzero(flat[:, 1:] != flat[:, :-1])                # changes of mask i at i (size - 1) + pixel
     bounds = np.searchsorted(at, np.arange(n + 1) * (size - 1))
     first = flat[:, 0] != 0

@@ -5,7 +5,7 @@ store (grid_decoder: they never leave the backend in between), the graph upscale
 postprocess_masks), thresholds them, counts the pixels above threshold +- offset (the stability score's
 intersection and union), the area, and finds each mask's box from its rows and columns that hold a set pixel
 (argmax over index ramps, as SAM's batched_mask_to_box takes maxima over coordinates). Nothing loops over pixels
-in Python; only P binary masks (column by column: the RLEs' order), the counts and the box edges come back.
+in Python; only P binary masks (F16, column by column: the RLEs' order), the counts and the box edges come back.
 """
 from __future__ import annotations
 
@@ -61,7 +61,8 @@ class MaskStatsGraph:
         row_any = column_max(ggpy.reshape_4d(self.binary, h, w, p, 1))
         self.y0, self.y1 = _edges(row_any, *self.ramps[h])
         self.x0, self.x1 = _edges(col_any, *self.ramps[w])
-        self.outputs = (self.intersections, self.unions, self.area, self.x0, self.y0, self.x1, self.y1, self.binary)
+        self.columns = ggpy.cast(self.binary, ggpy.F16)          # what comes back: half the bytes, 0 / 1 exactly
+        self.outputs = (self.intersections, self.unions, self.area, self.x0, self.y0, self.x1, self.y1, self.columns)
         self.graph = ggpy.Graph()
         for t in self.outputs:
             self.graph.build_forward_expand(t)
@@ -72,7 +73,7 @@ class MaskStatsGraph:
 
     def run(self, rows: np.ndarray) -> dict:
         """rows: the n <= capacity rows of the store to take -> {"intersections", "unions", "area": int64 (n,),
-        "boxes": int64 (n, 4) XYXY (zeros for an empty mask), "binary": float32 (n, W, H) 0/1, each mask column by
+        "boxes": int64 (n, 4) XYXY (zeros for an empty mask), "binary": float16 (n, W, H) 0/1, each mask column by
         column (the order of its RLE), a view of the graph's output until the next run}."""
         n = len(rows)
         padded = np.zeros(self.capacity, np.int32)
@@ -82,5 +83,5 @@ class MaskStatsGraph:
         boxes = np.stack([run.get(t).reshape(-1)[:n].astype(np.int64) for t in self.outputs[3:7]], axis=1)
         boxes[counts[2] == 0] = 0
         h, w = self.image_size
-        binary = run.get(self.binary).reshape(self.capacity, w, h)[:n]
+        binary = run.get(self.columns).reshape(self.capacity, w, h)[:n]
         return {"intersections": counts[0], "unions": counts[1], "area": counts[2], "boxes": boxes, "binary": binary}

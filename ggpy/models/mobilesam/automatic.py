@@ -179,7 +179,10 @@ class AutomaticMaskGenerator:
         data["boxes"] = data["boxes"] + np.array([x0, y0, x0, y0])
         data["points"] = data["points"] + np.array([x0, y0])
         data["crop_boxes"] = np.tile(np.array(crop_box, np.int64), (len(data["boxes"]), 1))
-        self.timings["nms"] += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        self.timings["nms"] += t1 - t0
+        data["rles"] = self._rles(data.pop("bits"), crop_box, image_size)     # only the masks NMS kept
+        self.timings["postprocess"] += time.perf_counter() - t1
         return data
 
     def _decode(self, points: np.ndarray, b: int) -> np.ndarray:
@@ -225,7 +228,8 @@ class AutomaticMaskGenerator:
 
     def _process_chunk(self, stats: MaskStatsGraph, rows, iou, points, crop_box, image_size) -> dict:
         """Masks of one chunk (rows of the decoder's store) that pass the stability and crop-edge filters: iou_preds,
-        points, stability_score, boxes (crop coordinates) and rles (of the masks placed in the whole image)."""
+        points, stability_score, boxes (crop coordinates) and bits (each mask's columns of the crop, 8 pixels a byte:
+        run-length encoded once the crop's NMS has kept it, _rles)."""
         s = stats.run(rows)
         with np.errstate(divide="ignore", invalid="ignore"):
             stability = s["intersections"].astype(np.float32) / s["unions"].astype(np.float32)
@@ -236,14 +240,23 @@ class AutomaticMaskGenerator:
         idx = np.flatnonzero(keep)
         if not len(idx):
             return {}
+        columns = s["binary"][idx].reshape(len(idx), -1)          # F16 0 / 1 of the crop, column by column
+        return {"iou_preds": iou[idx], "points": points[idx], "stability_score": stability[idx],
+                "boxes": s["boxes"][idx], "bits": list(np.packbits(columns.view(np.uint16) != 0, axis=1))}
+
+    @staticmethod
+    def _rles(bits: list, crop_box, image_size) -> list:
+        """The uncompressed RLEs in the whole image of masks kept as their crop's columns packed 8 pixels a byte."""
+        if not bits:
+            return []
         x0, y0, x1, y1 = crop_box
-        columns = s["binary"][idx]                                   # (n, crop W, crop H) 0 / 1, column by column
+        h, w = image_size
+        columns = np.unpackbits(np.stack(bits), axis=1, count=(x1 - x0) * (y1 - y0)).reshape(len(bits), x1 - x0, y1 - y0)
         if (x0, y0, x1, y1) != (0, 0, w, h):
-            placed = np.zeros((len(idx), w, h), columns.dtype)
+            placed = np.zeros((len(bits), w, h), np.uint8)
             placed[:, x0:x1, y0:y1] = columns
             columns = placed
-        return {"iou_preds": iou[idx], "points": points[idx], "stability_score": stability[idx],
-                "boxes": s["boxes"][idx], "rles": mask_rle.columns_to_rle(columns)}
+        return mask_rle.columns_to_rle(columns)
 
     # -- small regions -------------------------------------------------------------------------------------------
     def _small_regions(self, data: dict, nms_thresh: float) -> dict:

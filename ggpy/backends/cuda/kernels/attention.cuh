@@ -115,12 +115,11 @@ template <int HD, int SPLIT, typename M, typename T, typename D> __device__ void
 }
 // Tensor-core window attention for F16 / BF16 q, k, v (mma.sync m16n8k16, F32 accumulation). A block of TC_WARPS
 // warps takes 16 queries a warp of one (window, head). Per chunk of 64 keys, the K and V rows (and, with the first,
-// the block's Q rows) go to shared memory by 16-byte cp.async, the chunk's mask rows as F32 (-inf past the last key); ldmatrix feeds the products (V transposed on the way). Scores and the online
-// softmax (exp2) stay in registers, where the accumulators of two 8-key blocks are the A operand of P.V
-// (FlashAttention-2's layout); P is rounded to T for that product.
+// the block's Q rows) go to shared memory by 16-byte cp.async, the chunk's mask rows as F32 (-inf past the last
+// key); ldmatrix feeds the products (V transposed on the way). Scores and the online softmax (exp2) stay in
+// registers, where the accumulators of two 8-key blocks are the A operand of P.V (FlashAttention-2's layout); P is
+// rounded to T for that product.
 #define TC_WARPS 4
-template <typename D> __device__ __forceinline__ void store2(char* p, float lo, float hi) { *(unsigned*)p = pack2<D>(lo, hi); }
-template <> __device__ __forceinline__ void store2<float>(char* p, float lo, float hi) { *(float2*)p = make_float2(lo, hi); }
 template <int HD, typename M, typename T, typename D> __device__ void win_attn_tc_k(const AttnArgs& a) {
     constexpr int KC = 64, P = HD + 8, ROWS = TC_WARPS * 16, MP = KC + 4, THREADS = TC_WARPS * 32;
     constexpr float LOG2E = 1.4426950408889634f;
@@ -163,10 +162,10 @@ template <int HD, typename M, typename T, typename D> __device__ void win_attn_t
             float* dst = Ms + r * MP + j;
             if (j >= kc) *dst = NEG;
             else if (!mb || r0 + r >= N) *dst = 0.f;
-            else if constexpr (sizeof(M) == 4) asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(smem_u32(dst)), "l"(mp) : "memory");
+            else if constexpr (sizeof(M) == 4) cp_async4(dst, mp);
             else *dst = to_f(*(const M*)mp);
         }
-        asm volatile("cp.async.wait_all;" ::: "memory");
+        cp_wait_all();
         __syncthreads();
         if (q0 >= N) continue;                                // no query of this warp (barriers still met)
         if (j0 == 0)

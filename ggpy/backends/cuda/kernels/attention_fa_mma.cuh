@@ -259,7 +259,7 @@ template <int D, typename TK, typename TV, int KC = FA_MMA_KC> __device__ void f
         if (j0 + KC < c1) FaTile<D, KC, P, TV>::load(Vs, vb, a.vs[0], j0 + KC, c1 - j0 - KC, v16);
         cp_commit();
     }
-    asm volatile("cp.async.wait_all;" ::: "memory");        // no copy outlives the block (an empty chunk's)
+    cp_wait_all();                                            // no copy outlives the block (an empty chunk's)
     #pragma unroll
     for (int i = 0; i < 2; ++i) {
         l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
